@@ -37,9 +37,10 @@ const char* DTypeName(DType dtype);
 StatusOr<DType> ParseDType(std::string_view name);
 
 struct FileInfo {
-  std::string name;      // relative to the checkpoint directory, e.g. "model-00001-of-00002.safetensors"
-  std::string path;      // absolute path
-  uint64_t size = 0;     // file size in bytes
+  std::string
+      name;  // relative to the checkpoint directory, e.g. "model-00001-of-00002.safetensors"
+  std::string path;          // absolute path
+  uint64_t size = 0;         // file size in bytes
   uint64_t data_offset = 0;  // 8 + header length: where the data section starts
 };
 
@@ -55,9 +56,19 @@ struct TensorInfo {
 };
 
 // Tensors that are streamed together. Grouping is family-agnostic, from the
-// tensor names: a decoder layer is any name with a `.<container>.<index>.`
-// component (`model.layers.3.`, `gpt_neox.layers.3.`, `transformer.h.3.`);
-// embedding, final norm and LM head are recognised by their usual names.
+// tensor names: a decoder layer is any name with a `<container>.<index>.`
+// component (`model.layers.3.`, `gpt_neox.layers.3.`, `transformer.h.3.`,
+// also `h.3.` at the start of the name); the first all-digit component is the
+// index. Outside layers, the embedding is any name with a component
+// `embed_tokens`, `embed_in`, `embed_positions`, `wte`, `wpe` or
+// `word_embeddings(_layernorm)`; the head is any name with a component `norm`,
+// `final_layer_norm`, `final_layernorm`, `final_norm`, `ln_f`, `lm_head` or
+// `embed_out`. Everything else goes to `other`.
+//
+// Persisted rotary tables (any name containing `rotary_emb.`, e.g.
+// `model.layers.0.self_attn.rotary_emb.inv_freq`) go to `other` even inside a
+// layer: they are derived from the config, the engine ignores them, and
+// keeping them out of the layer keeps layer groups identical across families.
 struct TensorGroup {
   enum class Kind { kEmbedding, kLayer, kHead, kOther };
   Kind kind = Kind::kOther;
@@ -67,19 +78,23 @@ struct TensorGroup {
 };
 
 struct Checkpoint {
-  std::string dir;                      // absolute, canonical
-  nlohmann::json config;                // config.json (an object)
-  nlohmann::json generation_config;     // generation_config.json, or null when absent
-  std::vector<FileInfo> files;          // safetensors files, in index order
-  std::vector<TensorInfo> tensors;      // every tensor, sorted by name
+  std::string dir;                   // absolute, canonical
+  nlohmann::json config;             // config.json (an object)
+  nlohmann::json generation_config;  // generation_config.json, or null when absent
+  std::vector<FileInfo> files;       // safetensors files, sorted by name (= shard order)
+  std::vector<TensorInfo> tensors;   // every tensor, sorted by name
 
-  TensorGroup embedding;                // token embedding (and position embeddings, if any)
-  std::vector<TensorGroup> layers;      // layers[i].layer == i, contiguous from 0
-  TensorGroup head;                     // final norm + LM head (no LM head tensor when tied)
-  TensorGroup other;                    // anything not recognised (e.g. rotary_emb.inv_freq)
+  TensorGroup embedding;            // token embedding (and position embeddings, if any)
+  std::vector<TensorGroup> layers;  // layers[i].layer == i, contiguous from 0
+  TensorGroup head;                 // final norm + LM head (no LM head tensor when tied)
+  TensorGroup other;                // anything not recognised (e.g. rotary_emb.inv_freq)
 
-  bool tied_embeddings = false;         // no separate LM head tensor
-  uint64_t total_bytes = 0;             // sum of all tensor sizes
+  // No LM head tensor (`lm_head.weight` / `embed_out.weight`, i.e. a head
+  // tensor whose name has a component `lm_head` or `embed_out`). Read from the
+  // tensors, not from config `tie_word_embeddings`: a checkpoint that stores a
+  // copy of the embedding as lm_head is streamed as untied.
+  bool tied_embeddings = false;
+  uint64_t total_bytes = 0;  // sum of all tensor sizes
 
   // The tensor called `name`, or nullptr. O(log n).
   const TensorInfo* Find(std::string_view name) const;
@@ -102,16 +117,30 @@ struct ReadOptions {
 // header length past the file or over the cap, header not a JSON object,
 // unknown dtype, negative or overflowing shape, shape x dtype != byte span,
 // span outside the data section, overlapping spans, a tensor listed in the
-// index but absent from its file (or the reverse).
+// index but absent from its file (or the reverse), the same tensor in two
+// files, decoder layer indices that are not contiguous from 0.
+//
+// Status codes: NotFound for a missing directory, config.json or weights file;
+// Unimplemented for a pytorch_model.bin-only directory; DataLoss for anything
+// malformed inside the files. Messages name files by `dir` as the caller gave
+// it ("DIR/model.safetensors: tensor 'x': ..."); names taken from the files
+// are quoted with control bytes escaped, so a message is always one line.
+// Reads only config files and headers (never tensor data); thread-safe (no
+// shared state).
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir, const ReadOptions& options = {});
 
 // Parses one safetensors header. `header` is the JSON text (the bytes after
 // the 8-byte length prefix), `data_size` the size of the data section that
 // follows it. Returns the tensors with offsets relative to the data section
-// start (the caller adds FileInfo::data_offset), sorted by offset.
-// `file_name` only labels error messages. Exposed for tests and fuzzing.
+// start (the caller adds FileInfo::data_offset), sorted by offset;
+// TensorInfo::file is 0. `__metadata__` must be an object of strings and is
+// skipped. A tensor entry is an object with `dtype` (string), `shape` (array
+// of integers) and `data_offsets` ([begin, end], begin <= end); other keys are
+// ignored. Zero-size spans may share offsets; gaps between spans are allowed.
+// Failures are DataLoss "FILE_NAME: tensor 'x': ...". `file_name` only labels
+// error messages. Pure function; thread-safe. Exposed for tests and fuzzing.
 StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::string_view header,
-                                                          uint64_t data_size,
-                                                          std::string_view file_name);
+                                                         uint64_t data_size,
+                                                         std::string_view file_name);
 
 }  // namespace nightshift::checkpoint
