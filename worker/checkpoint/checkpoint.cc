@@ -172,7 +172,7 @@ StatusOr<WeightMap> ReadIndex(const std::string& path, const std::string& label,
   WeightMap map;
   for (const auto& [tensor, file] : it->items()) {
     if (!file.is_string()) {
-      return DataLoss(label + ": weight_map entry for " + Quoted(tensor) + " is not a string");
+      return DataLoss(label + ": tensor " + Quoted(tensor) + ": weight_map entry is not a string");
     }
     map.emplace(tensor, file.get<std::string>());
   }
@@ -196,6 +196,20 @@ StatusOr<WeightMap> FindWeights(const std::string& dir_label, const fs::path& di
                          "the checkpoint to safetensors");
   }
   return NotFound(dir_label + ": no " + kSingleFile + " or " + kIndex);
+}
+
+// One header cannot repeat a name (the parser refuses it), but two shards
+// can. `tensors` sorted by name.
+Status CheckUniqueNames(const std::string& dir_label, const std::vector<FileInfo>& files,
+                        const std::vector<TensorInfo>& tensors) {
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    if (tensors[i].name == tensors[i - 1].name) {
+      return DataLoss(dir_label + ": tensor " + Quoted(tensors[i].name) + " is in both " +
+                      Quoted(files[tensors[i - 1].file].name) + " and " +
+                      Quoted(files[tensors[i].file].name));
+    }
+  }
+  return Status::Ok();
 }
 
 // Checks every tensor the files hold against the index, both ways.
@@ -363,12 +377,10 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir, const ReadOptions& o
                                        static_cast<int>(ckpt.files.size()), &info, &ckpt.tensors));
     ckpt.files.push_back(std::move(info));
   }
-  if (sharded) NS_RETURN_IF_ERROR(CheckAgainstIndex(dir, map, ckpt.files, ckpt.tensors));
-
-  // Names are unique: one header refuses duplicates, and with several files
-  // the index check refuses a tensor held by a file it is not listed under.
   std::sort(ckpt.tensors.begin(), ckpt.tensors.end(),
             [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
+  NS_RETURN_IF_ERROR(CheckUniqueNames(dir, ckpt.files, ckpt.tensors));
+  if (sharded) NS_RETURN_IF_ERROR(CheckAgainstIndex(dir, map, ckpt.files, ckpt.tensors));
   NS_RETURN_IF_ERROR(GroupTensors(dir, &ckpt));
   return ckpt;
 }
