@@ -1,0 +1,39 @@
+// Shared helpers for the tokenizer tests: where the fixtures are, and the
+// fixture tokenizers loaded once per test binary (loading Qwen3's 11 MB
+// tokenizer.json takes a noticeable fraction of a second).
+#pragma once
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "worker/tokenizer/tokenizer.h"
+
+namespace nightshift::tokenizer::testing {
+
+// tests/data/tokenizers (NIGHTSHIFT_TEST_DATA is set by ctest; the tests
+// that need fixtures fail to find them when it is not).
+inline std::string FixtureRoot() {
+  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
+  return std::string(data == nullptr ? "." : data) + "/tokenizers";
+}
+
+// The fixture tokenizer `name` ("qwen3", "mistral7b", "gpt2") loaded with
+// FromModelDir, or nullptr (with a test failure) if it does not load.
+inline const Tokenizer* Fixture(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
+  auto it = loaded.find(name);
+  if (it == loaded.end()) {
+    StatusOr<Tokenizer> tokenizer = Tokenizer::FromModelDir(FixtureRoot() + "/" + name);
+    EXPECT_TRUE(tokenizer.ok()) << name << ": " << tokenizer.status().ToString();
+    std::unique_ptr<Tokenizer> owned;
+    if (tokenizer.ok()) owned = std::make_unique<Tokenizer>(std::move(tokenizer).value());
+    it = loaded.emplace(name, std::move(owned)).first;
+  }
+  return it->second.get();
+}
+
+}  // namespace nightshift::tokenizer::testing
