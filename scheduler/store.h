@@ -64,16 +64,6 @@ struct JobChange {
   std::string reason;
 };
 
-// A job as the queue sees it: tokenised, queued, in dispatch order.
-struct QueuedJob {
-  int64_t id = 0;
-  int64_t submission_id = 0;
-  std::string model;
-  int32_t priority = 0;
-  int64_t kv_tokens = 0;
-  int64_t passes = 0;
-};
-
 // A batch and its lease.
 struct Lease {
   int64_t batch_id = 0;

@@ -110,6 +110,16 @@ int64_t PassesNeeded(const JobSpec& spec);
 
 // ---------------------------------------------------------------- records
 
+// A job as the queue sees it: tokenised, queued, in dispatch order.
+struct QueuedJob {
+  int64_t id = 0;
+  int64_t submission_id = 0;
+  std::string model;
+  int32_t priority = 0;
+  int64_t kv_tokens = 0;
+  int64_t passes = 0;
+};
+
 struct Job {
   int64_t id = 0;
   int64_t submission_id = 0;

@@ -1,0 +1,69 @@
+// The dispatch policy: Schedule(snapshot) -> plan. Pure: no I/O, no clock,
+// no store; the scheduler builds the snapshot, the policy decides, the
+// scheduler applies the plan. Thread-safe (no shared state).
+//
+// Rules, in order:
+//   - Queued jobs are taken by priority (higher first), then oldest
+//     submission, then submission order.
+//   - A job is priced in KV bytes on each worker: the worker's exact KV bytes
+//     per token for its model x the job's kv_tokens (prompt + max new tokens,
+//     or prompt + label tokens for classification).
+//   - A job joins a batch already chosen for its model (a top-up of a running
+//     batch, or a new batch opened earlier in this plan) while that worker's
+//     KV budget left and job limit allow; otherwise it opens a new batch on an
+//     idle connected worker serving its model, preferring one that has the
+//     model open, then the most tokens of KV budget, then the worker id.
+//   - A job that no known worker serving its model could ever hold (its KV
+//     need exceeds every such worker's whole budget) is rejected with that
+//     reason instead of waiting forever. A job whose model no known worker
+//     serves waits (the scheduler says why).
+// Budgets are local variables spent down while the plan is built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scheduler/types.h"
+
+namespace nightshift::scheduler {
+
+// A worker as the policy sees it.
+struct WorkerSlot {
+  WorkerInfo info;            // budgets, models with KV bytes per token, connected
+  int64_t batch_id = 0;       // its active batch; 0 = idle
+  std::string batch_model;    // the active batch's model
+  int32_t batch_jobs = 0;     // jobs in the active batch now
+  bool wants_top_up = false;  // said so at its last pass boundary
+  int64_t free_kv_bytes = 0;  // KV it reported free at that boundary
+};
+
+struct Snapshot {
+  std::vector<QueuedJob> queue;  // tokenised queued jobs, any order
+  std::vector<WorkerSlot> workers;
+};
+
+struct Assignment {
+  std::string worker_id;
+  std::string model;
+  int64_t batch_id = 0;          // the active batch topped up, or 0 for a new batch
+  std::vector<int64_t> job_ids;  // in dispatch order
+  int64_t kv_bytes = 0;          // what these jobs take of the worker's KV budget
+};
+
+struct Rejection {
+  int64_t job_id = 0;
+  std::string reason;
+};
+
+struct Plan {
+  std::vector<Assignment> assignments;
+  std::vector<Rejection> rejections;
+};
+
+Plan Schedule(const Snapshot& snapshot);
+
+// KV bytes `job` takes on a worker offering `model`.
+int64_t KvBytes(const QueuedJob& job, const ModelOffer& model);
+
+}  // namespace nightshift::scheduler
