@@ -1,0 +1,120 @@
+// Exact mode on hand-built shapes: the KV and activation formulas, and how
+// they become a sizing and a plan.
+#include "planner/exact.h"
+
+#include <gtest/gtest.h>
+
+namespace nightshift::planner {
+namespace {
+
+// Llama-3-70B's published shapes, bf16.
+CheckpointShape Llama3_70b() {
+  CheckpointShape s;
+  s.layers = 80;
+  s.hidden = 8192;
+  s.heads = 64;
+  s.kv_heads = 8;
+  s.head_dim = 128;
+  s.intermediate = 28672;
+  s.vocab = 128256;
+  s.stored_dtype_bytes = 2;
+  s.parameters = 70'553'706'496ull;
+  s.tensor_bytes = 2 * s.parameters;
+  s.file_bytes = s.tensor_bytes + 1'000'000;     // plus headers
+  s.largest_group_bytes = 2ull * 128256 * 8192;  // embedding = LM head (untied)
+  return s;
+}
+
+TEST(ExactTest, ComputeDtypeIsFp32OnCpuAndStoredOnGpu) {
+  EXPECT_EQ(ComputeDtypeBytes(Llama3_70b(), Device::kCpu), 4);
+  EXPECT_EQ(ComputeDtypeBytes(Llama3_70b(), Device::kGpu), 2);
+}
+
+TEST(ExactTest, ContextTokensRoundUp) {
+  EXPECT_EQ(ContextTokens(4), 4096);
+  EXPECT_EQ(ContextTokens(0.5), 512);
+  EXPECT_EQ(ContextTokens(0.001), 2);  // 1.024 tokens
+}
+
+TEST(ExactTest, KvBytesPerToken) {
+  // 2 x 80 layers x 8 KV heads x 128 x 2 bytes
+  EXPECT_EQ(KvBytesPerToken(Llama3_70b(), 2), 327'680u);
+  EXPECT_EQ(KvBytesPerToken(Llama3_70b(), 4), 655'360u);
+  CheckpointShape mha = Llama3_70b();
+  mha.kv_heads = mha.heads;  // no grouped-query attention: 8x the cache
+  EXPECT_EQ(KvBytesPerToken(mha, 2), 8 * 327'680u);
+}
+
+TEST(ExactTest, ActivationBytesFollowTheDocumentedFormula) {
+  const CheckpointShape s = Llama3_70b();
+  // W = 2x8192 + 2x8192 + 2x1024 + 2x28672 = 92160
+  // decode pass, batch 1: 4 x (92160 + 64 x 1 x 4096 + 128256) + 256 MiB
+  EXPECT_EQ(ActivationBytes(s, 4, 1, 0, 4096), 4ull * (92160 + 262144 + 128256) + (256ull << 20));
+  // batch 8 with 1000-token prompts: T = 8000, scores 64 x 1000 x 4096, logits 8 x vocab
+  EXPECT_EQ(ActivationBytes(s, 4, 8, 1000, 4096),
+            4ull * (8000ull * 92160 + 64ull * 1000 * 4096 + 8ull * 128256) + (256ull << 20));
+  // On a GPU in bf16 every tensor term halves; the runtime allowance does not.
+  EXPECT_EQ(ActivationBytes(s, 2, 8, 1000, 4096) - (256ull << 20),
+            (ActivationBytes(s, 4, 8, 1000, 4096) - (256ull << 20)) / 2);
+}
+
+TEST(ExactTest, SizingOnGpu) {
+  PlanOptions options;  // 4k context, batch 1, prefetch, no prompt length
+  Sizing s = ExactSizing(Llama3_70b(), options, Device::kGpu);
+  EXPECT_EQ(s.checkpoint_gb, 141.107413);  // 141107412992 bytes
+  EXPECT_EQ(s.disk.peak_gb, 141.108413);
+  EXPECT_EQ(s.disk.steady_gb, s.disk.peak_gb);
+  EXPECT_EQ(s.kv_cache_gb, 1.342177);  // 327680 x 4096 bytes
+  EXPECT_EQ(s.layers, 80);
+  EXPECT_FALSE(s.layers_estimated);
+  // activations: 2 x (92160 + 262144 + 128256) + 268435456 = 269400576 bytes
+  EXPECT_EQ(s.activation_gb, 0.269401);
+  // 2 x 2101346304 + 269400576 + 1342177280
+  EXPECT_EQ(s.resident_gb, 5.814270);
+}
+
+TEST(ExactTest, SizingOnCpuDoublesKvAndScalesWithBatch) {
+  PlanOptions options;
+  options.batch = 4;
+  options.prefetching = false;
+  Sizing s = ExactSizing(Llama3_70b(), options, Device::kCpu);
+  EXPECT_EQ(s.kv_cache_gb, 2.684355);  // 655360 x 4096, per sequence
+  // activations: 4 x (4 x 92160 + 262144 + 4 x 128256) + 268435456 = 273010688
+  EXPECT_EQ(s.activation_gb, 0.273011);
+  // 1 x 2101346304 + 273010688 + 4 x 2684354560
+  EXPECT_EQ(s.resident_gb, 13.111775);
+}
+
+TEST(ExactTest, PlanFromExactSizing) {
+  PlanOptions options;
+  options.budget_gb = 11.0;
+  options.disk = {4.0, 900.0};
+  PlanResult p = PlanSized(ExactSizing(Llama3_70b(), options, Device::kGpu), options);
+  EXPECT_TRUE(p.fits);
+  EXPECT_TRUE(p.disk_fits);
+  EXPECT_TRUE(p.usable);
+  EXPECT_EQ(p.seconds_per_pass, 41.502);  // 141.107413 / 4 / 0.85
+  EXPECT_EQ(p.est_tokens_per_s, 0.024);
+}
+
+TEST(ExactTest, TinyCheckpointStillHasFiniteRates) {
+  CheckpointShape tiny = Llama3_70b();
+  tiny.tensor_bytes = tiny.file_bytes = 300'000;
+  PlanOptions options;
+  options.disk = {1.0, 10.0};
+  PlanResult p = PlanSized(ExactSizing(tiny, options, Device::kCpu), options);
+  EXPECT_EQ(p.checkpoint_gb, 0.0003);
+  EXPECT_EQ(p.seconds_per_pass, 0.001);  // the floor
+  EXPECT_EQ(p.est_tokens_per_s, 1000.0);
+}
+
+TEST(ExactTest, HeuristicSpecMirrorsTheCheckpoint) {
+  ModelSpec spec = HeuristicSpec(Llama3_70b());
+  EXPECT_DOUBLE_EQ(spec.size_b, 70.553706496);
+  EXPECT_EQ(spec.layers, 80);
+  EXPECT_DOUBLE_EQ(spec.bytes_per_param, 2.0);
+  EXPECT_EQ(HeuristicSpec(CheckpointShape{}).size_b, 0.0);
+}
+
+}  // namespace
+}  // namespace nightshift::planner
