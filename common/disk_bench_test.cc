@@ -1,0 +1,200 @@
+#include "common/disk_bench.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace nightshift {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DiskBenchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("disk_bench_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A file of `bytes` bytes of a repeating pattern.
+  std::string Write(const std::string& name, size_t bytes) {
+    fs::path path = dir_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream out(path, std::ios::binary);
+    std::string block(1 << 16, '\0');
+    for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>(i * 31 + 7);
+    for (size_t left = bytes; left > 0;) {
+      size_t n = std::min(left, block.size());
+      out.write(block.data(), static_cast<std::streamsize>(n));
+      left -= n;
+    }
+    return path.string();
+  }
+
+  fs::path dir_;
+};
+
+DiskBenchOptions SmallChunks() {
+  DiskBenchOptions options;
+  options.chunk_bytes = 1 << 20;
+  options.parallel_reads = 3;
+  return options;
+}
+
+TEST_F(DiskBenchTest, FileReadInEveryMode) {
+  const size_t size = (5 << 20) + 123;  // an unaligned tail for O_DIRECT
+  std::string file = Write("model.safetensors", size);
+  StatusOr<DiskBenchResult> r = RunDiskBench(file, SmallChunks());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->files, std::vector<std::string>{file});
+  EXPECT_EQ(r->total_bytes, size);
+  EXPECT_EQ(r->bytes_per_mode, size);
+  ASSERT_EQ(r->modes.size(), 4u);
+  EXPECT_EQ(r->modes[0].name, "1 stream, O_DIRECT");
+  EXPECT_EQ(r->modes[1].name, "3 streams, O_DIRECT");
+  EXPECT_EQ(r->modes[2].name, "1 stream, buffered");
+  EXPECT_EQ(r->modes[3].name, "3 streams, buffered");
+  double best = 0;
+  for (const DiskBenchMode& m : r->modes) {
+    if (!m.ran) {
+      EXPECT_TRUE(m.direct) << m.name;  // only O_DIRECT may be refused
+      EXPECT_FALSE(m.skipped_reason.empty());
+      continue;
+    }
+    EXPECT_EQ(m.bytes, size) << m.name;
+    EXPECT_GT(m.seconds, 0) << m.name;
+    EXPECT_GT(m.gbs, 0) << m.name;
+    EXPECT_GE(m.cached_fraction, 0) << m.name;
+    EXPECT_LE(m.cached_fraction, 1) << m.name;
+    best = std::max(best, m.gbs);
+  }
+  EXPECT_TRUE(r->modes[2].ran && r->modes[3].ran);
+  EXPECT_EQ(r->read_gbs, best);
+  EXPECT_EQ(r->single_stream_gbs, std::max(r->modes[0].gbs, r->modes[2].gbs));
+  EXPECT_EQ(r->parallel_gbs, std::max(r->modes[1].gbs, r->modes[3].gbs));
+  EXPECT_EQ(r->parallel_faster, r->parallel_gbs > r->single_stream_gbs);
+}
+
+TEST_F(DiskBenchTest, DirectoryReadsEveryFileInNameOrder) {
+  std::string b = Write("b.safetensors", 3 << 20);
+  std::string a = Write("a.safetensors", 1 << 20);
+  std::string nested = Write("sub/c.bin", 4096 + 1);
+  Write("empty", 0);
+  StatusOr<DiskBenchResult> r = RunDiskBench(dir_.string(), SmallChunks());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->files.size(), 4u);
+  EXPECT_EQ(r->files[0], a);
+  EXPECT_EQ(r->files[1], b);
+  EXPECT_EQ(r->files[3], nested);
+  EXPECT_EQ(r->total_bytes, (4u << 20) + 4097);
+  EXPECT_EQ(r->modes[2].bytes, (4u << 20) + 4097);
+}
+
+TEST_F(DiskBenchTest, MaxBytesCapsEachMode) {
+  Write("a", 3 << 20);
+  Write("b", 3 << 20);
+  DiskBenchOptions options = SmallChunks();
+  options.max_bytes = (4 << 20) + 5;
+  StatusOr<DiskBenchResult> r = RunDiskBench(dir_.string(), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->total_bytes, 6u << 20);
+  EXPECT_EQ(r->bytes_per_mode, (4u << 20) + 5);
+  for (const DiskBenchMode& m : r->modes) {
+    if (m.ran) {
+      EXPECT_EQ(m.bytes, (4u << 20) + 5) << m.name;
+    }
+  }
+}
+
+TEST_F(DiskBenchTest, Errors) {
+  StatusOr<DiskBenchResult> missing = RunDiskBench((dir_ / "nope").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("nope"), std::string::npos);
+
+  StatusOr<DiskBenchResult> empty = RunDiskBench(dir_.string());
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+
+  std::string file = Write("x", 4096);
+  DiskBenchOptions options;
+  options.parallel_reads = 1;
+  EXPECT_EQ(RunDiskBench(file, options).status().code(), StatusCode::kInvalidArgument);
+  options.parallel_reads = 4;
+  options.chunk_bytes = 0;
+  EXPECT_EQ(RunDiskBench(file, options).status().code(), StatusCode::kInvalidArgument);
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+CommandResult DiskBenchCommand(const std::string& args, const fs::path& scratch) {
+  const char* bin = std::getenv("NIGHTSHIFT_BIN_DIR");
+  fs::path err_file = scratch / "stderr";
+  std::string cmd = std::string(bin != nullptr ? bin : "build/bin") + "/nightshift disk-bench " +
+                    args + " 2>" + err_file.string();
+  CommandResult run;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) run.out.append(buf, n);
+  int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_file);
+  std::stringstream ss;
+  ss << err.rdbuf();
+  run.err = ss.str();
+  return run;
+}
+
+TEST_F(DiskBenchTest, CommandJson) {
+  std::string file = Write("model.safetensors", 3 << 20);
+  CommandResult run = DiskBenchCommand(file + " --json --chunk-mb 1 --parallel 2", dir_);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json j = nlohmann::json::parse(run.out);
+  EXPECT_EQ(j["path"], file);
+  EXPECT_EQ(j["bytes_per_mode"], 3 << 20);
+  EXPECT_EQ(j["parallel_reads"], 2);
+  ASSERT_EQ(j["modes"].size(), 4u);
+  EXPECT_GT(j["read_gbs"].get<double>(), 0);
+  EXPECT_EQ(j["read_gbs"],
+            std::max(j["single_stream_gbs"].get<double>(), j["parallel_gbs"].get<double>()));
+  EXPECT_TRUE(j["faster"] == "parallel" || j["faster"] == "single stream");
+}
+
+TEST_F(DiskBenchTest, CommandHumanAndErrors) {
+  std::string file = Write("model.safetensors", 1 << 20);
+  CommandResult human = DiskBenchCommand(file + " --chunk-mb 1", dir_);
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("1 stream, buffered"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("GB/s"), std::string::npos) << human.out;
+
+  CommandResult missing = DiskBenchCommand((dir_ / "nope").string(), dir_);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err.find('\n'), missing.err.size() - 1) << missing.err;
+  EXPECT_NE(missing.err.find("nope"), std::string::npos) << missing.err;
+
+  CommandResult no_path = DiskBenchCommand("", dir_);
+  EXPECT_EQ(no_path.exit_code, 2);
+  CommandResult bad_flag = DiskBenchCommand(file + " --parallel 0", dir_);
+  EXPECT_EQ(bad_flag.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace nightshift
