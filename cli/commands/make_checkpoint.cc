@@ -1,0 +1,173 @@
+// nightshift make-checkpoint: writes a random-weight checkpoint of a real
+// shape (see worker/generator/generator.h).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "worker/generator/generator.h"
+
+namespace nightshift::cli {
+namespace {
+
+std::string PresetList() {
+  std::string out;
+  for (const std::string& name : generator::PresetNames()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+StatusOr<checkpoint::DType> WeightDType(const std::string& name) {
+  if (name == "bf16") return checkpoint::DType::kBF16;
+  if (name == "f16" || name == "fp16") return checkpoint::DType::kF16;
+  if (name == "f32" || name == "fp32") return checkpoint::DType::kF32;
+  return InvalidArgument("--dtype must be bf16, f16 or f32, got '" + name + "'");
+}
+
+int RunMakeCheckpoint(int argc, char** argv) {
+  std::string arch, preset, dtype, tokenizer, out;
+  int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, intermediate = 0, vocab = 0;
+  int64_t head_dim = 0, shards = 1, seed = 0, max_position = 4096;
+  bool tie = false, json = false, quiet = false;
+  FlagSet flags(
+      "nightshift make-checkpoint --arch llama|mistral|qwen2|qwen3 (--preset NAME | --hidden H "
+      "--layers L --heads N --kv-heads K --intermediate I --vocab V) [--head-dim D] "
+      "[--dtype bf16|f16|f32] [--shards N] [--tie-embeddings] [--tokenizer DIR] --seed S --out DIR",
+      "Writes a HuggingFace-format checkpoint with random weights: config.json,\n"
+      "generation_config.json, model.safetensors or N shards with\n"
+      "model.safetensors.index.json, and with --tokenizer a copy of tokenizer.json and\n"
+      "tokenizer_config.json (the vocabulary size and BOS/EOS ids then come from it).\n"
+      "Tensors are exactly those the engine expects for the architecture; values\n"
+      "depend only on --seed and each tensor's name. Random weights produce noise,\n"
+      "not language: these checkpoints are for benchmarks, demos and tests.\n"
+      "Presets: " +
+          PresetList() +
+          ".\n"
+          "Progress goes to stderr; the summary (with --json, one object: out, files,\n"
+          "tensors, bytes, seconds, mb_per_s) to stdout.");
+  flags.String("arch", &arch, "model_type: llama, mistral, qwen2 or qwen3 (implied by --preset)",
+               "ARCH");
+  flags.String("preset", &preset, "a real model's shape: " + PresetList(), "NAME");
+  flags.Int("hidden", &hidden, "hidden size", "H");
+  flags.Int("layers", &layers, "decoder layers", "L");
+  flags.Int("heads", &heads, "attention heads", "N");
+  flags.Int("kv-heads", &kv_heads, "key/value heads (default: --heads)", "K");
+  flags.Int("intermediate", &intermediate, "MLP intermediate size", "I");
+  flags.Int("vocab", &vocab, "vocabulary size (default with --tokenizer: the tokenizer's)", "V");
+  flags.Int("head-dim", &head_dim, "head dimension (default hidden / heads)", "D");
+  flags.Int("max-position", &max_position, "max_position_embeddings (default 4096)", "N");
+  flags.String("dtype", &dtype, "stored weight dtype: bf16 (default), f16 or f32", "DTYPE");
+  flags.Int("shards", &shards, "number of safetensors files (default 1)", "N");
+  flags.Bool("tie-embeddings", &tie, "no lm_head: the LM head is the token embedding");
+  flags.String("tokenizer", &tokenizer, "copy tokenizer.json and tokenizer_config.json from DIR",
+               "DIR");
+  flags.Int("seed", &seed, "random seed (required)", "S");
+  flags.String("out", &out, "output directory (created; must be empty)", "DIR");
+  flags.Bool("json", &json, "print the summary as JSON");
+  flags.Bool("quiet", &quiet, "no progress on stderr");
+  if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+
+  if (out.empty()) return Fail("make-checkpoint", InvalidArgument("--out DIR is required"));
+  if (!flags.Seen("seed")) return Fail("make-checkpoint", InvalidArgument("--seed S is required"));
+  generator::CheckpointSpec spec;
+  if (!preset.empty()) {
+    auto found = generator::Preset(preset);
+    if (!found.ok()) return Fail("make-checkpoint", InvalidArgument(found.status().message()));
+    spec = *found;
+    if (!arch.empty() && arch != spec.arch) {
+      return Fail("make-checkpoint", InvalidArgument("--preset " + preset + " is a " + spec.arch +
+                                                     " model, not --arch " + arch));
+    }
+  } else {
+    if (arch.empty())
+      return Fail("make-checkpoint", InvalidArgument("--arch or --preset is required"));
+    for (const char* need : {"hidden", "layers", "heads", "intermediate"}) {
+      if (!flags.Seen(need)) {
+        return Fail("make-checkpoint",
+                    InvalidArgument(std::string("--") + need + " is required without --preset"));
+      }
+    }
+    if (!flags.Seen("vocab") && tokenizer.empty()) {
+      return Fail("make-checkpoint", InvalidArgument("--vocab or --tokenizer is required"));
+    }
+    spec.arch = arch;
+    spec.hidden = hidden;
+    spec.layers = layers;
+    spec.heads = heads;
+    spec.kv_heads = flags.Seen("kv-heads") ? kv_heads : heads;
+    spec.intermediate = intermediate;
+    spec.max_position = max_position;
+  }
+  // Flags given with a preset override its numbers.
+  if (flags.Seen("hidden")) spec.hidden = hidden;
+  if (flags.Seen("layers")) spec.layers = layers;
+  if (flags.Seen("heads")) spec.heads = heads;
+  if (flags.Seen("kv-heads")) spec.kv_heads = kv_heads;
+  if (flags.Seen("intermediate")) spec.intermediate = intermediate;
+  if (flags.Seen("max-position")) spec.max_position = max_position;
+  if (flags.Seen("vocab")) spec.vocab = vocab;
+  if (!tokenizer.empty() && !flags.Seen("vocab")) spec.vocab = 0;  // the tokenizer's
+  if (flags.Seen("head-dim")) spec.head_dim = head_dim;
+  if (!dtype.empty()) {
+    auto parsed = WeightDType(dtype);
+    if (!parsed.ok()) return Fail("make-checkpoint", parsed.status());
+    spec.dtype = *parsed;
+  }
+  for (auto [name, value] : {std::pair{"hidden", spec.hidden},
+                             {"layers", spec.layers},
+                             {"heads", spec.heads},
+                             {"kv-heads", spec.kv_heads},
+                             {"intermediate", spec.intermediate},
+                             {"shards", shards}}) {
+    if (value <= 0) {
+      return Fail("make-checkpoint",
+                  InvalidArgument(std::string("--") + name + " must be positive"));
+    }
+  }
+  if (seed < 0) return Fail("make-checkpoint", InvalidArgument("--seed must be non-negative"));
+  spec.shards = static_cast<int>(shards);
+  spec.tie_embeddings = spec.tie_embeddings || tie;
+  spec.tokenizer_dir = tokenizer;
+  spec.seed = static_cast<uint64_t>(seed);
+
+  const bool tty = isatty(STDERR_FILENO);
+  int last_percent = -1;
+  auto progress = [&](uint64_t done, uint64_t total) {
+    int percent = total ? static_cast<int>(100 * done / total) : 100;
+    if (quiet || percent == last_percent || (!tty && percent / 10 == last_percent / 10)) return;
+    last_percent = percent;
+    std::fprintf(stderr, tty ? "\rwriting %s: %3d%% of %.2f GB" : "writing %s: %d%% of %.2f GB\n",
+                 out.c_str(), percent, static_cast<double>(total) / 1e9);
+  };
+  auto report = generator::WriteCheckpoint(spec, out, progress);
+  if (tty && !quiet && last_percent >= 0) std::fputc('\n', stderr);
+  if (!report.ok()) return Fail("make-checkpoint", report.status());
+
+  double mbps =
+      report->seconds > 0 ? static_cast<double>(report->tensor_bytes) / 1e6 / report->seconds : 0.0;
+  if (json) {
+    std::cout << nlohmann::json{{"out", out},
+                                {"files", report->files},
+                                {"tensors", report->tensors},
+                                {"bytes", report->tensor_bytes},
+                                {"seconds", report->seconds},
+                                {"mb_per_s", mbps}}
+                     .dump()
+              << "\n";
+  } else {
+    std::printf("wrote %s: %lld tensors, %.3f GB in %d file(s), %.1f s (%.0f MB/s)\n", out.c_str(),
+                static_cast<long long>(report->tensors),
+                static_cast<double>(report->tensor_bytes) / 1e9, report->files, report->seconds,
+                mbps);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+NS_REGISTER_COMMAND("make-checkpoint", "write a random-weight checkpoint of a real shape",
+                    RunMakeCheckpoint);
+
+}  // namespace nightshift::cli

@@ -1,0 +1,491 @@
+#include "worker/generator/generator.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "worker/engine/architecture.h"
+
+namespace nightshift::generator {
+namespace fs = std::filesystem;
+using checkpoint::DType;
+using engine::LayerWeight;
+using nlohmann::json;
+
+namespace {
+
+// How a tensor's values are drawn.
+enum class Init { kLinear, kNorm, kBias };
+
+struct PlannedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  Init init = Init::kLinear;
+  uint64_t bytes = 0;
+  int shard = 0;
+  uint64_t offset = 0;  // within its shard's data section
+};
+
+// SplitMix64: tiny, fast, and good enough for weights nobody will train.
+struct Rng {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Approximately N(0, 1): the sum of four 16-bit uniforms (Irwin-Hall),
+  // centred and scaled to unit variance. One 64-bit draw per value.
+  float Normal() {
+    uint64_t r = Next();
+    uint32_t sum = static_cast<uint32_t>(r & 0xFFFF) + static_cast<uint32_t>((r >> 16) & 0xFFFF) +
+                   static_cast<uint32_t>((r >> 32) & 0xFFFF) + static_cast<uint32_t>(r >> 48);
+    constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(12 / 4) per unit of 2^16
+    return (static_cast<float>(sum) - 2.0f * 65535.0f) * kScale;
+  }
+};
+
+uint64_t SeedFor(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull ^ seed;  // FNV-1a over the name
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+uint16_t ToBF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+uint16_t ToF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  int32_t exp = static_cast<int32_t>((u >> 23) & 0xFF) - 127 + 15;
+  uint32_t mant = u & 0x7FFFFFu;
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7C00u);  // overflow: inf
+  if (exp <= 0) {                                               // subnormal or zero
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - exp);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into exp: correct
+  return static_cast<uint16_t>(half);
+}
+
+Init InitFor(LayerWeight role) {
+  switch (role) {
+    case LayerWeight::kAttnNorm:
+    case LayerWeight::kMlpNorm:
+    case LayerWeight::kQNorm:
+    case LayerWeight::kKNorm:
+      return Init::kNorm;
+    case LayerWeight::kAttnNormBias:
+    case LayerWeight::kQBias:
+    case LayerWeight::kKBias:
+    case LayerWeight::kVBias:
+    case LayerWeight::kQkvBias:
+    case LayerWeight::kOBias:
+    case LayerWeight::kMlpNormBias:
+    case LayerWeight::kGateBias:
+    case LayerWeight::kUpBias:
+    case LayerWeight::kDownBias:
+      return Init::kBias;
+    default:
+      return Init::kLinear;
+  }
+}
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+StatusOr<json> ReadJsonFile(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path.string() + ": cannot open");
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path.string() + ": not valid JSON");
+  return j;
+}
+
+// The id of a special token named in tokenizer_config.json (a string or an
+// object with "content"), looked up in tokenizer.json's added tokens and vocab.
+std::optional<int64_t> SpecialTokenId(const json& tokenizer, const json& config, const char* key) {
+  if (!config.contains(key)) return std::nullopt;
+  const json& v = config[key];
+  std::string content = v.is_string() ? v.get<std::string>()
+                        : v.is_object() && v.value("content", json()).is_string()
+                            ? v["content"].get<std::string>()
+                            : "";
+  if (content.empty()) return std::nullopt;
+  for (const json& t : tokenizer.value("added_tokens", json::array())) {
+    if (t.value("content", "") == content && t.contains("id")) return t["id"].get<int64_t>();
+  }
+  const json& vocab = tokenizer["model"].value("vocab", json());
+  if (vocab.is_object() && vocab.contains(content)) return vocab[content].get<int64_t>();
+  return std::nullopt;
+}
+
+// Reads the tokenizer in `spec.tokenizer_dir` into the spec: vocabulary size
+// (largest id + 1, unless the spec asks for a larger padded one) and BOS/EOS.
+Status AdoptTokenizer(CheckpointSpec* spec) {
+  fs::path dir(spec->tokenizer_dir);
+  NS_ASSIGN_OR_RETURN(json tokenizer, ReadJsonFile(dir / "tokenizer.json"));
+  int64_t max_id = -1;
+  const json& vocab =
+      tokenizer.contains("model") ? tokenizer["model"].value("vocab", json()) : json();
+  if (vocab.is_object()) {
+    for (const auto& [token, id] : vocab.items()) max_id = std::max(max_id, id.get<int64_t>());
+  } else if (vocab.is_array()) {  // Unigram: [[piece, score], ...]
+    max_id = static_cast<int64_t>(vocab.size()) - 1;
+  }
+  for (const json& t : tokenizer.value("added_tokens", json::array())) {
+    max_id = std::max(max_id, t.value("id", int64_t{-1}));
+  }
+  if (max_id < 0) return InvalidArgument((dir / "tokenizer.json").string() + ": no vocabulary");
+  if (spec->vocab != 0 && spec->vocab <= max_id) {
+    return InvalidArgument("--vocab " + std::to_string(spec->vocab) +
+                           " is smaller than the tokenizer's " + std::to_string(max_id + 1));
+  }
+  if (spec->vocab == 0) spec->vocab = max_id + 1;
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    NS_ASSIGN_OR_RETURN(json config, ReadJsonFile(dir / "tokenizer_config.json"));
+    if (auto id = SpecialTokenId(tokenizer, config, "bos_token")) spec->bos_token_id = *id;
+    if (auto id = SpecialTokenId(tokenizer, config, "eos_token")) spec->eos_token_id = *id;
+  }
+  return Status::Ok();
+}
+
+// Every tensor the engine expects for `config`, in checkpoint order.
+std::vector<PlannedTensor> PlanTensors(const engine::Architecture& arch,
+                                       const engine::ModelConfig& c, DType dtype) {
+  const engine::TensorNames& names = arch.names;
+  std::vector<PlannedTensor> out;
+  auto add = [&](std::string name, std::vector<int64_t> shape, Init init) {
+    uint64_t bytes = static_cast<uint64_t>(Numel(shape)) * checkpoint::DTypeSize(dtype);
+    out.push_back({std::move(name), std::move(shape), init, bytes, 0, 0});
+  };
+  add(names.embedding, {c.vocab_size, c.hidden_size}, Init::kLinear);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::string prefix = names.layer_prefix + std::to_string(i) + ".";
+    for (LayerWeight role : engine::ExpectedLayerWeights(c)) {
+      add(prefix + names.layer[static_cast<size_t>(role)], engine::ExpectedShape(c, role),
+          InitFor(role));
+    }
+  }
+  add(names.final_norm, {c.hidden_size}, Init::kNorm);
+  if (c.norm == engine::NormKind::kLayerNorm)
+    add(names.final_norm_bias, {c.hidden_size}, Init::kBias);
+  if (!c.tied_embeddings) add(names.lm_head, {c.vocab_size, c.hidden_size}, Init::kLinear);
+  return out;
+}
+
+// Splits tensors into `shards` files of about equal size, at tensor
+// boundaries and in order (as HuggingFace's save_pretrained does), and sets
+// each tensor's offset inside its file.
+void AssignShards(std::vector<PlannedTensor>& tensors, int shards) {
+  uint64_t total = 0;
+  for (const PlannedTensor& t : tensors) total += t.bytes;
+  uint64_t target = (total + static_cast<uint64_t>(shards) - 1) / static_cast<uint64_t>(shards);
+  int shard = 0;
+  uint64_t in_shard = 0;
+  for (PlannedTensor& t : tensors) {
+    if (in_shard > 0 && in_shard + t.bytes / 2 > target && shard + 1 < shards) {
+      ++shard;
+      in_shard = 0;
+    }
+    t.shard = shard;
+    t.offset = in_shard;
+    in_shard += t.bytes;
+  }
+}
+
+std::string ShardName(int shard, int shards) {
+  if (shards == 1) return "model.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", shard + 1, shards);
+  return buf;
+}
+
+// Draws `count` values of tensor `t` from `rng` into `out` (float32).
+void DrawValues(Rng& rng, const PlannedTensor& t, int64_t count, float* out) {
+  float scale = 1.0f;
+  float offset = 0.0f;
+  switch (t.init) {
+    case Init::kLinear:
+      scale = 1.0f / std::sqrt(static_cast<float>(t.shape.back()));
+      break;
+    case Init::kNorm:
+      scale = 0.1f;
+      offset = 1.0f;
+      break;
+    case Init::kBias:
+      scale = 0.02f;
+      break;
+  }
+  for (int64_t i = 0; i < count; ++i) out[i] = offset + scale * rng.Normal();
+}
+
+std::string DtypeConfigName(DType dtype) {
+  return dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
+}
+
+Status WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) return Unavailable(path.string() + ": write failed");
+  return Status::Ok();
+}
+
+// RAII for a FILE*.
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+Status WriteShard(const CheckpointSpec& spec, const std::vector<PlannedTensor>& tensors, int shard,
+                  const fs::path& path, uint64_t* done, uint64_t total,
+                  const std::function<void(uint64_t, uint64_t)>& progress) {
+  json header = json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  for (const PlannedTensor& t : tensors) {
+    if (t.shard != shard) continue;
+    header[t.name] = {{"dtype", checkpoint::DTypeName(spec.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {t.offset, t.offset + t.bytes}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data section 8-byte aligned
+  fs::path tmp = path.string() + ".partial";
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
+  if (!f) return Unavailable(tmp.string() + ": " + std::strerror(errno));
+  uint64_t len = text.size();
+  unsigned char prefix[8];
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(len >> (8 * i));
+  bool ok = std::fwrite(prefix, 1, 8, f.get()) == 8 &&
+            std::fwrite(text.data(), 1, text.size(), f.get()) == text.size();
+  const size_t elem = checkpoint::DTypeSize(spec.dtype);
+  const int64_t kChunk = 1 << 20;  // values per write
+  std::vector<float> values(static_cast<size_t>(kChunk));
+  std::vector<char> buffer(static_cast<size_t>(kChunk) * elem);
+  for (const PlannedTensor& t : tensors) {
+    if (t.shard != shard || !ok) continue;
+    Rng rng{SeedFor(spec.seed, t.name)};
+    int64_t n = Numel(t.shape);
+    for (int64_t first = 0; first < n && ok; first += kChunk) {
+      int64_t count = std::min(kChunk, n - first);
+      DrawValues(rng, t, count, values.data());
+      FromFloat(values.data(), count, spec.dtype, buffer.data());
+      size_t bytes = static_cast<size_t>(count) * elem;
+      ok = std::fwrite(buffer.data(), 1, bytes, f.get()) == bytes;
+    }
+    *done += t.bytes;
+    if (progress) progress(*done, total);
+  }
+  ok = ok && std::fflush(f.get()) == 0;
+  if (!ok) return Unavailable(tmp.string() + ": write failed: " + std::strerror(errno));
+  f.reset();
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Unavailable(path.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+CheckpointSpec Shape(std::string arch, int64_t hidden, int64_t layers, int64_t heads,
+                     int64_t kv_heads, int64_t intermediate, int64_t vocab, int64_t max_position,
+                     double theta, double eps) {
+  CheckpointSpec s;
+  s.arch = std::move(arch);
+  s.hidden = hidden;
+  s.layers = layers;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.intermediate = intermediate;
+  s.vocab = vocab;
+  s.max_position = max_position;
+  s.rope_theta = theta;
+  s.norm_eps = eps;
+  return s;
+}
+
+const std::map<std::string, CheckpointSpec>& Presets() {
+  static const std::map<std::string, CheckpointSpec> presets = [] {
+    std::map<std::string, CheckpointSpec> p;
+    CheckpointSpec llama3 = Shape("llama", 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0, 1e-5);
+    llama3.rope_scaling = {{"rope_type", "llama3"},
+                           {"factor", 8.0},
+                           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0},
+                           {"original_max_position_embeddings", 8192}};
+    llama3.bos_token_id = 128000;
+    llama3.eos_token_id = 128001;
+    p["llama-3-8b"] = llama3;
+    CheckpointSpec qwen = Shape("qwen2", 3584, 28, 28, 4, 18944, 152064, 32768, 1000000.0, 1e-6);
+    qwen.bos_token_id = 151643;
+    qwen.eos_token_id = 151645;
+    p["qwen2.5-7b"] = qwen;
+    p["llama-2-70b"] = Shape("llama", 8192, 80, 64, 8, 28672, 32000, 4096, 10000.0, 1e-5);
+    // The shape llama.cpp was measured with in the streaming benchmark: 1.7 GB in F16.
+    CheckpointSpec bench = Shape("llama", 2048, 16, 16, 4, 5632, 32000, 2048, 10000.0, 1e-5);
+    bench.dtype = DType::kF16;
+    p["bench-1.7b"] = bench;
+    // Small enough to stream in seconds on a laptop CPU; the demo's model.
+    p["demo-150m"] = Shape("llama", 768, 12, 12, 4, 2048, 32000, 4096, 10000.0, 1e-5);
+    return p;
+  }();
+  return presets;
+}
+
+}  // namespace
+
+void FromFloat(const float* in, int64_t count, DType dtype, void* out) {
+  char* bytes = static_cast<char*>(out);
+  for (int64_t i = 0; i < count; ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(bytes + 4 * i, &in[i], 4);
+      continue;
+    }
+    uint16_t h = dtype == DType::kBF16 ? ToBF16(in[i]) : ToF16(in[i]);
+    std::memcpy(bytes + 2 * i, &h, 2);
+  }
+}
+
+std::vector<std::string> PresetNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : Presets()) names.push_back(name);
+  return names;
+}
+
+StatusOr<CheckpointSpec> Preset(const std::string& name) {
+  auto it = Presets().find(name);
+  if (it != Presets().end()) return it->second;
+  std::string known;
+  for (const std::string& n : PresetNames()) known += (known.empty() ? "" : ", ") + n;
+  return NotFound("unknown preset '" + name + "' (known: " + known + ")");
+}
+
+json ConfigJson(const CheckpointSpec& s) {
+  static const std::map<std::string, std::string> kClass = {{"llama", "LlamaForCausalLM"},
+                                                            {"mistral", "MistralForCausalLM"},
+                                                            {"qwen2", "Qwen2ForCausalLM"},
+                                                            {"qwen3", "Qwen3ForCausalLM"}};
+  auto cls = kClass.find(s.arch);
+  json c = {
+      {"architectures", {cls == kClass.end() ? s.arch : cls->second}},
+      {"model_type", s.arch},
+      {"hidden_size", s.hidden},
+      {"num_hidden_layers", s.layers},
+      {"num_attention_heads", s.heads},
+      {"num_key_value_heads", s.kv_heads},
+      {"intermediate_size", s.intermediate},
+      {"vocab_size", s.vocab},
+      {"max_position_embeddings", s.max_position},
+      {"rms_norm_eps", s.norm_eps},
+      {"rope_theta", s.rope_theta},
+      {"rope_scaling", s.rope_scaling},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", s.tie_embeddings},
+      {"bos_token_id", s.bos_token_id},
+      {"eos_token_id", s.eos_token_id},
+      {"torch_dtype", DtypeConfigName(s.dtype)},
+      {"use_cache", true},
+  };
+  if (s.head_dim || s.arch == "qwen3") {
+    c["head_dim"] = s.head_dim.value_or(s.heads > 0 ? s.hidden / s.heads : 0);
+  }
+  if (s.arch == "llama") {
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+  }
+  if (s.arch == "mistral") c["sliding_window"] = nullptr;
+  if (s.arch == "qwen2" || s.arch == "qwen3") c["use_sliding_window"] = false;
+  if (s.arch == "qwen3") c["attention_bias"] = false;
+  return c;
+}
+
+StatusOr<WriteReport> WriteCheckpoint(const CheckpointSpec& given, const std::string& out_dir,
+                                      const std::function<void(uint64_t, uint64_t)>& progress) {
+  auto start = std::chrono::steady_clock::now();
+  CheckpointSpec spec = given;
+  if (spec.dtype != DType::kF32 && spec.dtype != DType::kF16 && spec.dtype != DType::kBF16) {
+    return InvalidArgument(std::string("dtype ") + checkpoint::DTypeName(spec.dtype) +
+                           " is not a weight dtype (use bf16, f16 or f32)");
+  }
+  if (spec.shards < 1) return InvalidArgument("shards must be at least 1");
+  if (!spec.tokenizer_dir.empty()) NS_RETURN_IF_ERROR(AdoptTokenizer(&spec));
+
+  json config = ConfigJson(spec);
+  NS_ASSIGN_OR_RETURN(engine::ModelConfig model, engine::ParseModelConfig(config));
+  NS_ASSIGN_OR_RETURN(const engine::Architecture* arch, engine::FindArchitecture(spec.arch));
+  std::vector<PlannedTensor> tensors = PlanTensors(*arch, model, spec.dtype);
+  if (static_cast<size_t>(spec.shards) > tensors.size()) {
+    return InvalidArgument("--shards " + std::to_string(spec.shards) + " is more than the " +
+                           std::to_string(tensors.size()) + " tensors");
+  }
+  AssignShards(tensors, spec.shards);
+
+  fs::path dir(out_dir);
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    return FailedPrecondition(out_dir + ": exists and is not empty");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return Unavailable(out_dir + ": " + ec.message());
+
+  WriteReport report;
+  uint64_t total = 0;
+  for (const PlannedTensor& t : tensors) total += t.bytes;
+  uint64_t done = 0;
+  for (int shard = 0; shard < spec.shards; ++shard) {
+    NS_RETURN_IF_ERROR(WriteShard(spec, tensors, shard, dir / ShardName(shard, spec.shards), &done,
+                                  total, progress));
+  }
+  if (spec.shards > 1) {
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};
+    for (const PlannedTensor& t : tensors) {
+      index["weight_map"][t.name] = ShardName(t.shard, spec.shards);
+    }
+    NS_RETURN_IF_ERROR(WriteText(dir / "model.safetensors.index.json", index.dump(2) + "\n"));
+  }
+  json generation = {{"bos_token_id", spec.bos_token_id},
+                     {"eos_token_id", spec.eos_token_id},
+                     {"do_sample", false}};
+  NS_RETURN_IF_ERROR(WriteText(dir / "generation_config.json", generation.dump(2) + "\n"));
+  if (!spec.tokenizer_dir.empty()) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "chat_template.jinja"}) {
+      fs::path from = fs::path(spec.tokenizer_dir) / name;
+      if (!fs::exists(from)) continue;
+      fs::copy_file(from, dir / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) return Unavailable((dir / name).string() + ": " + ec.message());
+    }
+  }
+  // config.json last: a directory without it is visibly incomplete.
+  NS_RETURN_IF_ERROR(WriteText(dir / "config.json", config.dump(2) + "\n"));
+
+  report.tensor_bytes = total;
+  report.tensors = static_cast<int64_t>(tensors.size());
+  report.files = spec.shards;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace nightshift::generator

@@ -1,0 +1,89 @@
+// Random-weight checkpoints of real shapes, for benchmarks, the demo and
+// tests: nothing in this project downloads a model.
+//
+// WriteCheckpoint() writes a HuggingFace-format directory that the metadata
+// reader and the engine accept like a published one: `config.json`,
+// `generation_config.json`, `model.safetensors` or shards
+// `model-0000i-of-0000N.safetensors` with `model.safetensors.index.json`, and
+// optionally a copied tokenizer. The tensors are exactly the ones the engine's
+// architecture table expects for the config (so the two cannot drift apart),
+// with N(0, 1/fan_in) linear weights, norm weights 1 + 0.1·N(0, 1) and small
+// biases: activations stay in range and a random model's logits are peaked
+// enough to exercise sampling.
+//
+// Values depend only on the seed and the tensor's name, never on sharding:
+// the same --seed with --shards 1 and --shards 4 gives the same model.
+//
+// libtorch-free. Functions are thread-compatible (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "worker/checkpoint/checkpoint.h"
+
+namespace nightshift::generator {
+
+struct CheckpointSpec {
+  std::string arch;  // model_type: llama, mistral, qwen2, qwen3
+  int64_t hidden = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t intermediate = 0;
+  int64_t vocab = 0;                // 0 with a tokenizer: taken from it
+  std::optional<int64_t> head_dim;  // default hidden / heads (qwen3 writes it always)
+  int64_t max_position = 4096;
+  double rope_theta = 10000.0;
+  nlohmann::json rope_scaling;  // null, or the config.json object
+  double norm_eps = 1e-5;
+  checkpoint::DType dtype = checkpoint::DType::kBF16;  // F32, F16 or BF16
+  int shards = 1;
+  bool tie_embeddings = false;
+  uint64_t seed = 0;
+  std::string tokenizer_dir;  // copy tokenizer.json (+ tokenizer_config.json) from here
+  int64_t bos_token_id = 1;   // overridden by the tokenizer's, when one is copied
+  int64_t eos_token_id = 2;
+};
+
+// Writes `count` values of `dtype` (F32, F16 or BF16) at `out` from float32
+// `in`, rounding to nearest even; F16 overflows to infinity and keeps
+// subnormals. The inverse of engine::ConvertToFloat. Thread-safe.
+void FromFloat(const float* in, int64_t count, checkpoint::DType dtype, void* out);
+
+// Names of the built-in shapes of real models ("llama-3-8b", ...).
+std::vector<std::string> PresetNames();
+// The spec of preset `name` (arch, sizes, rope, dtype); seed, shards and
+// tokenizer are left for the caller. NotFound lists the presets.
+StatusOr<CheckpointSpec> Preset(const std::string& name);
+
+// config.json for `spec`, in the family's own spelling. Pure.
+nlohmann::json ConfigJson(const CheckpointSpec& spec);
+
+// What WriteCheckpoint wrote.
+struct WriteReport {
+  uint64_t tensor_bytes = 0;
+  int64_t tensors = 0;
+  int files = 0;
+  double seconds = 0;
+};
+
+// Writes the checkpoint into `out_dir` (created; must be empty or absent).
+// Validates the spec by parsing the config it produces with the engine's
+// architecture table first (InvalidArgument/Unimplemented naming the field),
+// refuses a non-empty directory (FailedPrecondition), reports I/O errors as
+// Unavailable naming the file. `progress`, when set, is called after each
+// tensor with (bytes written so far, total bytes). Files are written to
+// temporary names and renamed into place, so a crash leaves no half file
+// under a real name.
+StatusOr<WriteReport> WriteCheckpoint(
+    const CheckpointSpec& spec, const std::string& out_dir,
+    const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
+
+}  // namespace nightshift::generator

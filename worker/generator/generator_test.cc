@@ -1,0 +1,245 @@
+#include "worker/generator/generator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "worker/engine/architecture.h"
+#include "worker/engine/convert.h"
+
+namespace nightshift::generator {
+namespace {
+namespace fs = std::filesystem;
+using checkpoint::DType;
+
+class GeneratorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("ns_generator_test_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static CheckpointSpec Small(const std::string& arch) {
+    CheckpointSpec s;
+    s.arch = arch;
+    s.hidden = 64;
+    s.layers = 3;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.intermediate = 96;
+    s.vocab = 200;
+    s.seed = 7;
+    return s;
+  }
+
+  fs::path root_;
+};
+
+std::string ReadBytes(const fs::path& path, uint64_t offset, uint64_t size) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string out(size, '\0');
+  in.read(out.data(), static_cast<std::streamsize>(size));
+  return out;
+}
+
+std::string TensorBytes(const checkpoint::Checkpoint& c, const std::string& name) {
+  const checkpoint::TensorInfo* t = c.Find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return "";
+  return ReadBytes(c.files[static_cast<size_t>(t->file)].path, t->offset, t->size);
+}
+
+// Every family the generator writes reads back through the metadata reader
+// and binds to the engine's architecture with no missing or extra tensor.
+TEST_F(GeneratorTest, EveryArchitectureBindsInTheEngine) {
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3"}) {
+    for (bool tied : {false, true}) {
+      CheckpointSpec spec = Small(arch);
+      spec.tie_embeddings = tied;
+      fs::path dir = root_ / (std::string(arch) + (tied ? "_tied" : ""));
+      auto report = WriteCheckpoint(spec, dir.string());
+      ASSERT_TRUE(report.ok()) << arch << ": " << report.status().ToString();
+      auto ckpt = checkpoint::ReadCheckpoint(dir.string());
+      ASSERT_TRUE(ckpt.ok()) << arch << ": " << ckpt.status().ToString();
+      EXPECT_EQ(ckpt->ModelType(), arch);
+      EXPECT_EQ(ckpt->layers.size(), 3u);
+      EXPECT_EQ(ckpt->tied_embeddings, tied);
+      EXPECT_EQ(ckpt->total_bytes, report->tensor_bytes);
+      EXPECT_EQ(static_cast<int64_t>(ckpt->tensors.size()), report->tensors);
+      auto config = engine::ParseModelConfig(ckpt->config);
+      ASSERT_TRUE(config.ok()) << config.status().ToString();
+      auto found = engine::FindArchitecture(arch);
+      ASSERT_TRUE(found.ok());
+      auto bound = engine::BindTensors(**found, *config, *ckpt);
+      EXPECT_TRUE(bound.ok()) << arch << ": " << bound.status().ToString();
+      EXPECT_EQ(ckpt->generation_config["eos_token_id"], 2);
+    }
+  }
+}
+
+// The same seed gives the same model whatever the sharding; another seed
+// gives another model.
+TEST_F(GeneratorTest, ValuesDependOnSeedAndNameNotOnShards) {
+  CheckpointSpec spec = Small("llama");
+  ASSERT_TRUE(WriteCheckpoint(spec, (root_ / "one").string()).ok());
+  spec.shards = 3;
+  ASSERT_TRUE(WriteCheckpoint(spec, (root_ / "three").string()).ok());
+  spec.seed = 8;
+  spec.shards = 1;
+  ASSERT_TRUE(WriteCheckpoint(spec, (root_ / "other").string()).ok());
+
+  auto one = checkpoint::ReadCheckpoint((root_ / "one").string());
+  auto three = checkpoint::ReadCheckpoint((root_ / "three").string());
+  auto other = checkpoint::ReadCheckpoint((root_ / "other").string());
+  ASSERT_TRUE(one.ok() && three.ok() && other.ok()) << three.status().ToString();
+  EXPECT_EQ(one->files.size(), 1u);
+  EXPECT_EQ(three->files.size(), 3u);
+  EXPECT_TRUE(fs::exists(root_ / "three" / "model.safetensors.index.json"));
+  EXPECT_TRUE(fs::exists(root_ / "three" / "model-00002-of-00003.safetensors"));
+  for (const auto& t : one->tensors) {
+    EXPECT_EQ(TensorBytes(*one, t.name), TensorBytes(*three, t.name)) << t.name;
+  }
+  EXPECT_NE(TensorBytes(*one, "model.layers.0.self_attn.q_proj.weight"),
+            TensorBytes(*other, "model.layers.0.self_attn.q_proj.weight"));
+  // Shards hold about equal shares: none more than twice the average.
+  uint64_t largest = 0;
+  for (const auto& f : three->files) largest = std::max(largest, f.size);
+  EXPECT_LT(largest, 2 * three->total_bytes / 3);
+}
+
+std::vector<float> ReadFloats(const checkpoint::Checkpoint& c, const std::string& name) {
+  const checkpoint::TensorInfo* t = c.Find(name);
+  std::string bytes = TensorBytes(c, name);
+  std::vector<float> out(static_cast<size_t>(t->numel()));
+  engine::ConvertToFloat(bytes.data(), t->dtype, t->numel(), out.data());
+  return out;
+}
+
+void MeanStd(const std::vector<float>& v, double* mean, double* std) {
+  double s = 0, s2 = 0;
+  for (float x : v) s += x;
+  *mean = s / static_cast<double>(v.size());
+  for (float x : v) s2 += (x - *mean) * (x - *mean);
+  *std = std::sqrt(s2 / static_cast<double>(v.size()));
+}
+
+// Linear weights are N(0, 1/fan_in); norm weights 1 + 0.1 N(0, 1).
+TEST_F(GeneratorTest, WeightsHaveTheDocumentedDistribution) {
+  CheckpointSpec spec = Small("qwen2");
+  spec.hidden = 256;
+  spec.intermediate = 512;
+  spec.dtype = DType::kF16;
+  ASSERT_TRUE(WriteCheckpoint(spec, root_.string()).ok());
+  auto c = checkpoint::ReadCheckpoint(root_.string());
+  ASSERT_TRUE(c.ok());
+  double mean, std;
+  MeanStd(ReadFloats(*c, "model.layers.1.mlp.down_proj.weight"), &mean, &std);  // fan_in 512
+  EXPECT_NEAR(mean, 0.0, 0.003);
+  EXPECT_NEAR(std, 1.0 / std::sqrt(512.0), 0.03 / std::sqrt(512.0));
+  MeanStd(ReadFloats(*c, "model.layers.2.input_layernorm.weight"), &mean, &std);
+  EXPECT_NEAR(mean, 1.0, 0.03);
+  EXPECT_NEAR(std, 0.1, 0.02);
+  MeanStd(ReadFloats(*c, "model.layers.0.self_attn.k_proj.bias"), &mean, &std);
+  EXPECT_NEAR(std, 0.02, 0.01);
+}
+
+// FromFloat is the exact inverse of the engine's ConvertToFloat on values
+// each format can hold, and rounds to nearest even otherwise.
+TEST(FromFloatTest, RoundTripsThroughTheEnginesConversion) {
+  std::mt19937 gen(3);
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, -2.0f, 65504.0f, 1e-7f, 6.1e-5f, 0.1f, 3.0e38f};
+  std::lognormal_distribution<float> mag(0.0f, 6.0f);
+  for (int i = 0; i < 20000; ++i) values.push_back((i % 2 ? -1 : 1) * mag(gen));
+  const int64_t n = static_cast<int64_t>(values.size());
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    std::vector<uint16_t> once(values.size()), twice(values.size());
+    std::vector<float> back(values.size());
+    FromFloat(values.data(), n, dtype, once.data());
+    engine::ConvertToFloat(once.data(), dtype, n, back.data());
+    FromFloat(back.data(), n, dtype, twice.data());
+    EXPECT_EQ(once, twice) << checkpoint::DTypeName(
+        dtype);  // representable values are fixed points
+    const double rel = dtype == DType::kF16 ? 1.0 / 2048 : 1.0 / 256;  // half an ulp
+    for (size_t i = 0; i < values.size(); ++i) {
+      float v = values[i];
+      if (dtype == DType::kF16 && (std::fabs(v) > 65504.0f || std::fabs(v) < 6.2e-5f)) continue;
+      EXPECT_LE(std::fabs(back[i] - v), rel * std::fabs(v) + 1e-45) << v;
+    }
+  }
+  uint16_t h[4];
+  float special[4] = {1.0f, 0.1f, 1e-7f, 1e6f};
+  FromFloat(special, 4, DType::kF16, h);
+  EXPECT_EQ(h[0], 0x3C00);
+  EXPECT_EQ(h[1], 0x2E66);  // 0.1 rounds to 0.0999755859375
+  EXPECT_EQ(h[2], 0x0002);  // subnormal: 1e-7 / 2^-24 = 1.68 rounds to 2
+  EXPECT_EQ(h[3], 0x7C00);  // overflow: +inf
+}
+
+TEST_F(GeneratorTest, TakesVocabularyAndSpecialTokensFromATokenizer) {
+  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
+  ASSERT_NE(data, nullptr);
+  CheckpointSpec spec = Small("llama");
+  spec.vocab = 0;
+  spec.tokenizer_dir = (fs::path(data) / "tokenizers" / "mistral7b").string();
+  ASSERT_TRUE(WriteCheckpoint(spec, root_.string()).ok());
+  auto c = checkpoint::ReadCheckpoint(root_.string());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->config["vocab_size"], 32000);
+  EXPECT_EQ(c->config["bos_token_id"], 1);  // <s>
+  EXPECT_EQ(c->config["eos_token_id"], 2);  // </s>
+  EXPECT_TRUE(fs::exists(root_ / "tokenizer.json"));
+  EXPECT_TRUE(fs::exists(root_ / "tokenizer_config.json"));
+
+  spec.vocab = 100;  // smaller than the tokenizer's
+  auto refused = WriteCheckpoint(spec, (root_ / "small").string());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("smaller than the tokenizer's 32000"),
+            std::string::npos);
+}
+
+TEST_F(GeneratorTest, RefusesBadSpecsAndNonEmptyDirectories) {
+  CheckpointSpec spec = Small("llama");
+  spec.kv_heads = 3;  // 4 heads are not divisible into 3 groups
+  auto bad = WriteCheckpoint(spec, (root_ / "bad").string());
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("num_key_value_heads"), std::string::npos)
+      << bad.status().message();
+  EXPECT_FALSE(fs::exists(root_ / "bad" / "config.json"));
+
+  spec = Small("gpt2");
+  EXPECT_EQ(WriteCheckpoint(spec, (root_ / "gpt2").string()).status().code(),
+            StatusCode::kUnimplemented);
+
+  spec = Small("llama");
+  std::ofstream(root_ / "keep.txt") << "x";
+  EXPECT_EQ(WriteCheckpoint(spec, root_.string()).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(PresetTest, PresetsHaveRealShapes) {
+  auto llama3 = Preset("llama-3-8b");
+  ASSERT_TRUE(llama3.ok());
+  EXPECT_EQ(llama3->hidden, 4096);
+  EXPECT_EQ(llama3->vocab, 128256);
+  EXPECT_EQ(ConfigJson(*llama3)["rope_scaling"]["rope_type"], "llama3");
+  for (const std::string& name : PresetNames()) {
+    auto spec = Preset(name);
+    ASSERT_TRUE(spec.ok()) << name;
+    auto config = engine::ParseModelConfig(ConfigJson(*spec));
+    EXPECT_TRUE(config.ok()) << name << ": " << config.status().ToString();
+  }
+  EXPECT_EQ(Preset("gpt-5").status().code(), StatusCode::kNotFound);
+  EXPECT_NE(Preset("gpt-5").status().message().find("llama-2-70b"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nightshift::generator
