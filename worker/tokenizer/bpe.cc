@@ -13,6 +13,8 @@ uint64_t PairKey(int32_t left, int32_t right) {
   return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
 }
 
+constexpr char32_t kSmallCharLimit = 0x800;
+
 std::string ByteToken(unsigned char byte) {
   char buffer[8];
   std::snprintf(buffer, sizeof(buffer), "<0x%02X>", byte);
@@ -20,6 +22,41 @@ std::string ByteToken(unsigned char byte) {
 }
 
 }  // namespace
+
+void MergeTable::Reserve(size_t count) {
+  size_t capacity = 16;
+  shift_ = 60;
+  while (capacity < count * 2) {
+    capacity *= 2;
+    --shift_;
+  }
+  keys_.assign(capacity, kEmpty);
+  merges_.assign(capacity, Merge{0, 0});
+}
+
+size_t MergeTable::Slot(uint64_t key) const {
+  // Fibonacci hashing: the top bits of key * 2^64/phi.
+  return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
+}
+
+void MergeTable::Insert(int32_t left, int32_t right, Merge merge) {
+  const uint64_t key = PairKey(left, right);
+  const size_t mask = keys_.size() - 1;
+  size_t slot = Slot(key);
+  while (keys_[slot] != kEmpty && keys_[slot] != key) slot = (slot + 1) & mask;
+  keys_[slot] = key;
+  merges_[slot] = merge;
+}
+
+const MergeTable::Merge* MergeTable::Find(int32_t left, int32_t right) const {
+  if (keys_.empty()) return nullptr;
+  const uint64_t key = PairKey(left, right);
+  const size_t mask = keys_.size() - 1;
+  for (size_t slot = Slot(key);; slot = (slot + 1) & mask) {
+    if (keys_[slot] == key) return &merges_[slot];
+    if (keys_[slot] == kEmpty) return nullptr;
+  }
+}
 
 StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& spec, const std::string& where) {
   std::unique_ptr<BpeModel> model(new BpeModel());
@@ -51,6 +88,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& spec, const s
 Status BpeModel::LoadVocab(const Json& vocab, const std::string& where) {
   if (!vocab.is_object()) return InvalidArgument(where + ": expected an object of token -> id");
   vocab_.reserve(vocab.size());
+  small_char_ids_.assign(kSmallCharLimit, -1);
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() > INT32_MAX) {
       return InvalidArgument(where + ": id of '" + it.key() + "' is not a valid token id");
@@ -63,13 +101,19 @@ Status BpeModel::LoadVocab(const Json& vocab, const std::string& where) {
     }
     id_to_token_[id] = it.key();
     has_id_[id] = true;
+    size_t length;
+    const std::string& token = it.key();
+    if (!token.empty() && token.size() <= 2) {
+      char32_t cp = DecodeUtf8(token, 0, &length);
+      if (length == token.size() && cp < kSmallCharLimit) small_char_ids_[cp] = id;
+    }
   }
   return Status::Ok();
 }
 
 Status BpeModel::LoadMerges(const Json& merges, const std::string& where) {
   if (!merges.is_array()) return InvalidArgument(where + ": expected a list");
-  merges_.reserve(merges.size());
+  merges_.Reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const Json& merge = merges[rank];
     std::string at = where + "[" + std::to_string(rank) + "]";
@@ -111,7 +155,7 @@ Status BpeModel::AddMerge(const std::string& left, const std::string& right, int
     return InvalidArgument(where + ": merge '" + left + "' + '" + right +
                            "' names a token missing from the vocab");
   }
-  merges_[PairKey(*left_id, *right_id)] = {rank, *new_id};
+  merges_.Insert(*left_id, *right_id, {rank, *new_id});
   return Status::Ok();
 }
 
@@ -138,10 +182,16 @@ Status BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* ids
     if (pending_unk) ids->push_back(*pending_unk);
     pending_unk.reset();
   };
+  const bool plain = continuing_subword_prefix_.empty() && end_of_word_suffix_.empty();
   size_t length;
   std::string symbol;
   for (size_t pos = 0; pos < word.size(); pos += length) {
-    DecodeUtf8(word, pos, &length);
+    char32_t cp = DecodeUtf8(word, pos, &length);
+    if (plain && cp < kSmallCharLimit && small_char_ids_[cp] >= 0) {
+      flush_unk();
+      ids->push_back(small_char_ids_[cp]);
+      continue;
+    }
     symbol.clear();
     if (pos > 0) symbol += continuing_subword_prefix_;
     symbol.append(word.substr(pos, length));
@@ -199,8 +249,9 @@ void BpeModel::MergeAll(std::vector<int32_t>* ids) const {
   auto offer = [&](int32_t left) {
     int32_t right = symbols[left].next;
     if (right < 0) return;
-    auto it = merges_.find(PairKey(symbols[left].id, symbols[right].id));
-    if (it != merges_.end()) queue.push({it->second.rank, left, it->second.new_id});
+    if (const MergeTable::Merge* merge = merges_.Find(symbols[left].id, symbols[right].id)) {
+      queue.push({merge->rank, left, merge->new_id});
+    }
   };
   for (int32_t i = 0; i + 1 < n; ++i) offer(i);
 
@@ -211,8 +262,8 @@ void BpeModel::MergeAll(std::vector<int32_t>* ids) const {
     if (!left.alive || left.next < 0) continue;
     Symbol& right = symbols[left.next];
     // Skip entries made stale by earlier merges.
-    auto it = merges_.find(PairKey(left.id, right.id));
-    if (it == merges_.end() || it->second.new_id != top.new_id) continue;
+    const MergeTable::Merge* merge = merges_.Find(left.id, right.id);
+    if (merge == nullptr || merge->new_id != top.new_id) continue;
     left.id = top.new_id;
     right.alive = false;
     left.next = right.next;

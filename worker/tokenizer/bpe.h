@@ -31,6 +31,29 @@
 
 namespace nightshift::tokenizer {
 
+// An open-addressing hash table from a (left id, right id) pair to the
+// merge of that pair: the hot lookup of BPE, kept flat for the cache.
+class MergeTable {
+ public:
+  struct Merge {
+    int32_t rank;
+    int32_t new_id;
+  };
+  // Sizes the table for `count` pairs; call before the first Insert.
+  void Reserve(size_t count);
+  // Adds or replaces the merge of (left, right).
+  void Insert(int32_t left, int32_t right, Merge merge);
+  // The merge of (left, right), or nullptr.
+  const Merge* Find(int32_t left, int32_t right) const;
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are < 2^31: never a key
+  size_t Slot(uint64_t key) const;
+  std::vector<uint64_t> keys_;
+  std::vector<Merge> merges_;
+  int shift_ = 64;
+};
+
 class BpeModel {
  public:
   // Builds the model from the `model` object of tokenizer.json. Merges that
@@ -49,10 +72,6 @@ class BpeModel {
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t new_id;
-  };
   BpeModel() = default;
   Status LoadVocab(const Json& vocab, const std::string& where);
   Status LoadMerges(const Json& merges, const std::string& where);
@@ -67,7 +86,10 @@ class BpeModel {
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;  // "" for ids the vocab skips
   std::vector<bool> has_id_;
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
+  MergeTable merges_;
+  // Ids of single-character tokens below U+0800 (all of the byte-level
+  // alphabet), -1 where there is none: the initial symbols of most words.
+  std::vector<int32_t> small_char_ids_;
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;
   std::optional<std::string> unk_token_;

@@ -111,15 +111,19 @@ class ByteLevelPreTokenizer : public PreTokenizer {
       : add_prefix_space_(add_prefix_space), use_regex_(use_regex) {}
   Status PreTokenize(std::vector<PreToken>* pieces) const override {
     NS_RETURN_IF_ERROR(SplitEach(pieces, [this](const PreToken& piece, std::vector<PreToken>* out) {
-      PreToken spaced = piece;
-      if (add_prefix_space_ && spaced.text[0] != ' ') spaced.text.insert(0, " ");
+      PreToken spaced;
+      const PreToken* source = &piece;
+      if (add_prefix_space_ && piece.text[0] != ' ') {
+        spaced = {" " + piece.text, piece.at_start};
+        source = &spaced;
+      }
       if (!use_regex_) {
-        out->push_back(std::move(spaced));
+        out->push_back(*source);
         return Status::Ok();
       }
       std::vector<MatchRange> matches;
-      NS_RETURN_IF_ERROR(Gpt2Regex().FindAll(spaced.text, &matches));
-      SplitPiece(spaced, matches, SplitBehavior::kIsolated, false, out);
+      NS_RETURN_IF_ERROR(Gpt2Regex().FindAll(source->text, &matches));
+      SplitPiece(*source, matches, SplitBehavior::kIsolated, false, out);
       return Status::Ok();
     }));
     const auto& alphabet = ByteToUnicode();

@@ -60,67 +60,113 @@ struct Regex::Code {
   ~Code() { pcre2_code_free(code); }
 };
 
-StatusOr<std::string> TranslateOnigurumaPattern(std::string_view pattern) {
-  std::string out;
-  out.reserve(pattern.size() + 16);
-  bool in_class = false;
-  for (size_t i = 0; i < pattern.size();) {
-    char c = pattern[i];
-    if (c == '\\' && i + 1 < pattern.size()) {
-      char letter = pattern[i + 1];
-      std::string_view set = EscapeSet(letter);
-      bool negated = letter == 'S' || letter == 'W' || letter == 'H';
-      if (set.empty()) {
-        out.append(pattern.substr(i, 2));
-      } else if (in_class && negated) {
-        return Unimplemented("regex '" + std::string(pattern) + "': \\" + letter +
-                             " inside a bracket class");
-      } else if (in_class) {
-        out.append(set);
+namespace {
+
+// Walks an Oniguruma pattern once, copying it to PCRE2 syntax.
+class PatternTranslator {
+ public:
+  explicit PatternTranslator(std::string_view pattern) : pattern_(pattern) {
+    out_.reserve(pattern.size() + 16);
+  }
+
+  StatusOr<std::string> Run() {
+    while (i_ < pattern_.size()) {
+      char c = pattern_[i_];
+      if (c == '\\' && i_ + 1 < pattern_.size()) {
+        NS_RETURN_IF_ERROR(Escape());
+      } else if (depth_ > 0) {
+        NS_RETURN_IF_ERROR(ClassChar());
+      } else if (c == '[') {
+        OpenClass(/*nested=*/false);
+      } else if (c == '(' && At(i_ + 1) == '?' && FlagGroup()) {
+        // copied with Ruby's flags spelled for PCRE2
       } else {
-        out.append(negated ? "[^" : "[").append(set).append("]");
+        out_.push_back(c);
+        ++i_;
       }
-      i += 2;
-      continue;
     }
-    if (in_class) {
-      if (c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
-        size_t close = pattern.find(":]", i + 2);
-        if (close == std::string_view::npos) {
-          return InvalidArgument("regex '" + std::string(pattern) + "': unterminated [: class");
-        }
-        out.append(pattern.substr(i, close + 2 - i));
-        i = close + 2;
-        continue;
+    return out_;
+  }
+
+ private:
+  char At(size_t i) const { return i < pattern_.size() ? pattern_[i] : '\0'; }
+  // Copies an inline flag group at i_, if there is one.
+  bool FlagGroup() {
+    size_t used = TranslateFlagGroup(pattern_.substr(i_), &out_);
+    i_ += used;
+    return used > 0;
+  }
+  Status Refuse(const std::string& what) const {
+    return Unimplemented("regex '" + std::string(pattern_) + "': " + what);
+  }
+
+  // An escape: the class shorthands get Oniguruma's meaning, \uHHHH
+  // becomes \x{HHHH}, everything else is copied.
+  Status Escape() {
+    char letter = pattern_[i_ + 1];
+    if (letter == 'u' && i_ + 6 <= pattern_.size()) {
+      out_.append("\\x{").append(pattern_.substr(i_ + 2, 4)).append("}");
+      i_ += 6;
+      return Status::Ok();
+    }
+    std::string_view set = EscapeSet(letter);
+    bool negated = letter == 'S' || letter == 'W' || letter == 'H';
+    if (set.empty()) {
+      out_.append(pattern_.substr(i_, 2));
+    } else if (depth_ > 0 && negated) {
+      return Refuse(std::string("\\") + letter + " inside a bracket class");
+    } else if (depth_ > 0) {
+      out_.append(set);
+    } else {
+      out_.append(negated ? "[^" : "[").append(set).append("]");
+    }
+    i_ += 2;
+    return Status::Ok();
+  }
+
+  // "[", "[^", and a "]" right after them, which is literal. A class nested
+  // in a class is a union in Oniguruma: its brackets are dropped.
+  void OpenClass(bool nested) {
+    ++depth_;
+    if (!nested) out_.push_back('[');
+    ++i_;
+    if (!nested && At(i_) == '^') out_.push_back(pattern_[i_++]);
+    if (At(i_) == ']') out_.push_back(pattern_[i_++]);
+  }
+
+  Status ClassChar() {
+    char c = pattern_[i_];
+    if (c == '[' && At(i_ + 1) == ':') {  // POSIX [:alpha:]
+      size_t close = pattern_.find(":]", i_ + 2);
+      if (close == std::string_view::npos) {
+        return InvalidArgument("regex '" + std::string(pattern_) + "': unterminated [: class");
       }
-      if (c == '[' || (c == '&' && i + 1 < pattern.size() && pattern[i + 1] == '&')) {
-        return Unimplemented("regex '" + std::string(pattern) +
-                             "': nested bracket class or class intersection");
-      }
-      if (c == ']') in_class = false;
-      out.push_back(c);
-      ++i;
-      continue;
+      out_.append(pattern_.substr(i_, close + 2 - i_));
+      i_ = close + 2;
+      return Status::Ok();
     }
     if (c == '[') {
-      in_class = true;
-      out.push_back(c);
-      ++i;
-      if (i < pattern.size() && pattern[i] == '^') out.push_back(pattern[i++]);
-      if (i < pattern.size() && pattern[i] == ']') out.push_back(pattern[i++]);  // literal
-      continue;
+      if (At(i_ + 1) == '^') return Refuse("negated bracket class inside a bracket class");
+      OpenClass(/*nested=*/true);
+      return Status::Ok();
     }
-    if (c == '(' && i + 1 < pattern.size() && pattern[i + 1] == '?') {
-      size_t used = TranslateFlagGroup(pattern.substr(i), &out);
-      if (used > 0) {
-        i += used;
-        continue;
-      }
-    }
-    out.push_back(c);
-    ++i;
+    if (c == '&' && At(i_ + 1) == '&') return Refuse("bracket class intersection (&&)");
+    ++i_;
+    if (c == ']' && --depth_ > 0) return Status::Ok();  // end of a nested class
+    out_.push_back(c);
+    return Status::Ok();
   }
-  return out;
+
+  std::string_view pattern_;
+  std::string out_;
+  size_t i_ = 0;
+  int depth_ = 0;  // bracket class nesting
+};
+
+}  // namespace
+
+StatusOr<std::string> TranslateOnigurumaPattern(std::string_view pattern) {
+  return PatternTranslator(pattern).Run();
 }
 
 StatusOr<Regex> Regex::Compile(std::string_view pattern) {

@@ -9,8 +9,10 @@
 //   \w, \W   letters, marks, numbers, connector punctuation (PCRE2 omits marks)
 //   \h, \H   hex digit (PCRE2: horizontal space)
 //   (?m)     dot matches newline (PCRE2: multi-line anchors)
-// `^` and `$` are line anchors as in Ruby. A negated escape (\S, \W, \H)
-// inside a bracket class and nested classes / class intersection (`&&`) are
+//   \uHHHH   a code point (PCRE2 spells it \x{HHHH})
+//   [a[bc]]  a class nested in a class is a union (PCRE2 has no nesting)
+// `^` and `$` are line anchors as in Ruby. A negated escape (\S, \W, \H) or
+// a negated class inside a bracket class and class intersection (`&&`) are
 // refused with Unimplemented rather than guessed.
 //
 // A Regex is immutable and may be used from many threads at once.
