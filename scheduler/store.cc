@@ -476,6 +476,30 @@ StatusOr<std::vector<QueuedJob>> Store::QueuedJobs(const std::string& model, int
   return jobs;
 }
 
+StatusOr<std::vector<std::string>> Store::QueuedModelsOf(int64_t submission_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Query q(*db_,
+          "SELECT DISTINCT model FROM jobs WHERE submission_id = ? AND state = 'queued' AND "
+          "kv_tokens IS NOT NULL ORDER BY model");
+  q.Bind(1, submission_id);
+  std::vector<std::string> models;
+  while (q.Next()) models.push_back(q.Text(0));
+  NS_RETURN_IF_ERROR(q.status());
+  return models;
+}
+
+StatusOr<int64_t> Store::CountUntokenised(int64_t submission_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Query q(*db_,
+          "SELECT COUNT(*) FROM jobs WHERE submission_id = ? AND state = 'queued' AND "
+          "kv_tokens IS NULL");
+  q.Bind(1, submission_id);
+  int64_t count = 0;
+  if (q.Next()) count = q.Int(0);
+  NS_RETURN_IF_ERROR(q.status());
+  return count;
+}
+
 StatusOr<std::vector<JobChange>> Store::FailQueued(const std::vector<int64_t>& job_ids,
                                                    const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -881,6 +905,15 @@ Status Store::TouchWorker(const std::string& worker_id) {
   NS_RETURN_IF_ERROR(tx.begin_status());
   Query q(*db_, "UPDATE workers SET last_seen_at_ms = ? WHERE id = ?");
   NS_RETURN_IF_ERROR(q.Bind(1, clock_->NowMs()).Bind(2, worker_id).Run());
+  return tx.Commit();
+}
+
+Status Store::WithdrawModel(const std::string& worker_id, const std::string& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction tx(*db_);
+  NS_RETURN_IF_ERROR(tx.begin_status());
+  Query q(*db_, "DELETE FROM worker_models WHERE worker_id = ? AND model = ?");
+  NS_RETURN_IF_ERROR(q.Bind(1, worker_id).Bind(2, model).Run());
   return tx.Commit();
 }
 

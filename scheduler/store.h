@@ -186,11 +186,13 @@ class Store {
 
   // ---- the queue and leases
 
-  // Models with queued tokenised jobs of sealed submissions.
-  StatusOr<std::vector<std::string>> QueuedModels();
   // Up to `limit` queued tokenised jobs of sealed submissions for `model`, in
   // dispatch order (priority desc, submission, id).
   StatusOr<std::vector<QueuedJob>> QueuedJobs(const std::string& model, int limit);
+  // Models of the submission's queued tokenised jobs.
+  StatusOr<std::vector<std::string>> QueuedModelsOf(int64_t submission_id);
+  // Queued jobs of the submission that wait for their model's tokenizer.
+  StatusOr<int64_t> CountUntokenised(int64_t submission_id);
   // Fails queued jobs with a reason (e.g. they can never fit any worker).
   StatusOr<std::vector<JobChange>> FailQueued(const std::vector<int64_t>& job_ids,
                                               const std::string& reason);
@@ -237,6 +239,8 @@ class Store {
   // Marks the worker disconnected if `session` is still its current one.
   Status DetachWorker(const std::string& worker_id, int64_t session);
   Status TouchWorker(const std::string& worker_id);
+  // Removes a model from the worker's advertised list (it failed there).
+  Status WithdrawModel(const std::string& worker_id, const std::string& model);
   // Every worker ever attached, with its models, by id.
   StatusOr<std::vector<WorkerInfo>> ListWorkers();
   Status PutTokenizer(const TokenizerFiles& tokenizer);

@@ -633,3 +633,30 @@ TEST_F(StoreTest, ProgressRetentionIsBounded) {
 
 }  // namespace
 }  // namespace nightshift::scheduler
+
+namespace nightshift::scheduler {
+namespace {
+
+TEST_F(StoreTest, SubmissionQueriesForTheEta) {
+  SubmitChunk chunk;
+  chunk.jobs.push_back({TokenJob("a", "m"), TokensOf(TokenJob("a", "m")), "", 3});
+  chunk.jobs.push_back({TokenJob("b", "n"), TokensOf(TokenJob("b", "n")), "", 3});
+  chunk.jobs.push_back({TokenJob("c", "k"), std::nullopt, "waiting", 3});
+  auto s = store_->Submit(chunk);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*store_->QueuedModelsOf(s->submission_id), (std::vector<std::string>{"m", "n"}));
+  EXPECT_EQ(*store_->CountUntokenised(s->submission_id), 1);
+  Lease1("w", {s->job_ids[0]});
+  EXPECT_EQ(*store_->QueuedModelsOf(s->submission_id), (std::vector<std::string>{"n"}));
+}
+
+TEST_F(StoreTest, WithdrawModelRemovesOneOffer) {
+  ASSERT_TRUE(store_->AttachWorker(Worker("w1", 1 << 20, {Offer("m"), Offer("n")})).ok());
+  ASSERT_TRUE(store_->WithdrawModel("w1", "m").ok());
+  auto workers = store_->ListWorkers();
+  ASSERT_EQ((*workers)[0].models.size(), 1u);
+  EXPECT_EQ((*workers)[0].models[0].name, "n");
+}
+
+}  // namespace
+}  // namespace nightshift::scheduler

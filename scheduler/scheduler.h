@@ -1,0 +1,253 @@
+// The scheduler's domain core: what the gRPC handlers call. It validates and
+// tokenises submissions, keeps the live state of attached workers and their
+// batches, runs the policy (Schedule) whenever something changes, applies its
+// plan through the store, sends assignments and cancels to workers through
+// WorkerLink, and pushes submission updates (with an ETA) to watchers.
+//
+// Plain C++ on plain structs: no gRPC or protobuf types. The worker link and
+// the watchers are narrow interfaces with in-memory fakes in tests; the clock
+// and the store are injected.
+//
+// Thread-safety: every public method may be called from any thread. Calls
+// that change state are serialised on one mutex; WorkerLink::Send/Close and
+// SubmissionWatcher::OnUpdate are called with it held and must not block or
+// call back into the Scheduler.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/clock.h"
+#include "scheduler/policy.h"
+#include "scheduler/prompt_encoder.h"
+#include "scheduler/store.h"
+#include "scheduler/types.h"
+#include "scheduler/validate.h"
+
+namespace nightshift::scheduler {
+
+// ---------------------------------------------------------------- to workers
+
+// What the scheduler tells a worker.
+struct WorkerCommand {
+  enum class Kind { kWelcome, kAssign, kCancel };
+  Kind kind = Kind::kWelcome;
+  // kWelcome
+  int64_t session = 0;
+  int64_t lease_ms = 0;
+  int64_t heartbeat_ms = 0;
+  std::vector<std::string> missing_tokenizers;  // hashes the worker should upload
+  // kAssign (a new batch, or a top-up of a running one) and kCancel
+  int64_t batch_id = 0;
+  std::string model;
+  int64_t lease_expires_at_ms = 0;
+  bool top_up = false;
+  std::vector<Job> jobs;         // kAssign: specs with token ids
+  std::vector<int64_t> job_ids;  // kCancel
+  std::string reason;            // kCancel
+};
+
+// One attached worker's stream. Implemented by the service; fakes in tests.
+class WorkerLink {
+ public:
+  virtual ~WorkerLink() = default;
+  // Queues a command for the worker. Must not block.
+  virtual void Send(WorkerCommand command) = 0;
+  // Ends the stream with `why` (a newer attach of the same worker id fenced it).
+  virtual void Close(const Status& why) = 0;
+};
+
+// What a worker says when it attaches.
+struct WorkerHello {
+  WorkerInfo info;                       // models carry their tokenizer hashes
+  std::vector<int64_t> running_batches;  // batches it still runs (after a reconnect)
+};
+
+// ---------------------------------------------------------------- to clients
+
+// A running batch, as watchers and ListWorkers see it.
+struct BatchStatus {
+  int64_t batch_id = 0;
+  std::string worker_id;
+  std::string model;
+  std::string mode;
+  int64_t passes_done = 0;
+  double seconds_per_pass = 0;  // smoothed; 0 before the first pass
+  double last_pass_seconds = 0;
+  int32_t sequences = 0;
+  int64_t jobs = 0;  // live jobs in the batch (of the submission, for a submission's view)
+};
+
+struct SubmissionStatus {
+  Submission submission;
+  std::optional<double> eta_seconds;  // until every job is finished; unknown when absent
+  std::vector<BatchStatus> batches;   // batches running its jobs
+  int64_t waiting_for_tokenizer = 0;  // queued jobs whose model has no tokenizer yet
+};
+
+struct SubmissionUpdate {
+  SubmissionStatus status;
+  std::vector<JobChange> changes;  // since the previous update (empty in the first)
+};
+
+class SubmissionWatcher {
+ public:
+  virtual ~SubmissionWatcher() = default;
+  // Called first with the current status, then on every change and pass, the
+  // last time with status.submission.done() true. Must not block.
+  virtual void OnUpdate(const SubmissionUpdate& update) = 0;
+};
+
+struct SubmitRequest {
+  std::vector<JobSpec> jobs;
+  int64_t submission_id = 0;  // 0 = new; else append to this open submission
+  bool keep_open = false;
+  std::string idempotency_key;
+  int64_t request_bytes = 0;  // size on the wire, for the oversized-request check
+};
+
+struct SubmitReply {
+  int64_t submission_id = 0;
+  std::vector<int64_t> job_ids;
+  bool replayed = false;
+  int64_t waiting_for_tokenizer = 0;  // jobs held until a worker serving their model attaches
+};
+
+struct WorkerStatus {
+  WorkerInfo info;
+  std::optional<BatchStatus> batch;
+  std::map<std::string, double> measured_seconds_per_pass;  // by model, smoothed
+  bool draining = false;
+};
+
+struct ModelEstimate {
+  std::string worker_id;
+  bool connected = false;
+  ModelOffer offer;
+  double seconds_per_pass = 0;  // measured if any, else advertised
+  bool measured = false;
+  int64_t jobs_per_batch = 0;  // how many such jobs its KV budget holds
+};
+
+struct Estimate {
+  std::string model;
+  std::vector<ModelEstimate> workers;
+  std::optional<double>
+      seconds;               // for the asked jobs on the connected workers, queue ahead included
+  int64_t queued_ahead = 0;  // queued jobs of the model ahead of them
+};
+
+struct SchedulerOptions {
+  int64_t lease_ms = 60'000;
+  int64_t heartbeat_ms = 10'000;
+  int32_t max_attempts = 3;
+  int queue_window = 4096;          // queued jobs per model one scheduling round looks at
+  int eta_window = 100'000;         // queued jobs per model an ETA plays out
+  std::string tokenizer_cache_dir;  // where tokenizer bundles are written
+  SubmitLimits limits;
+};
+
+class Scheduler {
+ public:
+  // `store` and `clock` are not owned and must outlive the Scheduler.
+  Scheduler(Store* store, Clock* clock, SchedulerOptions options);
+  ~Scheduler();
+
+  // Loads the state a restart must keep: every worker is disconnected until
+  // it attaches again; active batches keep their leases until then.
+  Status Start();
+
+  // ---- clients
+
+  // Validates (InvalidArgument listing every bad job), tokenises with the
+  // model's cached tokenizer where one is known (a prompt over the context is
+  // a validation error), stores (durable when this returns OK) and schedules.
+  StatusOr<SubmitReply> Submit(SubmitRequest request);
+  StatusOr<SubmissionStatus> GetSubmission(int64_t id);
+  StatusOr<JobView> GetJob(int64_t id);
+  StatusOr<JobPage> ListJobs(const JobFilter& filter, int64_t after_id, int limit);
+  // Cancels unfinished jobs; workers running them are told. NotFound for an unknown id.
+  StatusOr<SubmissionStatus> CancelSubmission(int64_t id);
+  StatusOr<JobView> CancelJob(int64_t id);
+  // Registers a watcher (not owned; it must stay valid until Unwatch returns)
+  // and calls it at once with the current status. Returns a watch id.
+  StatusOr<int64_t> Watch(int64_t submission_id, SubmissionWatcher* watcher);
+  void Unwatch(int64_t watch_id);
+  StatusOr<std::vector<WorkerStatus>> ListWorkers();
+  // The figures of `model` on every known worker serving it, and the time
+  // `jobs` jobs of that shape would take on the connected ones after the
+  // queue ahead. NotFound when no known worker serves the model.
+  StatusOr<Estimate> EstimateModel(const std::string& model, int64_t jobs, int64_t prompt_tokens,
+                                   int64_t max_new_tokens);
+
+  // ---- workers (every call after Attach names the session it returned;
+  // a stale session is FailedPrecondition and changes nothing)
+
+  // Records the worker, fences an older stream of the same id (its link is
+  // closed), ends batches it no longer runs, sends the welcome through `link`
+  // (not owned; valid until Detach), then schedules. InvalidArgument for a
+  // malformed hello.
+  StatusOr<int64_t> Attach(const WorkerHello& hello, WorkerLink* link);
+  // The stream ended. Its batches keep their leases (it may reconnect).
+  void Detach(const std::string& worker_id, int64_t session);
+  // Caches a tokenizer the worker advertised (InvalidArgument when its hash
+  // matches none of the worker's models) and validates the jobs waiting for it.
+  Status UploadTokenizer(const std::string& worker_id, int64_t session,
+                         const TokenizerFiles& tokenizer);
+  Status Heartbeat(const std::string& worker_id, int64_t session);
+  Status Progress(const std::string& worker_id, int64_t session, const PassProgress& progress);
+  // Store::InsertResult's errors (duplicate, late) are returned and counted.
+  Status Result(const std::string& worker_id, int64_t session, JobResult result);
+  // The worker returns jobs it will not run; `draining` stops new work for it.
+  Status HandBack(const std::string& worker_id, int64_t session, int64_t batch_id,
+                  const std::vector<int64_t>& job_ids, bool draining);
+  // The model failed on the worker (e.g. a corrupt checkpoint): no more
+  // batches of it go there.
+  Status Withdraw(const std::string& worker_id, int64_t session, const std::string& model,
+                  const std::string& reason);
+
+  // Expires leases and schedules. The service calls it periodically.
+  void Tick();
+
+  StoreCounters counters() const { return store_->counters(); }
+
+ private:
+  struct BatchRuntime;
+  struct WorkerRuntime;
+  struct WatchState;
+
+  Status CheckSession(const std::string& worker_id, int64_t session);
+  StatusOr<std::shared_ptr<const PromptEncoder>> EncoderFor(const std::string& model);
+  int64_t MaxContext(const std::string& model);
+  Status ValidateWaiting(const std::string& model);
+  void ScheduleLocked(bool all_models);
+  void ApplyAssignment(const Assignment& assignment);
+  void Forget(const std::vector<JobChange>& changes);
+  void Notify(const std::vector<JobChange>& changes);
+  void NotifySubmission(int64_t submission_id, std::vector<JobChange> changes);
+  StatusOr<SubmissionStatus> StatusLocked(int64_t id);
+  std::optional<double> EtaLocked(int64_t submission_id, const SubmissionStatus& status);
+  double SecondsPerPass(const WorkerRuntime& worker, const std::string& model) const;
+  double BusySeconds(const WorkerRuntime& worker) const;
+  std::vector<WorkerSlot> Slots() const;
+
+  Store* store_;
+  Clock* clock_;
+  SchedulerOptions options_;
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<WorkerRuntime>> workers_;
+  std::map<int64_t, std::unique_ptr<BatchRuntime>> batches_;
+  std::map<std::string, std::shared_ptr<const PromptEncoder>> encoders_;  // by tokenizer hash
+  std::map<int64_t, std::unique_ptr<WatchState>> watches_;
+  int64_t next_watch_ = 1;
+};
+
+}  // namespace nightshift::scheduler

@@ -1,0 +1,529 @@
+#include "scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "scheduler/test_util.h"
+
+namespace nightshift::scheduler {
+namespace {
+
+using testing::Offer;
+using testing::TempDir;
+using testing::TokenJob;
+using testing::Worker;
+
+constexpr int64_t kLeaseMs = 10'000;
+
+class FakeLink : public WorkerLink {
+ public:
+  void Send(WorkerCommand command) override { sent.push_back(std::move(command)); }
+  void Close(const Status& why) override {
+    closed = true;
+    close_status = why;
+  }
+  std::vector<WorkerCommand> Of(WorkerCommand::Kind kind) const {
+    std::vector<WorkerCommand> out;
+    for (const auto& c : sent) {
+      if (c.kind == kind) out.push_back(c);
+    }
+    return out;
+  }
+  std::vector<WorkerCommand> sent;
+  bool closed = false;
+  Status close_status;
+};
+
+class FakeWatcher : public SubmissionWatcher {
+ public:
+  void OnUpdate(const SubmissionUpdate& update) override { updates.push_back(update); }
+  std::vector<SubmissionUpdate> updates;
+};
+
+TokenizerFiles TinyTokenizer() {
+  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
+  const std::string dir =
+      std::string(data != nullptr ? data : "tests/data") + "/scheduler/tiny-model/";
+  TokenizerFiles files;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::ifstream in(dir + name);
+    std::stringstream text;
+    text << in.rdbuf();
+    files.files[name] = text.str();
+  }
+  files.eos_ids = {256};
+  return files;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = Store::Open(dir_.file("state.db"), &clock_);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).value();
+    NewScheduler();
+  }
+
+  void NewScheduler() {
+    SchedulerOptions options;
+    options.lease_ms = kLeaseMs;
+    options.heartbeat_ms = 1000;
+    options.max_attempts = 2;
+    options.tokenizer_cache_dir = dir_.file("tokenizers");
+    scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, options);
+    ASSERT_TRUE(scheduler_->Start().ok());
+  }
+
+  SubmitReply Submit(std::vector<JobSpec> jobs) {
+    SubmitRequest request;
+    request.jobs = std::move(jobs);
+    auto reply = scheduler_->Submit(std::move(request));
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+    return reply.ok() ? *reply : SubmitReply{};
+  }
+
+  int64_t Attach(const WorkerInfo& info, FakeLink* link, std::vector<int64_t> running = {}) {
+    auto session = scheduler_->Attach({info, std::move(running)}, link);
+    EXPECT_TRUE(session.ok()) << session.status().ToString();
+    return session.ok() ? *session : 0;
+  }
+
+  Job GetJob(int64_t id) {
+    auto view = scheduler_->GetJob(id);
+    EXPECT_TRUE(view.ok()) << view.status().ToString();
+    return view.ok() ? view->job : Job{};
+  }
+
+  PassProgress Pass(int64_t batch_id, int64_t index, double seconds) {
+    PassProgress p;
+    p.batch_id = batch_id;
+    p.pass_index = index;
+    p.seconds = seconds;
+    p.sequences = 1;
+    p.mode = "streaming";
+    return p;
+  }
+
+  JobResult Done(int64_t batch_id, int64_t job_id) {
+    JobResult r;
+    r.batch_id = batch_id;
+    r.job_id = job_id;
+    r.ok = true;
+    r.output.text = "answer";
+    r.output.finish_reason = "length";
+    return r;
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, JobsWaitForAWorkerThenGoOutInOneBatchAfterTheWelcome) {
+  auto reply = Submit({TokenJob("a", "m"), TokenJob("b", "m"), TokenJob("c", "m")});
+  EXPECT_EQ(reply.waiting_for_tokenizer, 3);
+  EXPECT_EQ(GetJob(reply.job_ids[0]).reason, "waiting for a worker that serves m");
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  EXPECT_EQ(session, 1);
+  ASSERT_EQ(link.sent.size(), 2u);
+  EXPECT_EQ(link.sent[0].kind, WorkerCommand::Kind::kWelcome);
+  EXPECT_EQ(link.sent[0].session, 1);
+  EXPECT_EQ(link.sent[0].lease_ms, kLeaseMs);
+  const WorkerCommand& assign = link.sent[1];
+  ASSERT_EQ(assign.kind, WorkerCommand::Kind::kAssign);
+  EXPECT_FALSE(assign.top_up);
+  EXPECT_EQ(assign.model, "m");
+  EXPECT_EQ(assign.lease_expires_at_ms, clock_.NowMs() + kLeaseMs);
+  ASSERT_EQ(assign.jobs.size(), 3u);
+  EXPECT_EQ(assign.jobs[0].tokens.prompt, TokenJob("a", "m").prompt_token_ids);
+  Job a = GetJob(reply.job_ids[0]);
+  EXPECT_EQ(a.state, JobState::kLeased);
+  EXPECT_EQ(a.reason, "");
+}
+
+TEST_F(SchedulerTest, WatcherSeesTheWholeLifeOfASubmission) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m", 4, 2), TokenJob("b", "m", 4, 2)});
+  EXPECT_EQ(reply.waiting_for_tokenizer, 0);
+  FakeWatcher watcher;
+  auto watch = scheduler_->Watch(reply.submission_id, &watcher);
+  ASSERT_TRUE(watch.ok());
+  ASSERT_EQ(watcher.updates.size(), 1u);  // the current snapshot first
+  EXPECT_EQ(watcher.updates[0].status.submission.counts.leased, 2);
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+
+  ASSERT_TRUE(scheduler_->Progress("w1", session, Pass(batch, 0, 1.5)).ok());
+  const SubmissionUpdate& running = watcher.updates.back();
+  EXPECT_EQ(running.status.submission.counts.running, 2);
+  EXPECT_EQ(running.changes.size(), 2u);
+  ASSERT_EQ(running.status.batches.size(), 1u);
+  EXPECT_EQ(running.status.batches[0].passes_done, 1);
+  EXPECT_DOUBLE_EQ(running.status.batches[0].seconds_per_pass, 1.5);
+  EXPECT_EQ(running.status.batches[0].mode, "streaming");
+
+  ASSERT_TRUE(scheduler_->Result("w1", session, Done(batch, reply.job_ids[0])).ok());
+  EXPECT_FALSE(watcher.updates.back().status.submission.done());
+  ASSERT_TRUE(scheduler_->Result("w1", session, Done(batch, reply.job_ids[1])).ok());
+  const SubmissionUpdate& last = watcher.updates.back();
+  EXPECT_TRUE(last.status.submission.done());
+  EXPECT_EQ(last.status.submission.counts.succeeded, 2);
+  EXPECT_EQ(last.status.eta_seconds, 0.0);
+  ASSERT_EQ(last.changes.size(), 1u);
+  EXPECT_EQ(last.changes[0].to, JobState::kSucceeded);
+  scheduler_->Unwatch(*watch);
+  // The duplicate is refused and counted.
+  EXPECT_EQ(scheduler_->Result("w1", session, Done(batch, reply.job_ids[1])).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(scheduler_->counters().duplicate_results, 1);
+  EXPECT_EQ(scheduler_->Watch(999, &watcher).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, InvalidJobsRefuseTheWholeRequestNamingEach) {
+  JobSpec empty = TokenJob("a", "m");
+  empty.prompt_token_ids.clear();
+  JobSpec dup = TokenJob("a", "m");
+  JobSpec both = TokenJob("c", "m");
+  both.labels = {"yes"};
+  both.max_new_tokens = 5;
+  SubmitRequest request;
+  request.jobs = {empty, dup, TokenJob("ok", "m"), both};
+  auto reply = scheduler_->Submit(request);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = reply.status().message();
+  EXPECT_NE(m.find("job 0: prompt is empty"), std::string::npos) << m;
+  EXPECT_NE(m.find("job 1: duplicate custom_id 'a' (job 0)"), std::string::npos) << m;
+  EXPECT_NE(m.find("job 3: labels together with generation"), std::string::npos) << m;
+  EXPECT_EQ(m.find("job 2"), std::string::npos) << m;
+  EXPECT_TRUE(scheduler_->ListJobs({}, 0, 10)->jobs.empty());
+}
+
+TEST_F(SchedulerTest, APromptOverTheContextIsRefusedAtSubmitOrFailsWhenValidatedLater) {
+  // Submitted before any worker: accepted and held, then failed with the reason.
+  auto early = Submit({TokenJob("long", "m", 8, 5), TokenJob("short", "m", 2, 2)});
+  FakeLink link;
+  Attach(Worker("w1", 1 << 20, {Offer("m", 1000, /*max_context=*/10)}), &link);
+  Job failed = GetJob(early.job_ids[0]);
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_NE(failed.reason.find("prompt of 8 tokens + 5 new tokens = 13 tokens exceeds the model's "
+                               "context of 10 tokens"),
+            std::string::npos)
+      << failed.reason;
+  EXPECT_EQ(GetJob(early.job_ids[1]).state, JobState::kLeased);
+  // Submitted once the model is known: refused whole at submit.
+  SubmitRequest request;
+  request.jobs = {TokenJob("fine", "m", 2, 2), TokenJob("long", "m", 8, 5)};
+  auto refused = scheduler_->Submit(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("job 1: prompt of 8 tokens"), std::string::npos)
+      << refused.status().message();
+}
+
+TEST_F(SchedulerTest, TextPromptsAndLabelsAreTokenisedWithTheUploadedTokenizer) {
+  JobSpec text = TokenJob("t", "m", 0, 3);
+  text.prompt_kind = PromptKind::kText;
+  text.prompt_text = "hi";
+  JobSpec classify = TokenJob("c", "m", 0, 0);
+  classify.prompt_kind = PromptKind::kText;
+  classify.prompt_text = "ok?";
+  classify.labels = {" yes", " no"};
+  auto reply = Submit({text, classify});
+  EXPECT_EQ(reply.waiting_for_tokenizer, 2);
+
+  const TokenizerFiles tokenizer = TinyTokenizer();
+  WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});
+  info.models[0].tokenizer_hash = TokenizerHash(tokenizer);
+  FakeLink link;
+  const int64_t session = Attach(info, &link);
+  ASSERT_EQ(link.sent.size(), 1u);  // nothing can run before the tokenizer arrives
+  EXPECT_EQ(link.sent[0].missing_tokenizers, std::vector<std::string>{TokenizerHash(tokenizer)});
+
+  TokenizerFiles other = tokenizer;
+  other.eos_ids = {1};
+  EXPECT_EQ(scheduler_->UploadTokenizer("w1", session, other).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(scheduler_->UploadTokenizer("w1", session, tokenizer).ok());
+  auto assigns = link.Of(WorkerCommand::Kind::kAssign);
+  ASSERT_EQ(assigns.size(), 1u);
+  ASSERT_EQ(assigns[0].jobs.size(), 2u);
+  const Job& t = assigns[0].jobs[0];
+  EXPECT_EQ(t.tokens.prompt, (std::vector<int32_t>{'h', 'i'}));
+  EXPECT_EQ(t.kv_tokens, 2 + 3);
+  const Job& c = assigns[0].jobs[1];
+  EXPECT_EQ(c.tokens.prompt, (std::vector<int32_t>{'o', 'k', '?'}));
+  // " yes" continues the prompt as one merged token; " no" is two bytes.
+  ASSERT_EQ(c.tokens.labels.size(), 2u);
+  EXPECT_EQ(c.tokens.labels[0], (std::vector<int32_t>{259}));
+  EXPECT_EQ(c.tokens.labels[1], (std::vector<int32_t>{' ', 'n', 'o'}));
+  EXPECT_EQ(c.kv_tokens, 3 + 1 + 3);
+
+  // The tokenizer is cached: a later submit is tokenised at once.
+  JobSpec later = text;
+  later.custom_id = "later";
+  later.prompt_text = "hello";
+  auto now = Submit({later});
+  EXPECT_EQ(now.waiting_for_tokenizer, 0);
+  EXPECT_EQ(GetJob(now.job_ids[0]).tokens.prompt.size(), 5u);
+}
+
+#if NIGHTSHIFT_HAVE_CHAT
+TEST_F(SchedulerTest, ChatPromptsAreRenderedWithTheModelsTemplate) {
+  const TokenizerFiles tokenizer = TinyTokenizer();
+  WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});
+  info.models[0].tokenizer_hash = TokenizerHash(tokenizer);
+  FakeLink link;
+  const int64_t session = Attach(info, &link);
+  ASSERT_TRUE(scheduler_->UploadTokenizer("w1", session, tokenizer).ok());
+  JobSpec chat = TokenJob("chat", "m", 0, 4);
+  chat.endpoint = Endpoint::kChatCompletions;
+  chat.prompt_kind = PromptKind::kChat;
+  chat.messages = {{"user", "hi"}};
+  auto reply = Submit({chat});
+  const Job job = GetJob(reply.job_ids[0]);
+  // <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n
+  const std::vector<int32_t> expected = {260, 'u', 's', 'e', 'r', '\n', 'h', 'i', 261, '\n', 260,
+                                         'a', 's', 's', 'i', 's', 't',  'a', 'n', 't', '\n'};
+  EXPECT_EQ(job.tokens.prompt, expected);
+}
+#endif
+
+TEST_F(SchedulerTest, AJobNoWorkerCanEverHoldFailsWithTheReason) {
+  FakeLink link;
+  Attach(Worker("w1", 10'000, {Offer("m", 1000)}), &link);  // 10 tokens of KV
+  auto reply = Submit({TokenJob("big", "m", 8, 8), TokenJob("small", "m", 2, 2)});
+  Job big = GetJob(reply.job_ids[0]);
+  EXPECT_EQ(big.state, JobState::kFailed);
+  EXPECT_EQ(big.reason,
+            "needs 16 tokens of KV cache; the most any worker serving m can hold is 10 "
+            "(worker w1)");
+  EXPECT_EQ(GetJob(reply.job_ids[1]).state, JobState::kLeased);
+}
+
+TEST_F(SchedulerTest, ADeadWorkersLeaseExpiresAndItsJobsMoveToAnotherWorker) {
+  FakeLink link1;
+  const int64_t s1 = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link1);
+  auto reply = Submit({TokenJob("a", "m")});
+  const int64_t batch1 = link1.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  scheduler_->Detach("w1", s1);
+  clock_.Advance(kLeaseMs - 1);
+  scheduler_->Tick();
+  EXPECT_EQ(GetJob(reply.job_ids[0]).state, JobState::kLeased);
+  clock_.Advance(1);
+  scheduler_->Tick();
+  Job job = GetJob(reply.job_ids[0]);
+  EXPECT_EQ(job.state, JobState::kQueued);
+  EXPECT_EQ(job.attempt, 1);
+  FakeLink link2;
+  const int64_t s2 = Attach(Worker("w2", 1 << 20, {Offer("m")}), &link2);
+  const int64_t batch2 = link2.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  EXPECT_NE(batch1, batch2);
+  // The first worker comes back and reports late: refused.
+  FakeLink link1b;
+  const int64_t s1b = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link1b, {batch1});
+  EXPECT_EQ(scheduler_->Result("w1", s1b, Done(batch1, reply.job_ids[0])).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler_->counters().late_results, 1);
+  ASSERT_TRUE(scheduler_->Result("w2", s2, Done(batch2, reply.job_ids[0])).ok());
+  EXPECT_EQ(GetJob(reply.job_ids[0]).state, JobState::kSucceeded);
+  EXPECT_EQ(scheduler_->counters().lease_expirations, 1);
+}
+
+TEST_F(SchedulerTest, AttemptsRunOutAfterMaxAttemptsLostLeases) {
+  auto reply = Submit({TokenJob("a", "m")});
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    FakeLink link;
+    const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+    ASSERT_EQ(link.Of(WorkerCommand::Kind::kAssign).size(), 1u) << attempt;
+    scheduler_->Detach("w1", session);
+    clock_.Advance(kLeaseMs);
+    scheduler_->Tick();
+  }
+  Job job = GetJob(reply.job_ids[0]);
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_EQ(job.attempt, 2);
+  EXPECT_NE(job.reason.find("no attempts left"), std::string::npos) << job.reason;
+}
+
+TEST_F(SchedulerTest, HeartbeatsKeepTheLease) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m")});
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(kLeaseMs * 8 / 10);
+    ASSERT_TRUE(scheduler_->Heartbeat("w1", session).ok());
+    scheduler_->Tick();
+  }
+  EXPECT_EQ(GetJob(reply.job_ids[0]).state, JobState::kLeased);
+}
+
+TEST_F(SchedulerTest, ASecondAttachFencesTheFirstStream) {
+  FakeLink first;
+  const int64_t s1 = Attach(Worker("w1", 1 << 20, {Offer("m")}), &first);
+  FakeLink second;
+  const int64_t s2 = Attach(Worker("w1", 1 << 20, {Offer("m")}), &second);
+  EXPECT_EQ(s2, s1 + 1);
+  EXPECT_TRUE(first.closed);
+  EXPECT_NE(first.close_status.message().find("superseded"), std::string::npos);
+  EXPECT_FALSE(second.closed);
+  EXPECT_EQ(scheduler_->Heartbeat("w1", s1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(scheduler_->Heartbeat("w1", s2).ok());
+  scheduler_->Detach("w1", s1);  // the fenced stream ending changes nothing
+  EXPECT_TRUE(scheduler_->Heartbeat("w1", s2).ok());
+}
+
+TEST_F(SchedulerTest, ReattachKeepsTheBatchesTheWorkerStillRuns) {
+  FakeLink link;
+  const int64_t s1 = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m")});
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  scheduler_->Detach("w1", s1);
+  FakeLink again;
+  const int64_t s2 = Attach(Worker("w1", 1 << 20, {Offer("m")}), &again, {batch});
+  EXPECT_TRUE(again.Of(WorkerCommand::Kind::kAssign).empty());
+  ASSERT_TRUE(scheduler_->Result("w1", s2, Done(batch, reply.job_ids[0])).ok());
+  EXPECT_EQ(GetJob(reply.job_ids[0]).attempt, 0);
+}
+
+TEST_F(SchedulerTest, ReattachWithoutTheBatchRequeuesItsJobsAtOnce) {
+  FakeLink link;
+  const int64_t s1 = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m")});
+  scheduler_->Detach("w1", s1);
+  FakeLink again;
+  Attach(Worker("w1", 1 << 20, {Offer("m")}), &again);
+  auto assigns = again.Of(WorkerCommand::Kind::kAssign);
+  ASSERT_EQ(assigns.size(), 1u);
+  EXPECT_EQ(assigns[0].jobs.at(0).id, reply.job_ids[0]);
+  EXPECT_EQ(GetJob(reply.job_ids[0]).attempt, 1);
+}
+
+TEST_F(SchedulerTest, CancelTellsTheWorker) {
+  FakeLink link;
+  Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m"), TokenJob("b", "m")});
+  auto cancelled = scheduler_->CancelSubmission(reply.submission_id);
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_TRUE(cancelled->submission.done());
+  EXPECT_EQ(cancelled->submission.counts.cancelled, 2);
+  auto cancels = link.Of(WorkerCommand::Kind::kCancel);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].job_ids, reply.job_ids);
+  EXPECT_EQ(scheduler_->CancelSubmission(77).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, ATopUpAtAPassBoundaryJoinsTheRunningBatch) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 24'000, {Offer("m", 1000)}), &link);  // 24 tokens
+  auto reply =
+      Submit({TokenJob("a", "m", 4, 8), TokenJob("b", "m", 4, 8), TokenJob("c", "m", 4, 8)});
+  auto assigns = link.Of(WorkerCommand::Kind::kAssign);
+  ASSERT_EQ(assigns.size(), 1u);
+  ASSERT_EQ(assigns[0].jobs.size(), 2u);
+  const int64_t batch = assigns[0].batch_id;
+  ASSERT_TRUE(scheduler_->Result("w1", session, Done(batch, reply.job_ids[0])).ok());
+  EXPECT_EQ(link.Of(WorkerCommand::Kind::kAssign).size(), 1u);  // busy: no new batch
+  PassProgress pass = Pass(batch, 0, 1.0);
+  pass.free_kv_bytes = 12'000;
+  pass.want_top_up = true;
+  ASSERT_TRUE(scheduler_->Progress("w1", session, pass).ok());
+  assigns = link.Of(WorkerCommand::Kind::kAssign);
+  ASSERT_EQ(assigns.size(), 2u);
+  EXPECT_TRUE(assigns[1].top_up);
+  EXPECT_EQ(assigns[1].batch_id, batch);
+  ASSERT_EQ(assigns[1].jobs.size(), 1u);
+  EXPECT_EQ(assigns[1].jobs[0].id, reply.job_ids[2]);
+}
+
+TEST_F(SchedulerTest, EtaUsesTheAdvertisedSpeedThenTheMeasuredOne) {
+  FakeLink link;
+  WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});
+  info.models[0].seconds_per_pass = 2.0;
+  const int64_t session = Attach(info, &link);
+  auto reply = Submit({TokenJob("a", "m", 4, 5)});
+  auto before = scheduler_->GetSubmission(reply.submission_id);
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(before->eta_seconds.has_value());
+  EXPECT_DOUBLE_EQ(*before->eta_seconds, 5 * 2.0);
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  PassProgress pass = Pass(batch, 0, 4.0);
+  pass.generated[reply.job_ids[0]] = 1;
+  ASSERT_TRUE(scheduler_->Progress("w1", session, pass).ok());
+  auto after = scheduler_->GetSubmission(reply.submission_id);
+  EXPECT_DOUBLE_EQ(*after->eta_seconds, 4 * 4.0);
+  // Queued work behind a busy worker waits for it: 4 passes left x 4 s, then 5 x 4 s.
+  auto second = Submit({TokenJob("b", "m", 4, 5)});
+  auto queued = scheduler_->GetSubmission(second.submission_id);
+  ASSERT_TRUE(queued->eta_seconds.has_value());
+  EXPECT_DOUBLE_EQ(*queued->eta_seconds, 16.0 + 20.0);
+  // Unknown while jobs wait for a tokenizer.
+  auto waiting = Submit({TokenJob("c", "unknown-model")});
+  EXPECT_FALSE(scheduler_->GetSubmission(waiting.submission_id)->eta_seconds.has_value());
+}
+
+TEST_F(SchedulerTest, ARestartKeepsLeasesUntilTheWorkerReattaches) {
+  FakeLink link;
+  Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m")});
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  NewScheduler();  // the process restarted on the same database
+  auto workers = scheduler_->ListWorkers();
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_FALSE((*workers)[0].info.connected);
+  ASSERT_TRUE((*workers)[0].batch.has_value());
+  EXPECT_EQ((*workers)[0].batch->batch_id, batch);
+  FakeLink again;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &again, {batch});
+  EXPECT_EQ(session, 2);
+  ASSERT_TRUE(scheduler_->Result("w1", session, Done(batch, reply.job_ids[0])).ok());
+}
+
+TEST_F(SchedulerTest, ADrainingWorkerHandsBackAndGetsNothingNew) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m"), TokenJob("b", "m")});
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  ASSERT_TRUE(scheduler_->HandBack("w1", session, batch, reply.job_ids, true).ok());
+  EXPECT_EQ(link.Of(WorkerCommand::Kind::kAssign).size(), 1u);
+  Job a = GetJob(reply.job_ids[0]);
+  EXPECT_EQ(a.state, JobState::kQueued);
+  EXPECT_EQ(a.attempt, 0);
+  FakeLink other;
+  Attach(Worker("w2", 1 << 20, {Offer("m")}), &other);
+  EXPECT_EQ(other.Of(WorkerCommand::Kind::kAssign).at(0).jobs.size(), 2u);
+}
+
+TEST_F(SchedulerTest, AWithdrawnModelGetsNoMoreBatchesThere) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m"), Offer("n")}), &link);
+  ASSERT_TRUE(scheduler_->Withdraw("w1", session, "m", "corrupt checkpoint").ok());
+  auto reply = Submit({TokenJob("a", "m"), TokenJob("b", "n")});
+  auto assigns = link.Of(WorkerCommand::Kind::kAssign);
+  ASSERT_EQ(assigns.size(), 1u);
+  EXPECT_EQ(assigns[0].model, "n");
+  EXPECT_EQ(GetJob(reply.job_ids[0]).state, JobState::kQueued);
+  auto workers = scheduler_->ListWorkers();
+  EXPECT_EQ((*workers)[0].info.models.size(), 1u);
+}
+
+TEST_F(SchedulerTest, EstimateUsesTheWorkersFigures) {
+  FakeLink link;
+  WorkerInfo info = Worker("w1", 100'000, {Offer("m", 1000)});
+  info.models[0].seconds_per_pass = 3.0;
+  Attach(info, &link);
+  auto estimate = scheduler_->EstimateModel("m", 4, 10, 15);  // 25 tokens a job: 4 per batch
+  ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
+  ASSERT_EQ(estimate->workers.size(), 1u);
+  EXPECT_EQ(estimate->workers[0].jobs_per_batch, 4);
+  EXPECT_FALSE(estimate->workers[0].measured);
+  ASSERT_TRUE(estimate->seconds.has_value());
+  EXPECT_DOUBLE_EQ(*estimate->seconds, 15 * 3.0);
+  EXPECT_EQ(scheduler_->EstimateModel("nope", 1, 1, 1).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace nightshift::scheduler

@@ -1,0 +1,136 @@
+#include "scheduler/validate.h"
+
+#include <map>
+#include <set>
+
+namespace nightshift::scheduler {
+namespace {
+
+std::string Range(int64_t low, int64_t high) {
+  return "[" + std::to_string(low) + ", " + std::to_string(high) + "]";
+}
+
+// The reasons one job is bad; empty when it is fine.
+std::vector<std::string> JobProblems(JobSpec& job, const SubmitLimits& limits) {
+  std::vector<std::string> problems;
+  auto bad = [&](std::string reason) { problems.push_back(std::move(reason)); };
+  if (job.custom_id.empty()) bad("custom_id is empty");
+  if (job.model.empty()) bad("model is empty");
+  const bool chat = job.endpoint == Endpoint::kChatCompletions;
+  switch (job.prompt_kind) {
+    case PromptKind::kText:
+      if (chat) bad("/v1/chat/completions takes messages, not a prompt");
+      if (job.prompt_text.empty()) bad("prompt is empty");
+      break;
+    case PromptKind::kTokenIds:
+      if (chat) bad("/v1/chat/completions takes messages, not a prompt");
+      if (job.prompt_token_ids.empty()) bad("prompt is empty");
+      for (int32_t id : job.prompt_token_ids) {
+        if (id < 0) {
+          bad("prompt token id " + std::to_string(id) + " is negative");
+          break;
+        }
+      }
+      break;
+    case PromptKind::kChat:
+      if (!chat) bad("/v1/completions takes a prompt, not messages");
+      if (job.messages.empty()) bad("messages are empty");
+      for (size_t i = 0; i < job.messages.size(); ++i) {
+        if (job.messages[i].role.empty()) bad("message " + std::to_string(i) + " has no role");
+      }
+      break;
+  }
+  const bool classify = !job.labels.empty();
+  if (classify) {
+    if (job.max_new_tokens != 0) {
+      bad("labels together with generation (max_new_tokens " + std::to_string(job.max_new_tokens) +
+          "): a classification job scores its labels and generates nothing");
+    }
+    if (!job.stop.empty()) bad("labels together with stop strings");
+    if (static_cast<int64_t>(job.labels.size()) > limits.max_labels) {
+      bad(std::to_string(job.labels.size()) + " labels; at most " +
+          std::to_string(limits.max_labels));
+    }
+    std::set<std::string> seen;
+    for (const std::string& label : job.labels) {
+      if (label.empty()) bad("a label is empty");
+      if (!seen.insert(label).second) bad("label '" + label + "' appears twice");
+    }
+  } else {
+    if (job.max_new_tokens == 0) job.max_new_tokens = limits.default_max_new_tokens;
+    if (job.max_new_tokens < 1 || job.max_new_tokens > limits.max_new_tokens) {
+      bad("max_new_tokens " + std::to_string(job.max_new_tokens) + " is out of range " +
+          Range(1, limits.max_new_tokens));
+    }
+  }
+  const Sampling& s = job.sampling;
+  if (!(s.temperature >= 0 && s.temperature <= 2)) {
+    bad("temperature " + std::to_string(s.temperature) + " is out of range [0, 2]");
+  }
+  if (!(s.top_p > 0 && s.top_p <= 1))
+    bad("top_p " + std::to_string(s.top_p) + " is out of range (0, 1]");
+  if (s.top_k < 0) bad("top_k " + std::to_string(s.top_k) + " is negative");
+  if (job.top_logprobs < 0 || job.top_logprobs > limits.max_top_logprobs) {
+    bad("top_logprobs " + std::to_string(job.top_logprobs) + " is out of range " +
+        Range(0, limits.max_top_logprobs));
+  }
+  if (job.top_logprobs > 0 && !job.logprobs) bad("top_logprobs needs logprobs");
+  if (static_cast<int64_t>(job.stop.size()) > limits.max_stop) {
+    bad(std::to_string(job.stop.size()) + " stop strings; at most " +
+        std::to_string(limits.max_stop));
+  }
+  for (const std::string& stop : job.stop) {
+    if (stop.empty()) bad("a stop string is empty");
+  }
+  return problems;
+}
+
+}  // namespace
+
+Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits) {
+  if (jobs.empty()) return InvalidArgument("the request has no jobs");
+  if (static_cast<int64_t>(jobs.size()) > limits.max_jobs_per_request) {
+    return InvalidArgument("the request has " + std::to_string(jobs.size()) + " jobs; at most " +
+                           std::to_string(limits.max_jobs_per_request) +
+                           " per request (send the rest in further chunks)");
+  }
+  if (request_bytes > limits.max_request_bytes) {
+    return InvalidArgument("the request is " + std::to_string(request_bytes) + " bytes; at most " +
+                           std::to_string(limits.max_request_bytes) + " (send it in chunks)");
+  }
+  std::string errors;
+  std::map<std::string, size_t> first_use;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    std::vector<std::string> problems = JobProblems(jobs[i], limits);
+    if (!jobs[i].custom_id.empty()) {
+      auto [it, inserted] = first_use.emplace(jobs[i].custom_id, i);
+      if (!inserted) {
+        problems.push_back("duplicate custom_id '" + jobs[i].custom_id + "' (job " +
+                           std::to_string(it->second) + ")");
+      }
+    }
+    for (const std::string& problem : problems) {
+      if (!errors.empty()) errors += "; ";
+      errors += "job " + std::to_string(i) + ": " + problem;
+    }
+  }
+  if (!errors.empty()) return InvalidArgument(errors);
+  return Status::Ok();
+}
+
+Status CheckContext(const JobSpec& spec, const TokenisedPrompt& tokens,
+                    int64_t max_context_tokens) {
+  if (max_context_tokens <= 0) return Status::Ok();
+  const int64_t needed = KvTokens(spec, tokens);
+  if (needed <= max_context_tokens) return Status::Ok();
+  const int64_t prompt = static_cast<int64_t>(tokens.prompt.size());
+  const std::string rest = spec.labels.empty() ? std::to_string(spec.max_new_tokens) + " new tokens"
+                                               : std::to_string(needed - prompt) + " label tokens";
+  return InvalidArgument("prompt of " + std::to_string(prompt) + " tokens + " + rest + " = " +
+                         std::to_string(needed) + " tokens exceeds the model's context of " +
+                         std::to_string(max_context_tokens) +
+                         " tokens (prompts are never "
+                         "truncated)");
+}
+
+}  // namespace nightshift::scheduler

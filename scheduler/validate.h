@@ -1,0 +1,40 @@
+// Validation of a SubmitJobs request before anything is stored: every bad job
+// is named by its index in the request with its reason, so a request is
+// refused whole (like an OpenAI batch that fails validation) and nothing is
+// half-submitted. Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/types.h"
+
+namespace nightshift::scheduler {
+
+struct SubmitLimits {
+  int64_t max_jobs_per_request = 100'000;
+  int64_t max_request_bytes = 64ll << 20;
+  int32_t max_new_tokens = 1 << 20;
+  int32_t default_max_new_tokens = 16;  // generation jobs that give 0 (OpenAI's default)
+  int32_t max_labels = 64;
+  int32_t max_stop = 4;
+  int32_t max_top_logprobs = 20;
+};
+
+// Checks the request as a whole (job count, `request_bytes`) and every job:
+// custom_id present and unique in the request, model named, a non-empty
+// prompt that matches the url (chat messages for /v1/chat/completions, text
+// or token ids for /v1/completions), max new tokens in range, sampling values
+// in OpenAI's ranges, stop strings, labels (classification) not mixed with
+// generation settings. Fills defaults (max new tokens) in `jobs`.
+// Returns OK, or InvalidArgument listing every bad job: "job 3: max_new_tokens
+// -1 is out of range [1, 1048576]; job 7: duplicate custom_id 'a' (job 2)".
+Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits);
+
+// The context check at tokenisation: prompt + max new tokens (or + label
+// tokens) must fit `max_context_tokens` (0 = unknown: no check).
+// InvalidArgument naming the figures otherwise; the prompt is never truncated.
+Status CheckContext(const JobSpec& spec, const TokenisedPrompt& tokens, int64_t max_context_tokens);
+
+}  // namespace nightshift::scheduler
