@@ -300,7 +300,6 @@ Status GroupTensors(const std::string& dir_label, Checkpoint* ckpt) {
   ckpt->embedding.kind = TensorGroup::Kind::kEmbedding;
   ckpt->head.kind = TensorGroup::Kind::kHead;
   ckpt->other.kind = TensorGroup::Kind::kOther;
-  ckpt->tied_embeddings = true;
   std::map<int, TensorGroup> layers;
   for (size_t i = 0; i < ckpt->tensors.size(); ++i) {
     const TensorInfo& t = ckpt->tensors[i];
@@ -314,7 +313,9 @@ Status GroupTensors(const std::string& dir_label, Checkpoint* ckpt) {
         break;
       case TensorGroup::Kind::kHead:
         Add(t, static_cast<int>(i), &ckpt->head);
-        if (IsLmHead(parts)) ckpt->tied_embeddings = false;
+        if (IsLmHead(parts) && (ckpt->lm_head < 0 || parts.back() == "weight")) {
+          ckpt->lm_head = static_cast<int>(i);
+        }
         break;
       case TensorGroup::Kind::kLayer: {
         TensorGroup& g = layers[placement->layer];
@@ -328,6 +329,7 @@ Status GroupTensors(const std::string& dir_label, Checkpoint* ckpt) {
         break;
     }
   }
+  ckpt->tied_embeddings = ckpt->lm_head < 0;
   for (auto& [index, group] : layers) {
     const int expected = static_cast<int>(ckpt->layers.size());
     if (index != expected) {

@@ -94,6 +94,9 @@ struct Checkpoint {
   // tensors, not from config `tie_word_embeddings`: a checkpoint that stores a
   // copy of the embedding as lm_head is streamed as untied.
   bool tied_embeddings = false;
+  // Index into `tensors` of the LM head weight (a head tensor named as above,
+  // preferring one ending in "weight"), or -1 when tied.
+  int lm_head = -1;
   uint64_t total_bytes = 0;  // sum of all tensor sizes
 
   // The tensor called `name`, or nullptr. O(log n).

@@ -81,6 +81,12 @@ TEST_P(FixtureTest, ReadsWhatTheFilesHold) {
   EXPECT_EQ(ckpt.total_bytes, e.data_bytes);  // fixtures pack spans with no gaps
   EXPECT_EQ(ckpt.layers.size(), config["num_hidden_layers"].get<size_t>());
   EXPECT_EQ(ckpt.tied_embeddings, !e.has_lm_head);
+  if (e.has_lm_head) {
+    const std::string& lm_head = ckpt.tensors.at(ckpt.lm_head).name;
+    EXPECT_TRUE(lm_head == "lm_head.weight" || lm_head == "embed_out.weight") << lm_head;
+  } else {
+    EXPECT_EQ(ckpt.lm_head, -1);
+  }
   EXPECT_EQ(ckpt.tied_embeddings, config["tie_word_embeddings"].get<bool>());
   EXPECT_EQ(e.dtypes, std::set<std::string>{TorchDTypeToSafetensors(config["torch_dtype"])});
   EXPECT_TRUE(ckpt.generation_config.is_null());
@@ -239,6 +245,7 @@ TEST(GroupingTest, BareGpt2NamesAndUnknownTensors) {
             (std::vector<std::string>{"h.0.attn.bias", "h.0.mlp.c_fc.weight"}));
   EXPECT_EQ(Names(*ckpt, ckpt->head), (std::vector<std::string>{"lm_head.weight", "ln_f.weight"}));
   EXPECT_FALSE(ckpt->tied_embeddings);
+  EXPECT_EQ(ckpt->tensors[ckpt->lm_head].name, "lm_head.weight");
   EXPECT_EQ(Names(*ckpt, ckpt->other),
             (std::vector<std::string>{"model.rotary_emb.inv_freq", "score.weight"}));
   EXPECT_EQ(ckpt->total_bytes, (64 + 64 + 64 + 4 + 64 + 2 + 8) * 4u);
