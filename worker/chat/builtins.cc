@@ -8,6 +8,7 @@
 
 #include "worker/chat/error.h"
 #include "worker/chat/pystr.h"
+#include "worker/chat/strformat.h"
 
 namespace nightshift::chat {
 
@@ -339,15 +340,16 @@ const StrMethod kStrMethods[] = {
            !p.empty() && p.size() <= s.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
        return Value::String(ends ? s.substr(0, s.size() - p.size()) : s);
      }},
+    {"format", [](const std::string& s, CallArgs a) { return Value::String(StrFormat(s, a)); }},
 };
 
 // Python str methods not implemented here: accessing one is an error
 // naming it rather than Undefined.
 constexpr std::string_view kUnsupportedStrMethods[] = {
-    "casefold",    "center",     "encode",    "expandtabs",   "format",
-    "format_map",  "isascii",    "isdecimal", "isidentifier", "isnumeric",
-    "isprintable", "istitle",    "ljust",     "maketrans",    "partition",
-    "rjust",       "rpartition", "swapcase",  "translate",    "zfill"};
+    "casefold",   "center",    "encode",       "expandtabs", "format_map",
+    "isascii",    "isdecimal", "isidentifier", "isnumeric",  "isprintable",
+    "istitle",    "ljust",     "maketrans",    "partition",  "rjust",
+    "rpartition", "swapcase",  "translate",    "zfill"};
 
 Value BindMethod(const Value& self, Method method) {
   std::string text = self.string_value();
@@ -577,7 +579,10 @@ Value Arithmetic(ast::Op op, const Value& a, const Value& b, const char* symbol)
         return Value::Float(static_cast<double>(x) / static_cast<double>(y));
       case ast::Op::kFloorDiv:
       case ast::Op::kMod: {
-        if (y == 0) ThrowError("integer division or modulo by zero");
+        if (y == 0) {
+          ThrowError(op == ast::Op::kMod ? "integer modulo by zero"
+                                         : "integer division or modulo by zero");
+        }
         if (x == std::numeric_limits<int64_t>::min() && y == -1) ThrowOverflow();
         int64_t q = x / y, m = x % y;
         if (m != 0 && ((m < 0) != (y < 0))) {
@@ -735,7 +740,7 @@ Value BinaryOp(ast::Op op, const Value& left, const Value& right) {
     case ast::Op::kMul:
       return Multiply(left, right);
     case ast::Op::kMod:
-      if (left.is_string()) ThrowUnsupported("printf-style string formatting ('...' % values)");
+      if (left.is_string()) return Value::String(PercentFormat(left.string_value(), right));
       [[fallthrough]];
     default:
       if (!left.is_number() || !right.is_number()) UnsupportedOperands(Symbol(op), left, right);

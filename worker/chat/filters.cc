@@ -9,6 +9,7 @@
 #include "worker/chat/builtins.h"
 #include "worker/chat/error.h"
 #include "worker/chat/pystr.h"
+#include "worker/chat/strformat.h"
 
 namespace nightshift::chat {
 namespace {
@@ -655,6 +656,22 @@ Value DoAttr(const Value& value, CallArgs args) {
                           pystr::Repr(name));
 }
 
+// Jinja's format: `value % (kwargs or args)`.
+Value DoFormat(const Value& value, CallArgs args) {
+  if (!args.positional.empty() && !args.keyword.empty()) {
+    ThrowError("can't handle positional and keyword arguments at the same time");
+  }
+  Value operand;
+  if (!args.keyword.empty()) {
+    Dict mapping;
+    for (auto& [key, v] : args.keyword) mapping.Set(Value::String(key), std::move(v));
+    operand = Value::MakeDict(std::move(mapping));
+  } else {
+    operand = Value::Tuple(std::move(args.positional));
+  }
+  return Value::String(PercentFormat(ToStr(value), operand));
+}
+
 Value DoMap(const Value& value, CallArgs args) {
   if (!Truthy(value)) return Generator({});
   ValueList items = Items(value);
@@ -729,6 +746,7 @@ const FilterEntry kFilters[] = {
     {"first", DoFirst},
     {"float", DoFloat},
     {"forceescape", DoEscape},
+    {"format", DoFormat},
     {"indent", DoIndent},
     {"int", DoInt},
     {"items", DoItems},
@@ -766,9 +784,9 @@ const FilterEntry kFilters[] = {
 };
 
 // Jinja2 builtin filters not implemented here.
-constexpr std::string_view kUnsupportedFilters[] = {
-    "filesizeformat", "format",    "groupby", "pprint",   "random",
-    "striptags",      "urlencode", "urlize",  "wordwrap", "xmlattr"};
+constexpr std::string_view kUnsupportedFilters[] = {"filesizeformat", "groupby",   "pprint",
+                                                    "random",         "striptags", "urlencode",
+                                                    "urlize",         "wordwrap",  "xmlattr"};
 
 const FilterEntry* FindFilter(std::string_view name) {
   for (const FilterEntry& entry : kFilters) {

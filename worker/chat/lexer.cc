@@ -217,7 +217,10 @@ class Lexer {
                             block ? "{%" : "{{", 0, 0, line_});
     balance_.clear();
     while (true) {
-      if (p >= src_.size()) return Error("unexpected end of template, expected end of tag");
+      if (p >= src_.size()) {
+        return Error(std::string("unexpected end of template, expected '") +
+                     (block ? "end of statement block" : "end of print statement") + "'.");
+      }
       if (balance_.empty()) {
         if (auto end = MatchTagEnd(kind, p)) {
           tokens_.push_back(Token{block ? TokenType::kBlockEnd : TokenType::kVariableEnd,

@@ -323,7 +323,7 @@ class Parser {
 
   StmtPtr ParseLoopControl() {
     const Token& token = Advance();
-    if (loop_depth_ == 0) Fail("'" + token.text + "' outside of a loop", token.line);
+    if (loop_depth_ == 0) Fail("'" + token.text + "' outside loop", token.line);
     return std::make_unique<ast::LoopControl>(token.line, token.text == "break");
   }
 
@@ -764,6 +764,9 @@ class Parser {
     if (IsOp("(")) {
       test->args = ParseArgs();
     } else if (starts_argument && !IsName("else") && !IsName("or") && !IsName("and") &&
+               // Jinja would take `if` as the test's argument and then fail
+               // on `x is defined if c else y`; the conditional expression is
+               // the only reading an author can mean.
                !IsName("if")) {
       if (IsName("is")) Fail("You cannot chain multiple tests with is");
       test->args.positional.push_back(ParsePostfix(ParsePrimary()));
