@@ -1,0 +1,154 @@
+// Runs the built `nightshift inspect` on fixtures and corrupted copies and
+// checks its output and exit codes.
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/checkpoint/test_util.h"
+
+namespace nightshift::checkpoint {
+namespace {
+
+using nlohmann::json;
+using testing::FixtureDir;
+using testing::ReadFileBytes;
+using testing::TempDir;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `nightshift ARGS` with stdout and stderr captured.
+CliRun Nightshift(const std::string& args) {
+  const char* bin = std::getenv("NIGHTSHIFT_BIN_DIR");
+  EXPECT_NE(bin, nullptr) << "NIGHTSHIFT_BIN_DIR is not set (run through ctest)";
+  if (bin == nullptr) return {};
+  TempDir tmp;
+  const std::string cmd =
+      std::string(bin) + "/nightshift " + args + " >" + (tmp / "out") + " 2>" + (tmp / "err");
+  const int status = std::system(cmd.c_str());
+  CliRun run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = ReadFileBytes(tmp / "out");
+  run.err = ReadFileBytes(tmp / "err");
+  return run;
+}
+
+// Sum of the data section sizes of the fixture's safetensors files.
+uint64_t DataBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".safetensors") {
+      total += testing::SplitSafetensors(ReadFileBytes(entry.path().string())).data_size;
+    }
+  }
+  return total;
+}
+
+TEST(InspectCliTest, JsonDescribesAShardedCheckpoint) {
+  const std::string dir = FixtureDir("llama-gqa-sharded");
+  const CliRun run = Nightshift("inspect --model-dir " + dir + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  const json out = json::parse(run.out);
+  EXPECT_EQ(out["dir"], std::filesystem::canonical(dir).string());
+  EXPECT_EQ(out["model_type"], "llama");
+  EXPECT_EQ(out["architecture"], "LlamaForCausalLM");
+  EXPECT_EQ(out["layers"], 2);
+  ASSERT_EQ(out["layer_bytes"].size(), 2u);
+  EXPECT_EQ(out["layer_bytes"][0], out["layer_bytes"][1]);
+  EXPECT_EQ(out["tied_embeddings"], false);
+  EXPECT_EQ(out["lm_head"], "lm_head.weight");
+  EXPECT_EQ(out["embedding"]["tensors"], json({"model.embed_tokens.weight"}));
+  EXPECT_EQ(out["head"]["tensors"], json({"lm_head.weight", "model.norm.weight"}));
+  const uint64_t total = DataBytes(dir);
+  EXPECT_EQ(out["total_bytes"], total);
+  EXPECT_EQ(out["dtypes"], json({{"F32", {{"tensors", 21}, {"bytes", total}}}}));
+  EXPECT_EQ(out["tensors"], 21);
+  ASSERT_EQ(out["files"].size(), 2u);
+  EXPECT_EQ(out["files"][0]["name"], "model-00001-of-00002.safetensors");
+  EXPECT_EQ(out["files"][0]["tensors"], 10);
+  EXPECT_EQ(out["files"][1]["tensors"], 11);
+  const uint64_t layer = out["layer_bytes"][0];
+  const uint64_t embedding = out["embedding"]["bytes"];
+  const uint64_t head = out["head"]["bytes"];
+  EXPECT_EQ(embedding + head + 2 * layer, total);
+  EXPECT_EQ(out["largest_group"]["bytes"], std::max({layer, embedding, head}));
+}
+
+TEST(InspectCliTest, TextNamesTiedHeadAndIgnoredTensors) {
+  const CliRun run = Nightshift("inspect --model-dir " + FixtureDir("llama3-tied-invfreq"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("architecture   llama (LlamaForCausalLM)\n"), std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("layers         2\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("lm head        tied to the embedding\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("model.layers.1.self_attn.rotary_emb.inv_freq F32 [8]"), std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("in 22 tensors\n"), std::string::npos) << run.out;
+}
+
+TEST(InspectCliTest, CorruptCheckpointFailsWithOneLine) {
+  TempDir tmp;
+  const std::string dir = tmp / "bad";
+  testing::CopyFixture("llama-bf16", dir);
+  // Claim one more element for the final norm than its span holds.
+  const std::string path = dir + "/model.safetensors";
+  const std::string bytes = ReadFileBytes(path);
+  const auto split = testing::SplitSafetensors(bytes);
+  json header = json::parse(split.header);
+  header["model.norm.weight"]["shape"] = {65};
+  testing::WriteSafetensors(path, header.dump(), 0);
+  testing::WriteFileBytes(path, ReadFileBytes(path) + bytes.substr(bytes.size() - split.data_size));
+
+  for (const char* flags : {"", " --json"}) {
+    const CliRun run = Nightshift("inspect --model-dir " + dir + flags);
+    EXPECT_EQ(run.exit_code, 1) << flags;
+    const std::string expected = "nightshift inspect: " + path +
+                                 ": tensor 'model.norm.weight': shape [65] x BF16 is 130 bytes " +
+                                 "but span";
+    EXPECT_EQ(run.err.rfind(expected, 0), 0u) << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+    if (*flags != '\0') {
+      const json out = json::parse(run.out);
+      EXPECT_EQ("nightshift inspect: " + out["error"].get<std::string>() + "\n", run.err);
+    } else {
+      EXPECT_EQ(run.out, "");
+    }
+  }
+}
+
+TEST(InspectCliTest, PickleOnlyIsRefusedWithTheReason) {
+  TempDir tmp;
+  testing::CopyFixture("mistral", tmp / "m");
+  std::filesystem::rename(tmp / "m/model.safetensors", tmp / "m/pytorch_model.bin");
+  const CliRun run = Nightshift("inspect --model-dir " + (tmp / "m"));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("reading one layer of a pickle means reading the whole file"),
+            std::string::npos)
+      << run.err;
+}
+
+TEST(InspectCliTest, UsageErrorsAndHelp) {
+  EXPECT_EQ(Nightshift("inspect").exit_code, 2);
+  EXPECT_EQ(Nightshift("inspect --model-dir").exit_code, 2);
+  EXPECT_EQ(Nightshift("inspect --model-dir " + FixtureDir("phi3") + " extra").exit_code, 2);
+  const CliRun help = Nightshift("inspect --help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* key : {"layer_bytes", "largest_group", "tied_embeddings", "lm_head", "dtypes",
+                          "total_bytes", "files"}) {
+    EXPECT_NE(help.out.find(key), std::string::npos) << key;
+  }
+}
+
+}  // namespace
+}  // namespace nightshift::checkpoint
