@@ -73,7 +73,8 @@ StatusOr<uint64_t> FileSize(const File& file, const std::string& label) {
 }
 
 StatusOr<std::unique_ptr<File>> OpenFile(const std::string& path, const std::string& label) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted in the directory must not hang the reader.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return NotFound(label + ": no such file");
     return DataLoss(label + ": cannot open: " + ErrnoText());
@@ -96,6 +97,13 @@ StatusOr<json> ReadJsonObject(const std::string& path, const std::string& label,
   if (value.is_discarded()) return DataLoss(label + ": not valid JSON");
   if (!value.is_object()) return DataLoss(label + ": not a JSON object");
   return value;
+}
+
+// Whether `path` exists; unreadable counts as absent (the open that follows
+// reports why).
+bool Exists(const fs::path& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
 }
 
 bool IsUnder(const fs::path& path, const fs::path& dir) {
@@ -184,12 +192,12 @@ StatusOr<WeightMap> ReadIndex(const std::string& path, const std::string& label,
 // single file (an empty tensor name meaning "whatever the file holds").
 StatusOr<WeightMap> FindWeights(const std::string& dir_label, const fs::path& dir,
                                 const ReadOptions& options, bool* sharded) {
-  *sharded = fs::exists(dir / kIndex);
+  *sharded = Exists(dir / kIndex);
   if (*sharded) {
     return ReadIndex((dir / kIndex).string(), dir_label + "/" + kIndex, options.max_header_bytes);
   }
-  if (fs::exists(dir / kSingleFile)) return WeightMap{{"", kSingleFile}};
-  if (fs::exists(dir / kPickle) || fs::exists(dir / kPickleIndex)) {
+  if (Exists(dir / kSingleFile)) return WeightMap{{"", kSingleFile}};
+  if (Exists(dir / kPickle) || Exists(dir / kPickleIndex)) {
     return Unimplemented(dir_label +
                          ": only pytorch_model.bin, no safetensors: refused, because "
                          "reading one layer of a pickle means reading the whole file; convert "
@@ -346,7 +354,7 @@ Status ReadConfigs(const std::string& dir_label, const fs::path& dir, const Read
   NS_ASSIGN_OR_RETURN(ckpt->config,
                       ReadJsonObject((dir / kConfig).string(), dir_label + "/" + kConfig,
                                      options.max_header_bytes));
-  if (fs::exists(dir / kGenerationConfig)) {
+  if (Exists(dir / kGenerationConfig)) {
     NS_ASSIGN_OR_RETURN(ckpt->generation_config, ReadJsonObject((dir / kGenerationConfig).string(),
                                                                 dir_label + "/" + kGenerationConfig,
                                                                 options.max_header_bytes));
@@ -360,7 +368,7 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir, const ReadOptions& o
   std::error_code ec;
   const fs::path canonical = fs::canonical(dir, ec);
   if (ec) return NotFound(dir + ": no such directory");
-  if (!fs::is_directory(canonical)) return NotFound(dir + ": not a directory");
+  if (!fs::is_directory(canonical, ec)) return NotFound(dir + ": not a directory");
 
   Checkpoint ckpt;
   ckpt.dir = canonical.string();

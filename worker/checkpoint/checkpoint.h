@@ -109,6 +109,7 @@ struct Checkpoint {
 
 struct ReadOptions {
   // Headers larger than this are refused (real ones are well under 10 MB).
+  // config.json, generation_config.json and the index are held to it too.
   uint64_t max_header_bytes = 100ull << 20;
 };
 

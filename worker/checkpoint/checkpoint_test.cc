@@ -1,6 +1,7 @@
 #include "worker/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <functional>
@@ -251,6 +252,19 @@ TEST(GroupingTest, BareGpt2NamesAndUnknownTensors) {
   EXPECT_EQ(ckpt->total_bytes, (64 + 64 + 64 + 4 + 64 + 2 + 8) * 4u);
 }
 
+TEST(CheckpointTest, SymlinksInsideTheDirectoryAreFollowed) {
+  TempDir tmp;
+  testing::CopyFixture("llama-gqa-sharded", tmp / "m");
+  std::filesystem::create_directory(tmp / "m/blobs");
+  std::filesystem::rename(tmp / ("m/" + std::string("model-00001-of-00002.safetensors")),
+                          tmp / "m/blobs/abc");
+  std::filesystem::create_symlink("blobs/abc", tmp / "m/model-00001-of-00002.safetensors");
+  StatusOr<Checkpoint> ckpt = ReadCheckpoint(tmp / "m");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  EXPECT_EQ(ckpt->files[0].name, "model-00001-of-00002.safetensors");
+  EXPECT_EQ(ckpt->files[0].path, ckpt->dir + "/blobs/abc");
+}
+
 TEST(GroupingTest, ReadsGenerationConfig) {
   TempDir tmp;
   WriteSynthetic(tmp.path(), {{"model.layers.0.w", F32({2})}});
@@ -431,6 +445,12 @@ std::vector<Corruption> Corruptions() {
       {"index_missing_file", kSharded,
        [](const std::string& dir) { std::filesystem::remove(dir + "/" + kShard2); },
        "which does not exist", StatusCode::kNotFound, kShard2},
+      {"weights_not_a_file", kSingle,
+       [](const std::string& dir) {
+         std::filesystem::remove(dir + "/model.safetensors");
+         ASSERT_EQ(mkfifo((dir + "/model.safetensors").c_str(), 0600), 0);
+       },
+       "not a regular file", StatusCode::kDataLoss, "model.safetensors"},
       {"file_too_short", kSingle,
        [](const std::string& dir) { WriteFileBytes(dir + "/model.safetensors", "abc"); },
        "too short for a safetensors header", StatusCode::kDataLoss, "model.safetensors"},
