@@ -30,10 +30,20 @@ constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kPickle[] = "pytorch_model.bin";
 constexpr char kPickleIndex[] = "pytorch_model.bin.index.json";
 
+// "DIR/NAME" for messages; `name` comes from the index, so it is quoted if
+// it holds anything unprintable.
+std::string FileLabel(const std::string& dir_label, const std::string& name) {
+  const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  return dir_label + "/" + (printable ? name : Quoted(name));
+}
+
 // Tensor name -> file name, from the index (or the single file).
 using WeightMap = std::map<std::string, std::string>;
 
-std::string ErrnoText() { return std::strerror(errno); }
+// Thread-safe, unlike strerror.
+std::string ErrnoText() { return std::error_code(errno, std::generic_category()).message(); }
 
 // An open file descriptor, closed on destruction.
 class File {
@@ -116,7 +126,7 @@ bool IsUnder(const fs::path& path, const fs::path& dir) {
 StatusOr<std::string> ResolveWeightFile(const fs::path& dir, const std::string& name,
                                         const std::string& label) {
   const fs::path rel(name);
-  if (name.empty() || rel.is_absolute()) {
+  if (name.empty() || name.find('\0') != std::string::npos || rel.is_absolute()) {
     return DataLoss(label + ": file name " + Quoted(name) + " is not a relative path");
   }
   for (const fs::path& part : rel) {
@@ -224,16 +234,16 @@ Status CheckUniqueNames(const std::string& dir_label, const std::vector<FileInfo
 Status CheckAgainstIndex(const std::string& dir_label, const WeightMap& map,
                          const std::vector<FileInfo>& files,
                          const std::vector<TensorInfo>& tensors) {
-  std::map<std::string, const TensorInfo*> held;
+  std::set<std::string> held;
   for (const TensorInfo& t : tensors) {
     const std::string& file = files[t.file].name;
-    const std::string label = dir_label + "/" + file + ": tensor " + Quoted(t.name);
+    const std::string label = FileLabel(dir_label, file) + ": tensor " + Quoted(t.name);
     auto listed = map.find(t.name);
     if (listed == map.end()) return DataLoss(label + " is not listed in " + kIndex);
     if (listed->second != file) {
       return DataLoss(label + " is listed in " + kIndex + " under " + Quoted(listed->second));
     }
-    held.emplace(t.name, &t);
+    held.insert(t.name);
   }
   for (const auto& [tensor, file] : map) {
     if (held.count(tensor) == 0) {
@@ -383,7 +393,7 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir, const ReadOptions& o
     FileInfo info;
     info.name = name;
     NS_ASSIGN_OR_RETURN(info.path, ResolveWeightFile(canonical, name, index_label));
-    NS_RETURN_IF_ERROR(ReadSafetensors(dir + "/" + name, options,
+    NS_RETURN_IF_ERROR(ReadSafetensors(FileLabel(dir, name), options,
                                        static_cast<int>(ckpt.files.size()), &info, &ckpt.tensors));
     ckpt.files.push_back(std::move(info));
   }

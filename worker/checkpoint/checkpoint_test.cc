@@ -282,7 +282,7 @@ TEST(HeaderTest, SortsByOffsetAndAllowsEmptyTensorsAndGaps) {
   const std::string header = R"({
     "__metadata__": {"format": "pt"},
     "b": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [16, 28]},
-    "a": {"dtype": "I64", "shape": [], "data_offsets": [0, 8]},
+    "a": {"dtype": "I64", "shape": [], "data_offsets": [-0, 8]},
     "empty1": {"dtype": "F32", "shape": [0, 5], "data_offsets": [4, 4]},
     "empty2": {"dtype": "F16", "shape": [0], "data_offsets": [4, 4]}
   })";

@@ -29,8 +29,10 @@ StatusOr<uint64_t> NonNegativeInt(const json& value, const std::string& what) {
     }
     return v;
   }
-  if (value.is_number_integer()) return DataLoss(what + " is negative");
-  return DataLoss(what + " is not an integer");
+  if (!value.is_number_integer()) return DataLoss(what + " is not an integer");
+  const int64_t v = value.get<int64_t>();  // "-0" parses as a signed zero
+  if (v < 0) return DataLoss(what + " is negative");
+  return static_cast<uint64_t>(v);
 }
 
 // Parses `text` as JSON, refusing duplicate top-level keys (nlohmann would
