@@ -211,7 +211,7 @@ Comparison CompareResident(const Sizing& sizing, const PlanResult& plan, const P
   Comparison c;
   double batch = static_cast<double>(std::max<int64_t>(1, options.batch));
   c.resident_whole_gb =
-      PyRound(sizing.checkpoint_gb + sizing.activation_gb + sizing.kv_cache_gb * batch, 1);
+      PyRound(sizing.checkpoint_gb + sizing.activation_gb + sizing.kv_cache_gb * batch, 6);
   c.resident_fits = options.budget_gb && std::isfinite(c.resident_whole_gb) &&
                     c.resident_whole_gb <= *options.budget_gb;
   if (c.resident_fits && mem_bw_gbs > 0) {

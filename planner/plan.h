@@ -126,7 +126,7 @@ inline constexpr double kResidentDecodeEfficiency = 0.7;
 
 // The same model run whole in memory, beside the streamed plan.
 struct Comparison {
-  double resident_whole_gb = 0;            // checkpoint + activations + KV x batch (1 decimal)
+  double resident_whole_gb = 0;            // checkpoint + activations + KV x batch (6 decimals)
   bool resident_fits = false;              // budget known and resident_whole_gb <= budget
   bool streamed_runs = false;              // the plan fits memory and disk and has a rate
   std::optional<double> resident_seconds;  // answer time resident (1 decimal)

@@ -236,7 +236,7 @@ TEST(CompareResidentTest, OnlyStreamingRuns) {
   PlanOptions options = Options(11.0, 4.0, 900.0);
   Sizing sizing = Heuristic70b(options);
   Comparison c = CompareResident(sizing, PlanSized(sizing, options), options, 1008.0);
-  EXPECT_EQ(c.resident_whole_gb, 141.8);  // 140 + 0.5 + 1.25
+  EXPECT_EQ(c.resident_whole_gb, 141.75);  // 140 + 0.5 + 1.25
   EXPECT_FALSE(c.resident_fits);
   EXPECT_TRUE(c.streamed_runs);
   EXPECT_EQ(c.resident_seconds, std::nullopt);
