@@ -170,7 +170,8 @@ Status Scheduler::ValidateWaiting(const std::string& model) {
 // ---------------------------------------------------------------- clients
 
 StatusOr<SubmitReply> Scheduler::Submit(SubmitRequest request) {
-  NS_RETURN_IF_ERROR(ValidateJobs(request.jobs, request.request_bytes, options_.limits));
+  NS_RETURN_IF_ERROR(
+      ValidateJobs(request.jobs, request.request_bytes, options_.limits, request.decode_problems));
   // Tokenisers and contexts are looked up under the lock; encoding runs outside it.
   std::map<std::string, std::shared_ptr<const PromptEncoder>> encoders;
   std::map<std::string, Status> encoder_errors;
@@ -405,13 +406,12 @@ StatusOr<int64_t> Scheduler::Attach(const WorkerHello& hello, WorkerLink* link) 
   if (runtime->link != nullptr) {
     runtime->link->Close(FailedPrecondition("superseded by a newer attach of worker " + info.id));
     runtime->link = nullptr;
+    runtime->info.connected = false;
   }
   NS_ASSIGN_OR_RETURN(int64_t session, store_->AttachWorker(info));
   runtime->info = info;
   runtime->info.session = session;
-  runtime->info.connected = true;
   runtime->info.last_seen_at_ms = clock_->NowMs();
-  runtime->link = link;
   runtime->draining = false;
   NS_ASSIGN_OR_RETURN(std::vector<JobChange> ended,
                       store_->ExpireWorkerBatches(info.id, hello.running_batches));
@@ -421,6 +421,9 @@ StatusOr<int64_t> Scheduler::Attach(const WorkerHello& hello, WorkerLink* link) 
   for (const auto& [batch_id, batch] : batches_) {
     if (batch->worker_id == info.id) runtime->batch_id = batch_id;
   }
+  // Only now, when nothing can fail any more, does the scheduler hold the link.
+  runtime->link = link;
+  runtime->info.connected = true;
   WorkerCommand welcome;
   welcome.kind = WorkerCommand::Kind::kWelcome;
   welcome.session = session;
@@ -700,13 +703,17 @@ void Scheduler::NotifySubmission(int64_t submission_id, std::vector<JobChange> c
   if (!status.ok()) return;
   const int64_t now = clock_->NowMs();
   for (WatchState* watch : watches) {
-    if (status->submission.done() || watch->eta_at_ms < 0 ||
-        now - watch->eta_at_ms >= kEtaRefreshMs) {
+    // A known ETA is recomputed at most once a second (it plays the whole
+    // queue out) and counted down in between; an unknown one is retried.
+    if (status->submission.done() || !watch->eta || now - watch->eta_at_ms >= kEtaRefreshMs) {
       watch->eta = EtaLocked(submission_id, *status);
       watch->eta_at_ms = now;
     }
     SubmissionUpdate update{*status, changes};
-    update.status.eta_seconds = watch->eta;
+    if (watch->eta) {  // counted down since it was computed
+      const double elapsed = static_cast<double>(now - watch->eta_at_ms) / 1000.0;
+      update.status.eta_seconds = std::max(0.0, *watch->eta - elapsed);
+    }
     watch->watcher->OnUpdate(update);
   }
 }

@@ -110,7 +110,8 @@ struct SubmitRequest {
   int64_t submission_id = 0;  // 0 = new; else append to this open submission
   bool keep_open = false;
   std::string idempotency_key;
-  int64_t request_bytes = 0;  // size on the wire, for the oversized-request check
+  int64_t request_bytes = 0;                 // size on the wire, for the oversized-request check
+  std::vector<std::string> decode_problems;  // per job, see ValidateJobs
 };
 
 struct SubmitReply {

@@ -87,7 +87,8 @@ std::vector<std::string> JobProblems(JobSpec& job, const SubmitLimits& limits) {
 
 }  // namespace
 
-Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits) {
+Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits,
+                    const std::vector<std::string>& decode_problems) {
   if (jobs.empty()) return InvalidArgument("the request has no jobs");
   if (static_cast<int64_t>(jobs.size()) > limits.max_jobs_per_request) {
     return InvalidArgument("the request has " + std::to_string(jobs.size()) + " jobs; at most " +
@@ -101,7 +102,11 @@ Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const Sub
   std::string errors;
   std::map<std::string, size_t> first_use;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    std::vector<std::string> problems = JobProblems(jobs[i], limits);
+    std::vector<std::string> problems;
+    if (i < decode_problems.size() && !decode_problems[i].empty()) {
+      problems.push_back(decode_problems[i]);
+    }
+    for (std::string& p : JobProblems(jobs[i], limits)) problems.push_back(std::move(p));
     if (!jobs[i].custom_id.empty()) {
       auto [it, inserted] = first_use.emplace(jobs[i].custom_id, i);
       if (!inserted) {

@@ -30,7 +30,11 @@ struct SubmitLimits {
 // generation settings. Fills defaults (max new tokens) in `jobs`.
 // Returns OK, or InvalidArgument listing every bad job: "job 3: max_new_tokens
 // -1 is out of range [1, 1048576]; job 7: duplicate custom_id 'a' (job 2)".
-Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits);
+// `decode_problems`, when not empty, holds one entry per job: what was
+// already wrong while decoding it from the wire (e.g. an unsupported url),
+// "" for none; those are listed with the rest.
+Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits,
+                    const std::vector<std::string>& decode_problems = {});
 
 // The context check at tokenisation: prompt + max new tokens (or + label
 // tokens) must fit `max_context_tokens` (0 = unknown: no check).

@@ -137,6 +137,12 @@ TEST(ValidateTest, EveryBadJobIsListed) {
             "empty");
 }
 
+TEST(ValidateTest, DecodeProblemsAreListedWithTheRest) {
+  std::vector<JobSpec> jobs = {TokenJob("a", "m"), TokenJob("", "m")};
+  Status status = ValidateJobs(jobs, 10, SubmitLimits{}, {"unsupported url '/v1/x'", ""});
+  EXPECT_EQ(status.message(), "job 0: unsupported url '/v1/x'; job 1: custom_id is empty");
+}
+
 TEST(ValidateTest, OversizedOrEmptyRequestsAreRefused) {
   SubmitLimits limits;
   limits.max_jobs_per_request = 2;

@@ -1,0 +1,95 @@
+// nightshift-scheduler: the one process users and workers talk to.
+// Every flag can also be given as an environment variable (the flag wins).
+
+#include <cstdlib>
+#include <iostream>
+
+#include "common/flags.h"
+#include "scheduler/server.h"
+
+namespace {
+
+using nightshift::Status;
+
+struct EnvFlag {
+  const char* flag;
+  const char* env;
+};
+
+constexpr EnvFlag kEnv[] = {
+    {"listen", "NIGHTSHIFT_LISTEN"},
+    {"db", "NIGHTSHIFT_DB"},
+    {"tokenizer-cache", "NIGHTSHIFT_TOKENIZER_CACHE"},
+    {"client-token", "NIGHTSHIFT_CLIENT_TOKEN"},
+    {"worker-token", "NIGHTSHIFT_WORKER_TOKEN"},
+    {"tls-cert", "NIGHTSHIFT_TLS_CERT"},
+    {"tls-key", "NIGHTSHIFT_TLS_KEY"},
+    {"lease-seconds", "NIGHTSHIFT_LEASE_SECONDS"},
+    {"heartbeat-seconds", "NIGHTSHIFT_HEARTBEAT_SECONDS"},
+    {"max-attempts", "NIGHTSHIFT_MAX_ATTEMPTS"},
+    {"metrics-port", "NIGHTSHIFT_METRICS_PORT"},
+};
+
+// Environment values first, as if given before the command line's flags, so
+// that a flag on the command line wins.
+std::vector<std::string> WithEnvironment(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (const EnvFlag& e : kEnv) {
+    const char* value = std::getenv(e.env);
+    if (value != nullptr) args.push_back(std::string("--") + e.flag + "=" + value);
+  }
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  nightshift::scheduler::ServerConfig config;
+  std::string help_env = "Environment variables (a flag on the command line wins):";
+  for (const auto& e : kEnv) help_env += std::string("\n  ") + e.env + " for --" + e.flag;
+  nightshift::FlagSet flags(
+      "nightshift-scheduler [--listen HOST:PORT] [--db PATH] [--client-token T --worker-token T] "
+      "[--tls-cert PEM --tls-key PEM] [--lease-seconds S] [--heartbeat-seconds S] "
+      "[--max-attempts N]",
+      "The nightshift scheduler: a durable SQLite job queue served over gRPC (JobService for "
+      "clients, WorkerService for workers, grpc.health.v1, server reflection). Without tokens "
+      "it listens on loopback only.\n\nExit codes: 0 stopped by SIGINT/SIGTERM, 1 failed to "
+      "start, 2 usage error.\n\n" +
+          help_env);
+  flags.String("listen", &config.listen, "address to serve on (port 0 picks one)", "HOST:PORT");
+  flags.String("db", &config.db_path, "SQLite database file (created if absent)", "PATH");
+  flags.String("tokenizer-cache", &config.tokenizer_cache,
+               "directory for cached tokenizer files (default: DB.tokenizers)", "DIR");
+  flags.String("client-token", &config.client_token, "bearer token clients must present", "TOKEN");
+  flags.String("worker-token", &config.worker_token, "bearer token workers must present", "TOKEN");
+  flags.String("tls-cert", &config.tls_cert, "PEM certificate chain (enables TLS)", "FILE");
+  flags.String("tls-key", &config.tls_key, "PEM private key for --tls-cert", "FILE");
+  flags.Double("lease-seconds", &config.lease_seconds,
+               "a batch's lease; heartbeats extend it, expiry requeues its jobs", "S");
+  flags.Double("heartbeat-seconds", &config.heartbeat_seconds,
+               "how often workers are asked to heartbeat", "S");
+  flags.Int("max-attempts", &config.max_attempts, "lost leases after which a job fails", "N");
+  flags.Int("metrics-port", &config.metrics_port,
+            "reserved for the Prometheus endpoint (not served yet)", "PORT");
+  Status parsed = flags.Parse(WithEnvironment(argc, argv));
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return 0;
+  }
+  if (!parsed.ok()) {
+    std::cerr << "nightshift-scheduler: " << parsed.message() << std::endl;
+    return 2;
+  }
+  if (!flags.positional().empty()) {
+    std::cerr << "nightshift-scheduler: unexpected argument '" << flags.positional()[0] << "'"
+              << std::endl;
+    return 2;
+  }
+  Status status = nightshift::scheduler::RunServer(config);
+  if (!status.ok()) {
+    std::cerr << "nightshift-scheduler: " << status.message() << std::endl;
+    return status.code() == nightshift::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

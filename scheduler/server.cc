@@ -1,0 +1,172 @@
+#include "scheduler/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "scheduler/scheduler.h"
+#include "scheduler/service.h"
+#include "scheduler/store.h"
+
+namespace nightshift::scheduler {
+
+namespace {
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Splits "host:port" ("[::1]:7400" for IPv6); InvalidArgument otherwise.
+Status SplitAddress(const std::string& address, std::string* host, std::string* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) {
+    return InvalidArgument("listen address '" + address + "' is not HOST:PORT");
+  }
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  if (!std::all_of(port->begin(), port->end(), ::isdigit)) {
+    return InvalidArgument("listen address '" + address + "' has a malformed port");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* SchedulerVersion() { return "0.1.0"; }
+
+bool IsLoopback(const std::string& address) {
+  std::string host, port;
+  if (!SplitAddress(address, &host, &port).ok()) return false;
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note) {
+  std::string host, port;
+  NS_RETURN_IF_ERROR(SplitAddress(config.listen, &host, &port));
+  if (config.client_token.empty() != config.worker_token.empty()) {
+    return InvalidArgument("--client-token and --worker-token go together: set both or neither");
+  }
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return InvalidArgument("--tls-cert and --tls-key go together: set both or neither");
+  }
+  if (config.lease_seconds <= 0 || config.heartbeat_seconds <= 0) {
+    return InvalidArgument("--lease-seconds and --heartbeat-seconds must be positive");
+  }
+  if (config.heartbeat_seconds >= config.lease_seconds) {
+    return InvalidArgument("--heartbeat-seconds must be shorter than --lease-seconds");
+  }
+  if (config.max_attempts < 1) return InvalidArgument("--max-attempts must be at least 1");
+  if (config.client_token.empty() && !IsLoopback(config.listen)) {
+    *note = "no tokens configured: listening on loopback 127.0.0.1:" + port + " only, not on " +
+            config.listen + " (set --client-token and --worker-token to serve other hosts)";
+    return "127.0.0.1:" + port;
+  }
+  if (config.client_token.empty()) {
+    *note = "no tokens configured: anyone on this host can submit and attach";
+  }
+  return config.listen;
+}
+
+Status RunServer(const ServerConfig& config) {
+  std::string note;
+  NS_ASSIGN_OR_RETURN(std::string address, BindAddress(config, &note));
+  if (!note.empty()) std::cerr << "nightshift-scheduler: " << note << std::endl;
+
+  // Signals go to the thread that waits for them, not to gRPC's threads.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(config.db_path, SystemClock()));
+  SchedulerOptions options;
+  options.lease_ms = static_cast<int64_t>(config.lease_seconds * 1000);
+  options.heartbeat_ms = static_cast<int64_t>(config.heartbeat_seconds * 1000);
+  options.max_attempts = static_cast<int32_t>(config.max_attempts);
+  options.tokenizer_cache_dir =
+      config.tokenizer_cache.empty() ? config.db_path + ".tokenizers" : config.tokenizer_cache;
+  Scheduler scheduler(store.get(), SystemClock(), options);
+  NS_RETURN_IF_ERROR(scheduler.Start());
+
+  ServiceOptions service_options;
+  service_options.client_token = config.client_token;
+  service_options.worker_token = config.worker_token;
+  service_options.version = SchedulerVersion();
+  service_options.schema_version = store->schema_version();
+  Service service(&scheduler, service_options);
+
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!config.tls_cert.empty()) {
+    NS_ASSIGN_OR_RETURN(std::string cert, ReadFile(config.tls_cert));
+    NS_ASSIGN_OR_RETURN(std::string key, ReadFile(config.tls_key));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, credentials, &port);
+  builder.RegisterService(service.job_service());
+  builder.RegisterService(service.worker_service());
+  builder.SetMaxReceiveMessageSize(128 << 20);
+  builder.SetMaxSendMessageSize(128 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return Unavailable("cannot listen on " + address);
+  server->GetHealthCheckService()->SetServingStatus(true);
+  const std::string bound = address.substr(0, address.rfind(':') + 1) + std::to_string(port);
+  std::cout << "nightshift-scheduler " << SchedulerVersion() << " listening on " << bound
+            << " (database " << config.db_path << ", schema " << store->schema_version() << ")"
+            << std::endl;
+  if (config.metrics_port != 0) {
+    std::cerr << "nightshift-scheduler: --metrics-port is reserved; the metrics endpoint is not "
+                 "built into this scheduler yet"
+              << std::endl;
+  }
+
+  // Leases expire on a timer finer than the lease.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  const auto tick = std::chrono::milliseconds(std::clamp<int64_t>(options.lease_ms / 10, 50, 1000));
+  std::thread ticker([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, tick, [&] { return stopping; })) {
+      lock.unlock();
+      scheduler.Tick();
+      lock.lock();
+    }
+  });
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::cerr << "nightshift-scheduler: signal " << signal_number << ", shutting down" << std::endl;
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  ticker.join();
+  return Status::Ok();
+}
+
+}  // namespace nightshift::scheduler

@@ -1,0 +1,139 @@
+// Child processes for the scheduler's integration tests: start a binary,
+// wait for a line on its standard output, signal it, reap it. Standard error
+// goes to a log file the test can print when it fails. A Process still
+// running when destroyed is killed (SIGKILL) and reaped.
+//
+// Not thread-safe; one owner per process.
+#pragma once
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace nightshift::scheduler::testing {
+
+class Process {
+ public:
+  // Starts argv[0] (a path) with the arguments; stderr is appended to
+  // `log_path`. Returns nullptr when it cannot be started.
+  static std::unique_ptr<Process> Start(const std::vector<std::string>& argv,
+                                        const std::string& log_path) {
+    int out[2];
+    if (pipe(out) != 0) return nullptr;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    if (rc != 0) {
+      close(out[0]);
+      return nullptr;
+    }
+    return std::unique_ptr<Process>(new Process(pid, out[0], log_path));
+  }
+
+  ~Process() {
+    if (running_) {
+      kill(pid_, SIGKILL);
+      Reap(-1);
+    }
+    close(stdout_);
+  }
+
+  // Reads standard output until a line containing `needle` (returned) or
+  // the timeout / end of output ("" then).
+  std::string WaitForLine(const std::string& needle, double timeout_seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds);
+    while (true) {
+      const size_t newline = buffer_.find('\n');
+      if (newline != std::string::npos) {
+        std::string line = buffer_.substr(0, newline);
+        buffer_.erase(0, newline + 1);
+        if (line.find(needle) != std::string::npos) return line;
+        continue;
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return "";
+      pollfd fd{stdout_, POLLIN, 0};
+      if (poll(&fd, 1, static_cast<int>(left)) <= 0) continue;
+      char chunk[4096];
+      const ssize_t n = read(stdout_, chunk, sizeof(chunk));
+      if (n <= 0) return "";
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+  void Signal(int signal_number) {
+    if (running_) kill(pid_, signal_number);
+  }
+
+  // Waits for the exit: the exit code, 128 + signal when killed, or -1 on
+  // timeout (the process is then killed).
+  int Wait(double timeout_seconds) { return Reap(timeout_seconds); }
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return running_; }
+  std::string Log() const {
+    std::ifstream in(log_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  Process(pid_t pid, int stdout_fd, std::string log_path)
+      : pid_(pid), stdout_(stdout_fd), log_path_(std::move(log_path)) {}
+
+  int Reap(double timeout_seconds) {
+    if (!running_) return exit_code_;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds);
+    int status = 0;
+    while (true) {
+      const pid_t done = waitpid(pid_, &status, timeout_seconds < 0 ? 0 : WNOHANG);
+      if (done == pid_) break;
+      if (Clock::now() >= deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        running_ = false;
+        exit_code_ = -1;
+        return -1;
+      }
+      usleep(10'000);
+    }
+    running_ = false;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_code_;
+  }
+
+  pid_t pid_;
+  int stdout_;
+  std::string log_path_;
+  std::string buffer_;
+  bool running_ = true;
+  int exit_code_ = 0;
+};
+
+}  // namespace nightshift::scheduler::testing

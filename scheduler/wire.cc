@@ -1,0 +1,405 @@
+#include "scheduler/wire.h"
+
+namespace nightshift::scheduler::wire {
+
+grpc::Status ToGrpcStatus(const Status& status) {
+  using grpc::StatusCode;
+  StatusCode code = StatusCode::UNKNOWN;
+  switch (status.code()) {
+    case nightshift::StatusCode::kOk:
+      return grpc::Status::OK;
+    case nightshift::StatusCode::kInvalidArgument:
+      code = StatusCode::INVALID_ARGUMENT;
+      break;
+    case nightshift::StatusCode::kNotFound:
+      code = StatusCode::NOT_FOUND;
+      break;
+    case nightshift::StatusCode::kAlreadyExists:
+      code = StatusCode::ALREADY_EXISTS;
+      break;
+    case nightshift::StatusCode::kFailedPrecondition:
+      code = StatusCode::FAILED_PRECONDITION;
+      break;
+    case nightshift::StatusCode::kOutOfRange:
+      code = StatusCode::OUT_OF_RANGE;
+      break;
+    case nightshift::StatusCode::kUnimplemented:
+      code = StatusCode::UNIMPLEMENTED;
+      break;
+    case nightshift::StatusCode::kResourceExhausted:
+      code = StatusCode::RESOURCE_EXHAUSTED;
+      break;
+    case nightshift::StatusCode::kDataLoss:
+      code = StatusCode::DATA_LOSS;
+      break;
+    case nightshift::StatusCode::kUnavailable:
+      code = StatusCode::UNAVAILABLE;
+      break;
+    case nightshift::StatusCode::kCancelled:
+      code = StatusCode::CANCELLED;
+      break;
+    case nightshift::StatusCode::kInternal:
+      code = StatusCode::INTERNAL;
+      break;
+  }
+  return grpc::Status(code, status.message());
+}
+
+v1::JobState ToProto(JobState state) {
+  switch (state) {
+    case JobState::kQueued:
+      return v1::JOB_STATE_QUEUED;
+    case JobState::kLeased:
+      return v1::JOB_STATE_LEASED;
+    case JobState::kRunning:
+      return v1::JOB_STATE_RUNNING;
+    case JobState::kSucceeded:
+      return v1::JOB_STATE_SUCCEEDED;
+    case JobState::kFailed:
+      return v1::JOB_STATE_FAILED;
+    case JobState::kCancelled:
+      return v1::JOB_STATE_CANCELLED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+std::optional<JobState> FromProto(v1::JobState state) {
+  for (JobState s : kAllJobStates) {
+    if (ToProto(s) == state) return s;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+Sampling FromProto(const v1::Sampling& s) {
+  Sampling out;
+  if (s.has_temperature()) out.temperature = s.temperature();
+  if (s.has_top_p()) out.top_p = s.top_p();
+  out.top_k = s.top_k();
+  out.has_seed = s.has_seed();
+  out.seed = s.seed();
+  return out;
+}
+
+void ToProto(const Sampling& s, v1::Sampling* out) {
+  out->set_temperature(s.temperature);
+  out->set_top_p(s.top_p);
+  out->set_top_k(s.top_k);
+  if (s.has_seed) out->set_seed(s.seed);
+}
+
+void ToProto(const ModelOffer& m, double measured, v1::ModelInfo* out) {
+  out->set_name(m.name);
+  out->set_kv_bytes_per_token(m.kv_bytes_per_token);
+  out->set_checkpoint_bytes(m.checkpoint_bytes);
+  out->set_seconds_per_pass(m.seconds_per_pass);
+  out->set_max_context_tokens(m.max_context_tokens);
+  out->set_tokenizer_hash(m.tokenizer_hash);
+  out->set_measured_seconds_per_pass(measured);
+}
+
+}  // namespace
+
+JobSpec FromProto(const v1::JobRequest& r, std::string* problem) {
+  JobSpec spec;
+  spec.custom_id = r.custom_id();
+  spec.model = r.model();
+  auto endpoint = ParseEndpointUrl(r.url());
+  if (endpoint.ok()) {
+    spec.endpoint = *endpoint;
+  } else {
+    *problem = endpoint.status().message();
+  }
+  switch (r.prompt_case()) {
+    case v1::JobRequest::kText:
+      spec.prompt_kind = PromptKind::kText;
+      spec.prompt_text = r.text();
+      break;
+    case v1::JobRequest::kChat:
+      spec.prompt_kind = PromptKind::kChat;
+      for (const auto& m : r.chat().messages()) spec.messages.push_back({m.role(), m.content()});
+      break;
+    case v1::JobRequest::kTokenIds:
+      spec.prompt_kind = PromptKind::kTokenIds;
+      spec.prompt_token_ids.assign(r.token_ids().ids().begin(), r.token_ids().ids().end());
+      break;
+    case v1::JobRequest::PROMPT_NOT_SET:
+      // Validation reports the missing prompt in the url's own terms.
+      spec.prompt_kind =
+          spec.endpoint == Endpoint::kChatCompletions ? PromptKind::kChat : PromptKind::kText;
+      break;
+  }
+  spec.max_new_tokens = r.max_new_tokens();
+  spec.sampling = FromProto(r.sampling());
+  spec.stop.assign(r.stop().begin(), r.stop().end());
+  spec.labels.assign(r.labels().begin(), r.labels().end());
+  spec.logprobs = r.logprobs();
+  spec.top_logprobs = r.top_logprobs();
+  spec.priority = r.priority();
+  return spec;
+}
+
+SubmitRequest FromProto(const v1::SubmitJobsRequest& request) {
+  SubmitRequest out;
+  out.submission_id = request.submission_id();
+  out.keep_open = request.keep_open();
+  out.idempotency_key = request.idempotency_key();
+  out.request_bytes = static_cast<int64_t>(request.ByteSizeLong());
+  for (const auto& job : request.jobs()) {
+    std::string problem;
+    out.jobs.push_back(FromProto(job, &problem));
+    out.decode_problems.push_back(std::move(problem));
+  }
+  return out;
+}
+
+void ToProto(const JobOutput& o, v1::JobOutput* out) {
+  out->set_text(o.text);
+  out->mutable_token_ids()->Assign(o.token_ids.begin(), o.token_ids.end());
+  out->set_finish_reason(o.finish_reason);
+  out->set_prompt_tokens(o.prompt_tokens);
+  out->set_completion_tokens(o.completion_tokens);
+  for (const auto& lp : o.logprobs) {
+    auto* t = out->add_logprobs();
+    t->set_token(lp.token);
+    t->set_text(lp.text);
+    t->set_logprob(lp.logprob);
+    for (const auto& top : lp.top) {
+      auto* x = t->add_top();
+      x->set_token(top.token);
+      x->set_text(top.text);
+      x->set_logprob(top.logprob);
+    }
+  }
+  for (const auto& l : o.labels) {
+    auto* x = out->add_labels();
+    x->set_label(l.label);
+    x->set_logprob(l.logprob);
+  }
+}
+
+JobOutput FromProto(const v1::JobOutput& o) {
+  JobOutput out;
+  out.text = o.text();
+  out.token_ids.assign(o.token_ids().begin(), o.token_ids().end());
+  out.finish_reason = o.finish_reason();
+  out.prompt_tokens = o.prompt_tokens();
+  out.completion_tokens = o.completion_tokens();
+  for (const auto& lp : o.logprobs()) {
+    TokenLogprob t{lp.token(), lp.text(), lp.logprob(), {}};
+    for (const auto& top : lp.top()) t.top.push_back({top.token(), top.text(), top.logprob()});
+    out.logprobs.push_back(std::move(t));
+  }
+  for (const auto& l : o.labels()) out.labels.push_back({l.label(), l.logprob()});
+  return out;
+}
+
+void ToProto(const JobView& view, v1::Job* out) {
+  const Job& job = view.job;
+  out->set_id(job.id);
+  out->set_submission_id(job.submission_id);
+  out->set_index(job.index);
+  out->set_custom_id(job.spec.custom_id);
+  out->set_model(job.spec.model);
+  out->set_url(EndpointUrl(job.spec.endpoint));
+  out->set_state(ToProto(job.state));
+  out->set_attempt(job.attempt);
+  out->set_max_attempts(job.max_attempts);
+  out->set_reason(job.reason);
+  out->set_worker_id(job.worker_id);
+  out->set_batch_id(job.batch_id);
+  out->set_tokenised(job.tokenised);
+  out->set_prompt_tokens(static_cast<int64_t>(job.tokens.prompt.size()));
+  out->set_kv_tokens(job.kv_tokens);
+  out->set_max_new_tokens(job.spec.max_new_tokens);
+  for (const auto& label : job.spec.labels) out->add_labels(label);
+  out->set_priority(job.spec.priority);
+  out->set_created_at_ms(job.created_at_ms);
+  out->set_updated_at_ms(job.updated_at_ms);
+  if (view.result && view.result->ok) {
+    ToProto(view.result->output, out->mutable_output());
+  } else if (view.result) {
+    out->set_error(view.result->error);
+  } else if (job.state == JobState::kFailed || job.state == JobState::kCancelled) {
+    out->set_error(job.reason);
+  }
+}
+
+void ToProto(const BatchStatus& b, v1::BatchProgress* out) {
+  out->set_batch_id(b.batch_id);
+  out->set_worker_id(b.worker_id);
+  out->set_model(b.model);
+  out->set_mode(b.mode);
+  out->set_passes_done(b.passes_done);
+  out->set_seconds_per_pass(b.seconds_per_pass);
+  out->set_last_pass_seconds(b.last_pass_seconds);
+  out->set_sequences(b.sequences);
+  out->set_jobs(b.jobs);
+}
+
+void ToProto(const SubmissionStatus& status, v1::Submission* out) {
+  const Submission& s = status.submission;
+  out->set_id(s.id);
+  out->set_created_at_ms(s.created_at_ms);
+  out->set_sealed(s.sealed);
+  out->set_done(s.done());
+  auto* c = out->mutable_counts();
+  c->set_queued(s.counts.queued);
+  c->set_leased(s.counts.leased);
+  c->set_running(s.counts.running);
+  c->set_succeeded(s.counts.succeeded);
+  c->set_failed(s.counts.failed);
+  c->set_cancelled(s.counts.cancelled);
+  c->set_total(s.counts.total());
+  if (status.eta_seconds) out->set_eta_seconds(*status.eta_seconds);
+  for (const auto& batch : status.batches) ToProto(batch, out->add_batches());
+  out->set_waiting_for_tokenizer(status.waiting_for_tokenizer);
+}
+
+void ToProto(const SubmissionUpdate& update, v1::SubmissionEvent* out) {
+  ToProto(update.status, out->mutable_submission());
+  for (const JobChange& c : update.changes) {
+    auto* change = out->add_changes();
+    change->set_job_id(c.job_id);
+    change->set_from(ToProto(c.from));
+    change->set_to(ToProto(c.to));
+    change->set_reason(c.reason);
+    change->set_worker_id(c.worker_id);
+  }
+}
+
+void ToProto(const WorkerStatus& w, v1::WorkerInfo* out) {
+  out->set_id(w.info.id);
+  out->set_device(w.info.device);
+  out->set_memory_budget_bytes(w.info.memory_budget_bytes);
+  out->set_kv_budget_bytes(w.info.kv_budget_bytes);
+  out->set_read_bytes_per_second(w.info.read_bytes_per_second);
+  out->set_max_batch_jobs(w.info.max_batch_jobs);
+  out->set_connected(w.info.connected);
+  out->set_draining(w.draining);
+  out->set_last_seen_at_ms(w.info.last_seen_at_ms);
+  out->set_open_model(w.info.open_model);
+  for (const ModelOffer& m : w.info.models) {
+    auto measured = w.measured_seconds_per_pass.find(m.name);
+    ToProto(m, measured == w.measured_seconds_per_pass.end() ? 0 : measured->second,
+            out->add_models());
+  }
+  out->set_busy(w.batch.has_value());
+  if (w.batch) ToProto(*w.batch, out->mutable_batch());
+}
+
+void ToProto(const Estimate& e, v1::EstimateResponse* out) {
+  out->set_model(e.model);
+  for (const ModelEstimate& w : e.workers) {
+    auto* x = out->add_workers();
+    x->set_worker_id(w.worker_id);
+    x->set_connected(w.connected);
+    ToProto(w.offer, w.measured ? w.seconds_per_pass : 0, x->mutable_model());
+    x->set_seconds_per_pass(w.seconds_per_pass);
+    x->set_measured(w.measured);
+    x->set_jobs_per_batch(w.jobs_per_batch);
+  }
+  if (e.seconds) out->set_seconds(*e.seconds);
+  out->set_queued_ahead(e.queued_ahead);
+}
+
+WorkerHello FromProto(const v1::WorkerHello& h) {
+  WorkerHello out;
+  out.info.id = h.worker_id();
+  out.info.device = h.device();
+  out.info.memory_budget_bytes = h.memory_budget_bytes();
+  out.info.kv_budget_bytes = h.kv_budget_bytes();
+  out.info.read_bytes_per_second = h.read_bytes_per_second();
+  out.info.max_batch_jobs = h.max_batch_jobs();
+  out.info.open_model = h.open_model();
+  for (const auto& m : h.models()) {
+    out.info.models.push_back({m.name(), m.kv_bytes_per_token(), m.checkpoint_bytes(),
+                               m.seconds_per_pass(), m.max_context_tokens(), m.tokenizer_hash()});
+  }
+  out.running_batches.assign(h.running_batches().begin(), h.running_batches().end());
+  return out;
+}
+
+TokenizerFiles FromProto(const v1::TokenizerUpload& upload) {
+  TokenizerFiles out;
+  for (const auto& [name, content] : upload.files()) out.files[name] = content;
+  out.eos_ids.assign(upload.eos_ids().begin(), upload.eos_ids().end());
+  return out;
+}
+
+PassProgress FromProto(const v1::PassReport& r) {
+  PassProgress out;
+  out.batch_id = r.batch_id();
+  out.pass_index = r.pass_index();
+  out.seconds = r.seconds();
+  out.bytes_read = r.bytes_read();
+  out.io_wait_seconds = r.io_wait_seconds();
+  out.sequences = r.sequences();
+  out.tokens = r.tokens();
+  out.mode = r.mode();
+  for (const auto& [job, generated] : r.generated()) out.generated[job] = generated;
+  out.free_kv_bytes = r.free_kv_bytes();
+  out.want_top_up = r.want_top_up();
+  return out;
+}
+
+JobResult FromProto(const v1::JobResultReport& r) {
+  JobResult out;
+  out.batch_id = r.batch_id();
+  out.job_id = r.job_id();
+  out.ok = r.outcome_case() == v1::JobResultReport::kOutput;
+  if (out.ok) {
+    out.output = FromProto(r.output());
+  } else {
+    out.error = r.error().empty() ? "the worker reported a failure without a reason" : r.error();
+  }
+  return out;
+}
+
+void ToProto(const WorkerCommand& c, v1::SchedulerMessage* out) {
+  switch (c.kind) {
+    case WorkerCommand::Kind::kWelcome: {
+      auto* w = out->mutable_welcome();
+      w->set_session(c.session);
+      w->set_lease_seconds(static_cast<double>(c.lease_ms) / 1000.0);
+      w->set_heartbeat_seconds(static_cast<double>(c.heartbeat_ms) / 1000.0);
+      for (const auto& hash : c.missing_tokenizers) w->add_missing_tokenizers(hash);
+      break;
+    }
+    case WorkerCommand::Kind::kAssign: {
+      auto* a = out->mutable_assign();
+      a->set_batch_id(c.batch_id);
+      a->set_model(c.model);
+      a->set_lease_expires_at_ms(c.lease_expires_at_ms);
+      a->set_top_up(c.top_up);
+      for (const Job& job : c.jobs) {
+        auto* j = a->add_jobs();
+        j->set_job_id(job.id);
+        j->set_custom_id(job.spec.custom_id);
+        j->set_url(EndpointUrl(job.spec.endpoint));
+        j->mutable_prompt_token_ids()->Assign(job.tokens.prompt.begin(), job.tokens.prompt.end());
+        for (const auto& label : job.tokens.labels) {
+          j->add_label_token_ids()->mutable_ids()->Assign(label.begin(), label.end());
+        }
+        for (const auto& label : job.spec.labels) j->add_labels(label);
+        j->set_max_new_tokens(job.spec.max_new_tokens);
+        ToProto(job.spec.sampling, j->mutable_sampling());
+        for (const auto& stop : job.spec.stop) j->add_stop(stop);
+        j->set_logprobs(job.spec.logprobs);
+        j->set_top_logprobs(job.spec.top_logprobs);
+        j->set_attempt(job.attempt);
+      }
+      break;
+    }
+    case WorkerCommand::Kind::kCancel: {
+      auto* x = out->mutable_cancel();
+      x->set_batch_id(c.batch_id);
+      x->mutable_job_ids()->Assign(c.job_ids.begin(), c.job_ids.end());
+      x->set_reason(c.reason);
+      break;
+    }
+  }
+}
+
+}  // namespace nightshift::scheduler::wire
