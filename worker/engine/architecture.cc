@@ -1,0 +1,271 @@
+#include "worker/engine/architecture.h"
+
+#include <map>
+#include <set>
+#include <utility>
+
+namespace nightshift::engine {
+namespace {
+
+using checkpoint::DType;
+using checkpoint::TensorInfo;
+
+constexpr const char* kLayerWeightNames[kLayerWeightCount] = {
+    "attn_norm", "attn_norm_bias", "q",        "q_bias",        "k",         "k_bias",
+    "v",         "v_bias",         "qkv",      "qkv_bias",      "o",         "o_bias",
+    "q_norm",    "k_norm",         "mlp_norm", "mlp_norm_bias", "gate",      "gate_bias",
+    "up",        "up_bias",        "gate_up",  "down",          "down_bias",
+};
+
+bool IsSupportedWeightDType(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+bool EndsWith(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Where a bound tensor goes and what shape it must have.
+struct Slot {
+  const TensorInfo** target;
+  std::vector<int64_t> shape;
+};
+
+Status CheckTensor(const TensorInfo& tensor, const std::vector<int64_t>& shape) {
+  if (tensor.shape != shape) {
+    return DataLoss("tensor '" + tensor.name + "' has shape " + ShapeString(tensor.shape) +
+                    ", expected " + ShapeString(shape));
+  }
+  if (!IsSupportedWeightDType(tensor.dtype)) {
+    return Unimplemented("tensor '" + tensor.name + "' has dtype " +
+                         checkpoint::DTypeName(tensor.dtype) +
+                         "; only F32, F16 and BF16 weights are supported");
+  }
+  return Status::Ok();
+}
+
+// Every tensor the config expects, by name.
+std::map<std::string, Slot> ExpectedSlots(const TensorNames& names, const ModelConfig& c,
+                                          bool has_lm_head, ModelTensors* out) {
+  std::map<std::string, Slot> slots;
+  slots[names.embedding] = {&out->embedding, {c.vocab_size, c.hidden_size}};
+  slots[names.final_norm] = {&out->final_norm, {c.hidden_size}};
+  if (c.norm == NormKind::kLayerNorm) {
+    slots[names.final_norm_bias] = {&out->final_norm_bias, {c.hidden_size}};
+  }
+  if (!c.tied_embeddings || has_lm_head) {
+    slots[names.lm_head] = {&out->lm_head, {c.vocab_size, c.hidden_size}};
+  }
+  std::vector<LayerWeight> roles = ExpectedLayerWeights(c);
+  out->layers.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::string prefix = names.layer_prefix + std::to_string(i) + ".";
+    LayerTensors& layer = out->layers[static_cast<size_t>(i)];
+    for (LayerWeight role : roles) {
+      size_t r = static_cast<size_t>(role);
+      slots[prefix + names.layer[r]] = {&layer.weights[r], ExpectedShape(c, role)};
+    }
+  }
+  return slots;
+}
+
+}  // namespace
+
+const char* LayerWeightName(LayerWeight weight) {
+  return kLayerWeightNames[static_cast<size_t>(weight)];
+}
+
+const std::vector<const Architecture*>& Architectures() {
+  static const std::vector<const Architecture*> table = {
+      &LlamaArchitecture(), &MistralArchitecture(), &Qwen2Architecture(), &Qwen3Architecture(),
+      &GemmaArchitecture(), &GptNeoxArchitecture(), &Phi3Architecture(),
+  };
+  return table;
+}
+
+StatusOr<const Architecture*> FindArchitecture(const std::string& model_type) {
+  static const std::set<std::string> kMixtureOfExperts = {
+      "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx",
+      "olmoe",   "phimoe",    "jamba",     "granitemoe",  "jetmoe",      "arctic"};
+  if (kMixtureOfExperts.count(model_type)) {
+    return Unimplemented("model_type '" + model_type +
+                         "' is a mixture-of-experts model, which is not supported: every pass "
+                         "would read every expert of every layer");
+  }
+  std::string supported;
+  for (const Architecture* arch : Architectures()) {
+    if (arch->model_type == model_type) return arch;
+    supported += (supported.empty() ? "" : ", ") + arch->model_type;
+  }
+  return Unimplemented("model_type '" + model_type + "' is not supported (supported: " + supported +
+                       ")");
+}
+
+StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& json) {
+  ConfigReader reader(json);
+  std::string model_type = reader.String("model_type", "");
+  NS_RETURN_IF_ERROR(reader.status());
+  if (model_type.empty()) return DataLoss("config.json: required field 'model_type' is missing");
+  NS_ASSIGN_OR_RETURN(const Architecture* arch, FindArchitecture(model_type));
+  ModelConfig config;
+  NS_RETURN_IF_ERROR(arch->parse_config(json, &config));
+  config.model_type = model_type;
+  NS_RETURN_IF_ERROR(ValidateModelConfig(config));
+  return config;
+}
+
+std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& c) {
+  using W = LayerWeight;
+  const bool layer_norm = c.norm == NormKind::kLayerNorm;
+  std::vector<W> roles = {W::kAttnNorm};
+  if (layer_norm) roles.push_back(W::kAttnNormBias);
+  if (c.qkv_layout == QkvLayout::kSeparate) {
+    for (auto [weight, bias] :
+         {std::pair{W::kQ, W::kQBias}, {W::kK, W::kKBias}, {W::kV, W::kVBias}}) {
+      roles.push_back(weight);
+      if (c.qkv_bias) roles.push_back(bias);
+    }
+  } else {
+    roles.push_back(W::kQkv);
+    if (c.qkv_bias) roles.push_back(W::kQkvBias);
+  }
+  roles.push_back(W::kO);
+  if (c.o_bias) roles.push_back(W::kOBias);
+  if (c.qk_norm) {
+    roles.push_back(W::kQNorm);
+    roles.push_back(W::kKNorm);
+  }
+  roles.push_back(W::kMlpNorm);
+  if (layer_norm) roles.push_back(W::kMlpNormBias);
+  switch (c.mlp) {
+    case MlpKind::kGated:
+      roles.push_back(W::kGate);
+      if (c.mlp_bias) roles.push_back(W::kGateBias);
+      [[fallthrough]];
+    case MlpKind::kPlain:
+      roles.push_back(W::kUp);
+      if (c.mlp_bias) roles.push_back(W::kUpBias);
+      break;
+    case MlpKind::kGatedFused:
+      roles.push_back(W::kGateUp);
+      break;
+  }
+  roles.push_back(W::kDown);
+  if (c.mlp_bias) roles.push_back(W::kDownBias);
+  return roles;
+}
+
+std::vector<int64_t> ExpectedShape(const ModelConfig& c, LayerWeight role) {
+  const int64_t h = c.hidden_size;
+  const int64_t qkv_rows = c.q_dim() + 2 * c.kv_dim();
+  switch (role) {
+    case LayerWeight::kAttnNorm:
+    case LayerWeight::kAttnNormBias:
+    case LayerWeight::kMlpNorm:
+    case LayerWeight::kMlpNormBias:
+    case LayerWeight::kOBias:
+    case LayerWeight::kDownBias:
+      return {h};
+    case LayerWeight::kQ:
+      return {c.q_dim(), h};
+    case LayerWeight::kQBias:
+      return {c.q_dim()};
+    case LayerWeight::kK:
+    case LayerWeight::kV:
+      return {c.kv_dim(), h};
+    case LayerWeight::kKBias:
+    case LayerWeight::kVBias:
+      return {c.kv_dim()};
+    case LayerWeight::kQkv:
+      return {qkv_rows, h};
+    case LayerWeight::kQkvBias:
+      return {qkv_rows};
+    case LayerWeight::kO:
+      return {h, c.q_dim()};
+    case LayerWeight::kQNorm:
+    case LayerWeight::kKNorm:
+      return {c.head_dim};
+    case LayerWeight::kGate:
+    case LayerWeight::kUp:
+      return {c.intermediate_size, h};
+    case LayerWeight::kGateBias:
+    case LayerWeight::kUpBias:
+      return {c.intermediate_size};
+    case LayerWeight::kGateUp:
+      return {2 * c.intermediate_size, h};
+    case LayerWeight::kDown:
+      return {h, c.intermediate_size};
+    case LayerWeight::kCount:
+      break;
+  }
+  return {};
+}
+
+StatusOr<ModelTensors> BindTensors(const Architecture& arch, const ModelConfig& config,
+                                   const checkpoint::Checkpoint& checkpoint) {
+  const TensorNames& names = arch.names;
+  ModelTensors out;
+  bool has_lm_head = checkpoint.Find(names.lm_head) != nullptr;
+  std::map<std::string, Slot> slots = ExpectedSlots(names, config, has_lm_head, &out);
+  for (const TensorInfo& tensor : checkpoint.tensors) {
+    auto slot = slots.find(tensor.name);
+    if (slot == slots.end()) {
+      bool ignored = false;
+      for (const std::string& suffix : names.ignored_suffixes)
+        ignored |= EndsWith(tensor.name, suffix);
+      if (ignored) continue;
+      return DataLoss("unexpected tensor '" + tensor.name + "' for model_type '" + arch.model_type +
+                      "' with this config.json");
+    }
+    NS_RETURN_IF_ERROR(CheckTensor(tensor, slot->second.shape));
+    *slot->second.target = &tensor;
+  }
+  for (const auto& [name, slot] : slots) {
+    if (*slot.target == nullptr) return DataLoss("missing tensor '" + name + "'");
+  }
+  if (out.lm_head == nullptr) out.lm_head = out.embedding;
+  for (LayerTensors& layer : out.layers) {
+    for (const TensorInfo* tensor : layer.weights) layer.bytes += tensor ? tensor->size : 0;
+  }
+  return out;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+TensorNames LlamaStyleTensorNames() {
+  TensorNames n;
+  n.embedding = "model.embed_tokens.weight";
+  n.final_norm = "model.norm.weight";
+  n.lm_head = "lm_head.weight";
+  n.layer_prefix = "model.layers.";
+  auto set = [&n](LayerWeight role, const char* name) {
+    n.layer[static_cast<size_t>(role)] = name;
+  };
+  set(LayerWeight::kAttnNorm, "input_layernorm.weight");
+  set(LayerWeight::kQ, "self_attn.q_proj.weight");
+  set(LayerWeight::kQBias, "self_attn.q_proj.bias");
+  set(LayerWeight::kK, "self_attn.k_proj.weight");
+  set(LayerWeight::kKBias, "self_attn.k_proj.bias");
+  set(LayerWeight::kV, "self_attn.v_proj.weight");
+  set(LayerWeight::kVBias, "self_attn.v_proj.bias");
+  set(LayerWeight::kO, "self_attn.o_proj.weight");
+  set(LayerWeight::kOBias, "self_attn.o_proj.bias");
+  set(LayerWeight::kQNorm, "self_attn.q_norm.weight");
+  set(LayerWeight::kKNorm, "self_attn.k_norm.weight");
+  set(LayerWeight::kMlpNorm, "post_attention_layernorm.weight");
+  set(LayerWeight::kGate, "mlp.gate_proj.weight");
+  set(LayerWeight::kGateBias, "mlp.gate_proj.bias");
+  set(LayerWeight::kUp, "mlp.up_proj.weight");
+  set(LayerWeight::kUpBias, "mlp.up_proj.bias");
+  set(LayerWeight::kDown, "mlp.down_proj.weight");
+  set(LayerWeight::kDownBias, "mlp.down_proj.bias");
+  n.ignored_suffixes = {".inv_freq"};
+  return n;
+}
+
+}  // namespace nightshift::engine

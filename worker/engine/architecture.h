@@ -1,0 +1,144 @@
+// Architectures as data. An Architecture names a `model_type`, parses its
+// family's config.json into a ModelConfig (the generic decoder's flags) and
+// says what each weight is called in the checkpoint. Every architecture lives
+// in one small file (arch_<name>.cc) and is listed once in Architectures();
+// tests loop over that table.
+//
+// BindTensors() matches a checkpoint's tensors against what the architecture
+// and its config expect: every expected tensor present with the expected shape
+// and a supported dtype, nothing unexpected (persisted rotary tables and other
+// named buffers excepted).
+//
+// libtorch-free. Architectures are immutable statics, safe to share between
+// threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/engine/model_config.h"
+
+namespace nightshift::engine {
+
+// The weights of one decoder block, by role. Which are present depends on the
+// ModelConfig flags (see ExpectedLayerWeights).
+enum class LayerWeight {
+  kAttnNorm,
+  kAttnNormBias,
+  kQ,
+  kQBias,
+  kK,
+  kKBias,
+  kV,
+  kVBias,
+  kQkv,  // fused q/k/v (QkvLayout::kFusedBlocks or kFusedPerHead)
+  kQkvBias,
+  kO,
+  kOBias,
+  kQNorm,  // qk_norm
+  kKNorm,
+  kMlpNorm,
+  kMlpNormBias,
+  kGate,
+  kGateBias,
+  kUp,
+  kUpBias,
+  kGateUp,  // MlpKind::kGatedFused
+  kDown,
+  kDownBias,
+  kCount,
+};
+inline constexpr size_t kLayerWeightCount = static_cast<size_t>(LayerWeight::kCount);
+
+// A stable lower-case name for messages and tests ("q_bias").
+const char* LayerWeightName(LayerWeight weight);
+
+// What the tensors of an architecture are called.
+struct TensorNames {
+  std::string embedding;        // "model.embed_tokens.weight"
+  std::string final_norm;       // "model.norm.weight"
+  std::string final_norm_bias;  // LayerNorm families only
+  std::string lm_head;          // "lm_head.weight"; absent from tied checkpoints
+  std::string layer_prefix;     // "model.layers." (the layer index and a dot follow)
+  // Per role, the name after "<prefix><i>."; empty for roles the family never has.
+  std::array<std::string, kLayerWeightCount> layer;
+  // Name endings of buffers some checkpoints persist that are not weights
+  // (derived from the config) and are skipped, e.g. "rotary_emb.inv_freq".
+  std::vector<std::string> ignored_suffixes;
+};
+
+struct Architecture {
+  std::string model_type;  // config.json "model_type"
+  // Fills everything but model_type from config.json; the result is then
+  // checked by ValidateModelConfig. Errors name the config field.
+  Status (*parse_config)(const nlohmann::json& config, ModelConfig* out);
+  TensorNames names;
+};
+
+// Every registered architecture, in a fixed order.
+const std::vector<const Architecture*>& Architectures();
+
+// The architecture for `model_type`, or Unimplemented "model_type 'x' is not
+// supported (supported: ...)". Mixture-of-experts families (Mixtral,
+// Qwen2-MoE, ...) are refused with that reason: a pass would have to read
+// every expert of every layer.
+StatusOr<const Architecture*> FindArchitecture(const std::string& model_type);
+
+// Finds the architecture of `config` (its "model_type"; DataLoss when absent),
+// parses and validates it. The result's model_type is set.
+StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& config);
+
+// The roles present in every layer for this config, in LayerWeight order.
+std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& config);
+// The shape a weight of `role` must have.
+std::vector<int64_t> ExpectedShape(const ModelConfig& config, LayerWeight role);
+
+// A checkpoint's tensors, bound to their roles. Pointers point into the
+// Checkpoint passed to BindTensors, which must outlive this.
+struct LayerTensors {
+  std::array<const checkpoint::TensorInfo*, kLayerWeightCount> weights{};  // nullptr: absent
+  uint64_t bytes = 0;
+
+  const checkpoint::TensorInfo* operator[](LayerWeight role) const {
+    return weights[static_cast<size_t>(role)];
+  }
+};
+
+struct ModelTensors {
+  const checkpoint::TensorInfo* embedding = nullptr;
+  const checkpoint::TensorInfo* final_norm = nullptr;
+  const checkpoint::TensorInfo* final_norm_bias = nullptr;  // LayerNorm families
+  // The LM head: `lm_head` when the checkpoint stores one (also when the
+  // config ties embeddings and the file keeps a copy), else the embedding.
+  const checkpoint::TensorInfo* lm_head = nullptr;
+  std::vector<LayerTensors> layers;
+};
+
+// Binds `checkpoint`'s tensors for `architecture` with `config`. Failures:
+// DataLoss "missing tensor 'x'", "unexpected tensor 'x' for model_type 'y'",
+// "tensor 'x' has shape [..], expected [..]"; Unimplemented for a weight dtype
+// other than F32, F16 and BF16. Pure function.
+StatusOr<ModelTensors> BindTensors(const Architecture& architecture, const ModelConfig& config,
+                                   const checkpoint::Checkpoint& checkpoint);
+
+// "[2, 3]".
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+// The per-family files' entry points, listed by Architectures().
+const Architecture& LlamaArchitecture();
+const Architecture& MistralArchitecture();
+const Architecture& Qwen2Architecture();
+const Architecture& Qwen3Architecture();
+const Architecture& GemmaArchitecture();
+const Architecture& GptNeoxArchitecture();
+const Architecture& Phi3Architecture();
+
+// Tensor names shared by the families that copied Llama's layout
+// ("model.layers.N.self_attn.q_proj.weight", ...).
+TensorNames LlamaStyleTensorNames();
+
+}  // namespace nightshift::engine

@@ -1,0 +1,256 @@
+#include "worker/engine/model_config.h"
+
+#include <cmath>
+#include <string>
+
+namespace nightshift::engine {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kConfigFile[] = "config.json";
+
+std::string Field(const char* key) { return std::string(kConfigFile) + ": '" + key + "'"; }
+
+Status Positive(const char* key, int64_t value) {
+  if (value > 0) return Status::Ok();
+  return DataLoss(Field(key) + " must be positive, got " + std::to_string(value));
+}
+
+StatusOr<RopeType> ParseRopeType(const std::string& name) {
+  if (name == "default") return RopeType::kDefault;
+  if (name == "linear") return RopeType::kLinear;
+  if (name == "llama3") return RopeType::kLlama3;
+  return Unimplemented(std::string(kConfigFile) + ": rope_scaling type '" + name +
+                       "' is not supported (supported: default, linear, llama3)");
+}
+
+Status ValidateRope(const ModelConfig& c) {
+  const RopeConfig& rope = c.rope;
+  if (!(rope.theta > 0)) return DataLoss(Field("rope_theta") + " must be positive");
+  if (rope.rotary_dim <= 0 || rope.rotary_dim > c.head_dim || rope.rotary_dim % 2 != 0) {
+    return DataLoss(std::string(kConfigFile) + ": rotary dimension " +
+                    std::to_string(rope.rotary_dim) + " must be even and in (0, head_dim " +
+                    std::to_string(c.head_dim) + "]");
+  }
+  if (rope.type != RopeType::kDefault && !(rope.factor > 0)) {
+    return DataLoss(Field("rope_scaling.factor") + " must be positive");
+  }
+  if (rope.type == RopeType::kLlama3) {
+    if (!(rope.high_freq_factor > rope.low_freq_factor) || !(rope.low_freq_factor > 0)) {
+      return DataLoss(std::string(kConfigFile) +
+                      ": rope_scaling needs 0 < low_freq_factor < high_freq_factor");
+    }
+    NS_RETURN_IF_ERROR(Positive("rope_scaling.original_max_position_embeddings",
+                                rope.original_max_position_embeddings));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateModelConfig(const ModelConfig& c) {
+  NS_RETURN_IF_ERROR(Positive("hidden_size", c.hidden_size));
+  NS_RETURN_IF_ERROR(Positive("num_hidden_layers", c.num_layers));
+  NS_RETURN_IF_ERROR(Positive("num_attention_heads", c.num_heads));
+  NS_RETURN_IF_ERROR(Positive("num_key_value_heads", c.num_kv_heads));
+  NS_RETURN_IF_ERROR(Positive("head_dim", c.head_dim));
+  NS_RETURN_IF_ERROR(Positive("intermediate_size", c.intermediate_size));
+  NS_RETURN_IF_ERROR(Positive("vocab_size", c.vocab_size));
+  NS_RETURN_IF_ERROR(Positive("max_position_embeddings", c.max_position_embeddings));
+  if (c.sliding_window) NS_RETURN_IF_ERROR(Positive("sliding_window", *c.sliding_window));
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return DataLoss(std::string(kConfigFile) + ": num_attention_heads " +
+                    std::to_string(c.num_heads) + " is not divisible by num_key_value_heads " +
+                    std::to_string(c.num_kv_heads));
+  }
+  if (c.qkv_layout == QkvLayout::kFusedPerHead && c.num_kv_heads != c.num_heads) {
+    return DataLoss(std::string(kConfigFile) +
+                    ": a per-head fused query_key_value needs as many KV heads as heads");
+  }
+  if (!(c.norm_eps > 0))
+    return DataLoss(std::string(kConfigFile) + ": norm epsilon must be positive");
+  for (int64_t id : c.eos_token_ids) {
+    if (id < 0) return DataLoss(Field("eos_token_id") + " must not be negative");
+  }
+  return ValidateRope(c);
+}
+
+ConfigReader::ConfigReader(const json& json, std::string label)
+    : json_(json), label_(std::move(label)) {
+  if (!json_.is_object()) Fail(DataLoss(label_ + ": not a JSON object"));
+}
+
+std::string ConfigReader::Field(const char* key) const { return label_ + ": '" + key + "'"; }
+
+const json* ConfigReader::Find(const char* key) const {
+  if (!status_.ok()) return nullptr;
+  auto it = json_.find(key);
+  if (it == json_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+void ConfigReader::Fail(Status status) {
+  if (status_.ok()) status_ = std::move(status);
+}
+
+void ConfigReader::WrongType(const char* key, const char* expected) {
+  Fail(DataLoss(Field(key) + " must be " + expected));
+}
+
+void ConfigReader::Missing(const char* key) {
+  Fail(DataLoss(label_ + ": required field '" + key + "' is missing"));
+}
+
+namespace {
+
+// An integer, also accepted when written as an integral float ("8192.0").
+bool AsInt(const json& value, int64_t* out) {
+  if (value.is_number_integer()) {
+    *out = value.get<int64_t>();
+    return true;
+  }
+  if (value.is_number_float()) {
+    double d = value.get<double>();
+    if (std::trunc(d) == d && std::fabs(d) < 9.0e18) {
+      *out = static_cast<int64_t>(d);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t ConfigReader::RequiredInt(const char* key) {
+  if (!status_.ok()) return 0;
+  if (Find(key) == nullptr) {
+    Missing(key);
+    return 0;
+  }
+  return Int(key, 0);
+}
+
+double ConfigReader::RequiredDouble(const char* key) {
+  if (!status_.ok()) return 0;
+  if (Find(key) == nullptr) {
+    Missing(key);
+    return 0;
+  }
+  return Double(key, 0);
+}
+
+int64_t ConfigReader::Int(const char* key, int64_t fallback) {
+  std::optional<int64_t> value = OptionalInt(key);
+  return value ? *value : fallback;
+}
+
+std::optional<int64_t> ConfigReader::OptionalInt(const char* key) {
+  const json* value = Find(key);
+  if (value == nullptr) return std::nullopt;
+  int64_t out = 0;
+  if (!AsInt(*value, &out)) {
+    WrongType(key, "an integer");
+    return std::nullopt;
+  }
+  return out;
+}
+
+double ConfigReader::Double(const char* key, double fallback) {
+  const json* value = Find(key);
+  if (value == nullptr) return fallback;
+  if (!value->is_number()) {
+    WrongType(key, "a number");
+    return fallback;
+  }
+  return value->get<double>();
+}
+
+bool ConfigReader::Bool(const char* key, bool fallback) {
+  const json* value = Find(key);
+  if (value == nullptr) return fallback;
+  if (!value->is_boolean()) {
+    WrongType(key, "true or false");
+    return fallback;
+  }
+  return value->get<bool>();
+}
+
+std::string ConfigReader::String(const char* key, const std::string& fallback) {
+  const json* value = Find(key);
+  if (value == nullptr) return fallback;
+  if (!value->is_string()) {
+    WrongType(key, "a string");
+    return fallback;
+  }
+  return value->get<std::string>();
+}
+
+std::vector<int64_t> ConfigReader::IntList(const char* key) {
+  const json* value = Find(key);
+  if (value == nullptr) return {};
+  int64_t one = 0;
+  if (AsInt(*value, &one)) return {one};
+  std::vector<int64_t> out;
+  if (value->is_array()) {
+    for (const json& item : *value) {
+      if (!AsInt(item, &one)) break;
+      out.push_back(one);
+    }
+    if (out.size() == value->size()) return out;
+  }
+  WrongType(key, "an integer or a list of integers");
+  return {};
+}
+
+Activation ConfigReader::ActivationField(const char* key, Activation fallback) {
+  const json* value = Find(key);
+  if (value == nullptr) return fallback;
+  std::string name = String(key, "");
+  if (name == "silu" || name == "swish") return Activation::kSilu;
+  if (name == "gelu") return Activation::kGeluErf;
+  if (name == "gelu_pytorch_tanh" || name == "gelu_new") return Activation::kGeluTanh;
+  if (status_.ok()) {
+    Fail(Unimplemented(Field(key) + ": activation '" + name +
+                       "' is not supported (supported: silu, gelu, gelu_pytorch_tanh, gelu_new)"));
+  }
+  return fallback;
+}
+
+void ConfigReader::RopeScaling(RopeConfig* rope) {
+  const json* scaling = Find("rope_scaling");
+  if (scaling == nullptr) return;
+  if (!scaling->is_object()) return WrongType("rope_scaling", "an object or null");
+  ConfigReader inner(*scaling, label_ + ": rope_scaling");
+  // "rope_type" is the current spelling; "type" the legacy one.
+  std::string name = inner.String("rope_type", inner.String("type", "default"));
+  StatusOr<RopeType> type = ParseRopeType(name);
+  if (!inner.status().ok() || !type.ok())
+    return Fail(inner.status().ok() ? type.status() : inner.status());
+  rope->type = *type;
+  if (rope->type == RopeType::kDefault) return;
+  rope->factor = inner.RequiredDouble("factor");
+  if (rope->type == RopeType::kLlama3) {
+    rope->low_freq_factor = inner.RequiredDouble("low_freq_factor");
+    rope->high_freq_factor = inner.RequiredDouble("high_freq_factor");
+    rope->original_max_position_embeddings = inner.RequiredInt("original_max_position_embeddings");
+  }
+  Fail(inner.status());
+}
+
+void ReadDecoderFields(ConfigReader& r, ModelConfig* c) {
+  c->hidden_size = r.RequiredInt("hidden_size");
+  c->num_layers = r.RequiredInt("num_hidden_layers");
+  c->num_heads = r.RequiredInt("num_attention_heads");
+  c->intermediate_size = r.RequiredInt("intermediate_size");
+  c->vocab_size = r.RequiredInt("vocab_size");
+  c->max_position_embeddings = r.RequiredInt("max_position_embeddings");
+  c->num_kv_heads = r.Int("num_key_value_heads", c->num_heads);
+  c->head_dim = r.Int("head_dim", c->num_heads > 0 ? c->hidden_size / c->num_heads : 0);
+  c->rope.theta = r.Double("rope_theta", 10000.0);
+  c->rope.rotary_dim = c->head_dim;
+  r.RopeScaling(&c->rope);
+  c->eos_token_ids = r.IntList("eos_token_id");
+}
+
+}  // namespace nightshift::engine

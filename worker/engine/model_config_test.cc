@@ -1,0 +1,328 @@
+#include "worker/engine/model_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "worker/engine/architecture.h"
+
+namespace nightshift::engine {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json LlamaConfig() {
+  return json::parse(R"({
+    "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 176,
+    "vocab_size": 384, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+    "eos_token_id": 2
+  })");
+}
+
+TEST(ModelConfigTest, ReadsLlamaFieldsAndDefaults) {
+  StatusOr<ModelConfig> c = ParseModelConfig(LlamaConfig());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model_type, "llama");
+  EXPECT_EQ(c->hidden_size, 64);
+  EXPECT_EQ(c->num_layers, 2);
+  EXPECT_EQ(c->num_heads, 4);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_EQ(c->head_dim, 16);  // hidden / heads when absent
+  EXPECT_EQ(c->intermediate_size, 176);
+  EXPECT_EQ(c->vocab_size, 384);
+  EXPECT_EQ(c->max_position_embeddings, 512);
+  EXPECT_DOUBLE_EQ(c->norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 10000.0);
+  EXPECT_EQ(c->rope.type, RopeType::kDefault);
+  EXPECT_EQ(c->rope.rotary_dim, 16);
+  EXPECT_EQ(c->activation, Activation::kSilu);
+  EXPECT_FALSE(c->tied_embeddings);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->sliding_window.has_value());
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{2});
+}
+
+TEST(ModelConfigTest, KvHeadsDefaultToHeadsAndEosMayBeAList) {
+  json j = LlamaConfig();
+  j.erase("num_key_value_heads");
+  j["eos_token_id"] = {2, 7};
+  j["head_dim"] = 32;
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->rope.rotary_dim, 32);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2, 7}));
+}
+
+TEST(ModelConfigTest, EachRequiredFieldIsNamedWhenMissing) {
+  for (const char* field : {"hidden_size", "num_hidden_layers", "num_attention_heads",
+                            "intermediate_size", "vocab_size", "max_position_embeddings"}) {
+    json j = LlamaConfig();
+    j.erase(field);
+    StatusOr<ModelConfig> c = ParseModelConfig(j);
+    ASSERT_FALSE(c.ok()) << field;
+    EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+    EXPECT_THAT(c.status().message(),
+                HasSubstr(std::string("required field '") + field + "' is missing"));
+  }
+}
+
+TEST(ModelConfigTest, NullCountsAsMissing) {
+  json j = LlamaConfig();
+  j["hidden_size"] = nullptr;
+  EXPECT_THAT(ParseModelConfig(j).status().message(), HasSubstr("'hidden_size' is missing"));
+}
+
+TEST(ModelConfigTest, WrongTypeNamesTheField) {
+  json j = LlamaConfig();
+  j["hidden_size"] = "64";
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(c.status().message(), HasSubstr("'hidden_size' must be an integer"));
+  j = LlamaConfig();
+  j["tie_word_embeddings"] = 1;
+  EXPECT_THAT(ParseModelConfig(j).status().message(),
+              HasSubstr("'tie_word_embeddings' must be true or false"));
+}
+
+TEST(ModelConfigTest, IntegralFloatsAreIntegers) {
+  json j = LlamaConfig();
+  j["hidden_size"] = 64.0;
+  ASSERT_TRUE(ParseModelConfig(j).ok());
+  j["hidden_size"] = 64.5;
+  EXPECT_THAT(ParseModelConfig(j).status().message(),
+              HasSubstr("'hidden_size' must be an integer"));
+}
+
+TEST(ModelConfigTest, ZeroHeadsIsRefused) {
+  json j = LlamaConfig();
+  j["num_attention_heads"] = 0;
+  j["head_dim"] = 16;
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(c.status().message(), HasSubstr("'num_attention_heads' must be positive, got 0"));
+  j = LlamaConfig();
+  j["num_key_value_heads"] = 0;
+  EXPECT_THAT(ParseModelConfig(j).status().message(),
+              HasSubstr("'num_key_value_heads' must be positive, got 0"));
+}
+
+TEST(ModelConfigTest, HeadsNotDivisibleByKvHeadsIsRefused) {
+  json j = LlamaConfig();
+  j["num_key_value_heads"] = 3;
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("num_attention_heads 4 is not divisible by num_key_value_heads 3"));
+}
+
+TEST(ModelConfigTest, NegativeSizesAreRefused) {
+  json j = LlamaConfig();
+  j["vocab_size"] = -5;
+  EXPECT_THAT(ParseModelConfig(j).status().message(), HasSubstr("'vocab_size' must be positive"));
+}
+
+TEST(ModelConfigTest, LinearRopeScalingUnderTheLegacyKey) {
+  json j = LlamaConfig();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope.type, RopeType::kLinear);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 2.0);
+}
+
+TEST(ModelConfigTest, Llama3RopeScaling) {
+  json j = LlamaConfig();
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 64}};
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope.type, RopeType::kLlama3);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c->rope.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c->rope.high_freq_factor, 4.0);
+  EXPECT_EQ(c->rope.original_max_position_embeddings, 64);
+}
+
+TEST(ModelConfigTest, Llama3RopeScalingNeedsItsFields) {
+  json j = LlamaConfig();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("rope_scaling: required field 'low_freq_factor' is missing"));
+}
+
+TEST(ModelConfigTest, DefaultRopeTypeInsideRopeScalingIsPlainRope) {
+  json j = LlamaConfig();
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->rope.type, RopeType::kDefault);
+}
+
+TEST(ModelConfigTest, OtherRopeTypesAreRefusedByName) {
+  for (const char* type : {"yarn", "dynamic", "longrope", "su", "ntk"}) {
+    json j = LlamaConfig();
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
+    StatusOr<ModelConfig> c = ParseModelConfig(j);
+    EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented) << type;
+    EXPECT_THAT(c.status().message(),
+                HasSubstr(std::string("rope_scaling type '") + type + "' is not supported"));
+  }
+}
+
+TEST(ModelConfigTest, UnknownActivationIsRefusedByName) {
+  json j = LlamaConfig();
+  j["hidden_act"] = "relu2";
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(), HasSubstr("activation 'relu2' is not supported"));
+}
+
+TEST(ModelConfigTest, UnknownAndMissingModelType) {
+  json j = LlamaConfig();
+  j["model_type"] = "mamba";
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("model_type 'mamba' is not supported (supported: llama"));
+  j.erase("model_type");
+  c = ParseModelConfig(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(c.status().message(), HasSubstr("'model_type' is missing"));
+}
+
+TEST(ModelConfigTest, ConfigMustBeAnObject) {
+  EXPECT_THAT(ParseModelConfig(json::array({1, 2})).status().message(),
+              HasSubstr("not a JSON object"));
+}
+
+TEST(ModelConfigTest, MistralSlidingWindow) {
+  json j = LlamaConfig();
+  j["model_type"] = "mistral";
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->sliding_window, 4096);  // transformers' default when the key is absent
+  j["sliding_window"] = nullptr;
+  EXPECT_FALSE(ParseModelConfig(j)->sliding_window.has_value());
+  j["sliding_window"] = 128;
+  EXPECT_EQ(ParseModelConfig(j)->sliding_window, 128);
+}
+
+TEST(ModelConfigTest, QwenSlidingWindowOnlyWhenEnabled) {
+  for (const char* type : {"qwen2", "qwen3"}) {
+    json j = LlamaConfig();
+    j["model_type"] = type;
+    j["sliding_window"] = 128;
+    StatusOr<ModelConfig> c = ParseModelConfig(j);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_FALSE(c->sliding_window.has_value()) << type;
+    j["use_sliding_window"] = true;
+    EXPECT_EQ(ParseModelConfig(j)->sliding_window, 128) << type;
+  }
+}
+
+TEST(ModelConfigTest, FamilyFlags) {
+  json j = LlamaConfig();
+  j["model_type"] = "qwen2";
+  StatusOr<ModelConfig> qwen2 = ParseModelConfig(j);
+  ASSERT_TRUE(qwen2.ok());
+  EXPECT_TRUE(qwen2->qkv_bias);
+  EXPECT_FALSE(qwen2->o_bias);
+  EXPECT_FALSE(qwen2->qk_norm);
+
+  j["model_type"] = "qwen3";
+  StatusOr<ModelConfig> qwen3 = ParseModelConfig(j);
+  ASSERT_TRUE(qwen3.ok());
+  EXPECT_TRUE(qwen3->qk_norm);
+  EXPECT_FALSE(qwen3->qkv_bias);
+
+  j["model_type"] = "llama";
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  j["tie_word_embeddings"] = true;
+  StatusOr<ModelConfig> llama = ParseModelConfig(j);
+  ASSERT_TRUE(llama.ok());
+  EXPECT_TRUE(llama->qkv_bias);
+  EXPECT_TRUE(llama->o_bias);
+  EXPECT_TRUE(llama->mlp_bias);
+  EXPECT_TRUE(llama->tied_embeddings);
+}
+
+TEST(ModelConfigTest, GemmaDefaults) {
+  json j = LlamaConfig();
+  j["model_type"] = "gemma";
+  j["hidden_act"] = "gelu";  // ignored: Gemma reads hidden_activation
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->head_dim, 256);  // transformers' GemmaConfig default
+  EXPECT_EQ(c->rope.rotary_dim, 256);
+  EXPECT_EQ(c->norm, NormKind::kRmsUnitOffset);
+  EXPECT_EQ(c->activation, Activation::kGeluTanh);
+  EXPECT_TRUE(c->tied_embeddings);
+  EXPECT_TRUE(c->scale_embeddings);
+  j["hidden_activation"] = "gelu";
+  j["head_dim"] = 32;
+  c = ParseModelConfig(j);
+  EXPECT_EQ(c->activation, Activation::kGeluErf);
+  EXPECT_EQ(c->head_dim, 32);
+}
+
+TEST(ModelConfigTest, GptNeoxPartialRotaryAndParallelResidual) {
+  json j = LlamaConfig();
+  j["model_type"] = "gpt_neox";
+  j.erase("num_key_value_heads");
+  j["rotary_emb_base"] = 5000;
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope.rotary_dim, 4);  // 16 x rotary_pct 0.25 (default)
+  EXPECT_DOUBLE_EQ(c->rope.theta, 5000);
+  EXPECT_EQ(c->norm, NormKind::kLayerNorm);
+  EXPECT_DOUBLE_EQ(c->norm_eps, 1e-5);
+  EXPECT_EQ(c->qkv_layout, QkvLayout::kFusedPerHead);
+  EXPECT_EQ(c->mlp, MlpKind::kPlain);
+  EXPECT_EQ(c->activation, Activation::kGeluErf);
+  EXPECT_TRUE(c->qkv_bias && c->o_bias && c->mlp_bias);
+  EXPECT_TRUE(c->parallel_residual);
+  j["use_parallel_residual"] = false;
+  j["rotary_pct"] = 0.5;
+  c = ParseModelConfig(j);
+  EXPECT_FALSE(c->parallel_residual);
+  EXPECT_EQ(c->rope.rotary_dim, 8);
+  j["num_key_value_heads"] = 2;  // a per-head fused qkv cannot be grouped
+  EXPECT_THAT(ParseModelConfig(j).status().message(), HasSubstr("as many KV heads as heads"));
+}
+
+TEST(ModelConfigTest, Phi3FusedProjectionsAndPartialRotary) {
+  json j = LlamaConfig();
+  j["model_type"] = "phi3";
+  j["partial_rotary_factor"] = 0.5;
+  j["sliding_window"] = 2047;
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->qkv_layout, QkvLayout::kFusedBlocks);
+  EXPECT_EQ(c->mlp, MlpKind::kGatedFused);
+  EXPECT_EQ(c->rope.rotary_dim, 8);
+  EXPECT_EQ(c->sliding_window, 2047);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  EXPECT_EQ(ParseModelConfig(j).status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(ModelConfigTest, RotaryDimensionMustFitTheHead) {
+  ModelConfig c = *ParseModelConfig(LlamaConfig());
+  c.rope.rotary_dim = 18;
+  EXPECT_THAT(ValidateModelConfig(c).message(), HasSubstr("rotary dimension 18"));
+  c.rope.rotary_dim = 7;
+  EXPECT_THAT(ValidateModelConfig(c).message(), HasSubstr("must be even"));
+}
+
+}  // namespace
+}  // namespace nightshift::engine
