@@ -1,0 +1,327 @@
+#include "worker/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <new>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/engine/architecture.h"
+#include "worker/engine/decoder.h"
+#include "worker/engine/mapped_checkpoint.h"
+#include "worker/engine/rope.h"
+
+namespace nightshift::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct Sequence {
+  Sequence(SequenceId id, SequenceRequest request, const ModelConfig& config, int64_t capacity)
+      : id(id),
+        request(std::move(request)),
+        sampler(this->request.sampling),
+        cache(config, capacity) {}
+
+  SequenceId id;
+  SequenceRequest request;
+  Sampler sampler;
+  KVCache cache;
+  std::vector<TokenId> generated;
+  int64_t cached = 0;  // tokens whose keys and values are in the cache
+  std::vector<float> last_logits;
+  std::optional<FinishReason> finished;
+
+  // The tokens this sequence feeds into the next pass: its prompt first, then
+  // its latest token.
+  std::vector<TokenId> NextFeed() const {
+    if (cached == 0) return request.prompt;
+    return {generated.back()};
+  }
+};
+
+// The context the engine runs, from the options and the model; `note`
+// explains a limit that comes from the sliding window.
+Status ResolveContext(const ModelConfig& c, const EngineOptions& options, int64_t* context,
+                      std::string* note) {
+  if (options.max_context > c.max_position_embeddings) {
+    return InvalidArgument("context " + std::to_string(options.max_context) +
+                           " exceeds the model's max_position_embeddings " +
+                           std::to_string(c.max_position_embeddings));
+  }
+  *context = options.max_context > 0 ? options.max_context : c.max_position_embeddings;
+  if (c.sliding_window && *c.sliding_window < *context) {
+    if (options.max_context > 0) {
+      return Unimplemented("context " + std::to_string(*context) +
+                           " is longer than sliding_window " + std::to_string(*c.sliding_window) +
+                           "; sliding-window attention is not implemented");
+    }
+    *context = *c.sliding_window;
+    *note = " (limited by sliding_window; sliding-window attention is not implemented)";
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<int64_t>> EosTokenIds(const checkpoint::Checkpoint& checkpoint,
+                                           const ModelConfig& config) {
+  const nlohmann::json& generation = checkpoint.generation_config;
+  if (generation.is_object() && generation.contains("eos_token_id") &&
+      !generation["eos_token_id"].is_null()) {
+    ConfigReader reader(generation, "generation_config.json");
+    std::vector<int64_t> ids = reader.IntList("eos_token_id");
+    NS_RETURN_IF_ERROR(reader.status());
+    return ids;
+  }
+  return config.eos_token_ids;
+}
+
+// Runs `fn`, turning libtorch and allocation exceptions into a Status.
+template <typename Fn>
+auto Guarded(Fn fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory");
+  } catch (const c10::Error& e) {
+    return Internal(std::string("libtorch: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Internal(e.what());
+  }
+}
+
+std::vector<const checkpoint::TensorInfo*> PresentTensors(const LayerTensors& layer) {
+  std::vector<const checkpoint::TensorInfo*> out;
+  for (const checkpoint::TensorInfo* t : layer.weights) {
+    if (t != nullptr) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* FinishReasonName(FinishReason reason) {
+  return reason == FinishReason::kStop ? "stop" : "length";
+}
+
+struct Engine::Impl {
+  checkpoint::Checkpoint checkpoint;
+  ModelConfig config;
+  ModelTensors tensors;  // points into `checkpoint`
+  std::unique_ptr<MappedCheckpoint> mapped;
+  std::vector<float> inv_freq;
+  std::vector<int64_t> eos;
+  int64_t max_context = 0;
+  std::string context_note;
+
+  std::vector<std::unique_ptr<Sequence>> active;  // in the order added
+  std::vector<SequenceResult> finished;
+  SequenceId next_id = 0;
+  int64_t passes = 0;
+  Status broken;  // set when a pass failed
+
+  Weight View(const checkpoint::TensorInfo* tensor) const {
+    if (tensor == nullptr) return {};
+    return {tensor, mapped->Data(*tensor)};
+  }
+
+  LayerWeights LayerView(const LayerTensors& layer) const {
+    LayerWeights w;
+    for (size_t i = 0; i < kLayerWeightCount; ++i) w[i] = View(layer.weights[i]);
+    return w;
+  }
+
+  Status Validate(const SequenceRequest& r) const;
+  StatusOr<PassStats> RunPass();
+  void Advance(Sequence& s, const float* logits);
+};
+
+Status Engine::Impl::Validate(const SequenceRequest& r) const {
+  if (r.prompt.empty()) return InvalidArgument("empty prompt");
+  const int64_t length = static_cast<int64_t>(r.prompt.size());
+  if (length > max_context) {
+    return InvalidArgument("prompt of " + std::to_string(length) +
+                           " tokens is longer than the context of " + std::to_string(max_context) +
+                           " tokens" + context_note);
+  }
+  for (TokenId id : r.prompt) {
+    if (id < 0 || id >= config.vocab_size) {
+      return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(config.vocab_size) + ")");
+    }
+  }
+  if (r.max_new_tokens < 0) return InvalidArgument("max_new_tokens must be >= 0");
+  return ValidateSamplingParams(r.sampling);
+}
+
+void Engine::Impl::Advance(Sequence& s, const float* logits) {
+  if (s.generated.empty() && s.request.return_last_logits) {
+    s.last_logits.assign(logits, logits + config.vocab_size);
+  }
+  if (s.request.max_new_tokens == 0) {
+    s.finished = FinishReason::kLength;
+    return;
+  }
+  TokenId token = s.sampler.Sample(logits, config.vocab_size);
+  s.generated.push_back(token);
+  const auto& stops = s.request.stop_ids;
+  bool stop = std::find(stops.begin(), stops.end(), token) != stops.end() ||
+              (!s.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end());
+  const int64_t length = static_cast<int64_t>(s.request.prompt.size() + s.generated.size());
+  if (stop) {
+    s.finished = FinishReason::kStop;
+  } else if (static_cast<int64_t>(s.generated.size()) >= s.request.max_new_tokens ||
+             length >= max_context) {
+    s.finished = FinishReason::kLength;
+  }
+}
+
+StatusOr<PassStats> Engine::Impl::RunPass() {
+  const Clock::time_point pass_start = Clock::now();
+  PassStats stats;
+  stats.index = passes++;
+  stats.sequences = static_cast<int64_t>(active.size());
+
+  // Lay out the pass: every sequence's new tokens, packed row after row.
+  std::vector<int64_t> ids, positions, logit_rows;
+  PassRows rows;
+  for (const std::unique_ptr<Sequence>& s : active) {
+    std::vector<TokenId> feed = s->NextFeed();
+    SequenceRows r;
+    r.begin = static_cast<int64_t>(ids.size());
+    r.count = static_cast<int64_t>(feed.size());
+    r.past = s->cached;
+    r.allowed = CausalMask(r.past, r.count);
+    r.cache = &s->cache;
+    for (int64_t i = 0; i < r.count; ++i) {
+      ids.push_back(feed[static_cast<size_t>(i)]);
+      positions.push_back(r.past + i);
+    }
+    logit_rows.push_back(r.begin + r.count - 1);
+    rows.sequences.push_back(std::move(r));
+    stats.kv_bytes += s->cache.bytes();
+  }
+  stats.tokens = static_cast<int64_t>(ids.size());
+
+  Clock::time_point start = Clock::now();
+  const Weight embedding = View(tensors.embedding);
+  at::Tensor hidden = Embed(config, embedding, ids);
+  stats.bytes_read += ids.size() * static_cast<uint64_t>(tensors.embedding->size /
+                                                         static_cast<uint64_t>(config.vocab_size));
+  stats.io_seconds += SecondsSince(start);
+  rows.rope = ComputeRopeAngles(inv_freq, positions);
+
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const LayerTensors& tensors_of_layer = tensors.layers[static_cast<size_t>(layer)];
+    std::vector<const checkpoint::TensorInfo*> list = PresentTensors(tensors_of_layer);
+    start = Clock::now();
+    stats.bytes_read += mapped->Load(list);
+    stats.io_seconds += SecondsSince(start);
+    start = Clock::now();
+    hidden = RunDecoderLayer(config, LayerView(tensors_of_layer), layer, hidden, rows);
+    mapped->Release(list);
+    stats.compute_seconds += SecondsSince(start);
+  }
+
+  std::vector<const checkpoint::TensorInfo*> head = {tensors.final_norm, tensors.lm_head};
+  if (tensors.final_norm_bias != nullptr) head.push_back(tensors.final_norm_bias);
+  start = Clock::now();
+  stats.bytes_read += mapped->Load(head);
+  stats.io_seconds += SecondsSince(start);
+  start = Clock::now();
+  at::Tensor last =
+      hidden.index_select(0, at::tensor(logit_rows, at::TensorOptions().dtype(at::kLong)));
+  at::Tensor logits = ComputeLogits(config, View(tensors.final_norm), View(tensors.final_norm_bias),
+                                    View(tensors.lm_head), last)
+                          .contiguous();
+  mapped->Release(head);
+
+  for (size_t i = 0; i < active.size(); ++i) {
+    Sequence& s = *active[i];
+    s.cached += rows.sequences[i].count;
+    Advance(s, logits.data_ptr<float>() + static_cast<int64_t>(i) * config.vocab_size);
+  }
+  stats.compute_seconds += SecondsSince(start);
+
+  auto still_active = std::stable_partition(active.begin(), active.end(),
+                                            [](const auto& s) { return !s->finished; });
+  for (auto it = still_active; it != active.end(); ++it) {
+    Sequence& s = **it;
+    finished.push_back({s.id, std::move(s.request.prompt), std::move(s.generated), *s.finished,
+                        std::move(s.last_logits)});
+  }
+  active.erase(still_active, active.end());
+  stats.seconds = SecondsSince(pass_start);
+  return stats;
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
+                                               const EngineOptions& options) {
+  if (options.max_context < 0) return InvalidArgument("max_context must be >= 0");
+  if (options.threads < 0) return InvalidArgument("threads must be >= 0");
+  auto impl = std::make_unique<Impl>();
+  NS_ASSIGN_OR_RETURN(impl->checkpoint, checkpoint::ReadCheckpoint(dir));
+  Status st = [&]() -> Status {
+    NS_ASSIGN_OR_RETURN(impl->config, ParseModelConfig(impl->checkpoint.config));
+    NS_ASSIGN_OR_RETURN(const Architecture* arch, FindArchitecture(impl->config.model_type));
+    NS_ASSIGN_OR_RETURN(impl->tensors, BindTensors(*arch, impl->config, impl->checkpoint));
+    NS_ASSIGN_OR_RETURN(impl->eos, EosTokenIds(impl->checkpoint, impl->config));
+    return ResolveContext(impl->config, options, &impl->max_context, &impl->context_note);
+  }();
+  if (!st.ok()) return st.Prefixed(dir);
+  NS_ASSIGN_OR_RETURN(impl->mapped, MappedCheckpoint::Open(impl->checkpoint));
+  impl->inv_freq = RopeInverseFrequencies(impl->config.rope);
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  at::set_num_threads(options.threads > 0 ? options.threads : static_cast<int>(cores));
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
+  if (!impl_->broken.ok()) return impl_->broken;
+  NS_RETURN_IF_ERROR(impl_->Validate(request));
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  // The last generated token is never fed back, so it needs no cache slot.
+  const int64_t capacity =
+      std::min(prompt + std::max<int64_t>(request.max_new_tokens - 1, 0), impl_->max_context);
+  SequenceId id = impl_->next_id++;
+  return Guarded([&]() -> StatusOr<SequenceId> {
+    impl_->active.push_back(
+        std::make_unique<Sequence>(id, std::move(request), impl_->config, capacity));
+    return id;
+  });
+}
+
+StatusOr<PassStats> Engine::Step() {
+  if (!impl_->broken.ok()) return impl_->broken;
+  if (impl_->active.empty()) return FailedPrecondition("no sequences in flight");
+  StatusOr<PassStats> stats = Guarded([this] { return impl_->RunPass(); });
+  if (!stats.ok()) impl_->broken = stats.status();
+  return stats;
+}
+
+std::vector<SequenceResult> Engine::TakeFinished() {
+  std::vector<SequenceResult> out = std::move(impl_->finished);
+  impl_->finished.clear();
+  std::sort(out.begin(), out.end(),
+            [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
+  return out;
+}
+
+int64_t Engine::active() const { return static_cast<int64_t>(impl_->active.size()); }
+const ModelConfig& Engine::config() const { return impl_->config; }
+int64_t Engine::max_context() const { return impl_->max_context; }
+const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
+
+}  // namespace nightshift::engine

@@ -1,0 +1,130 @@
+// The engine: runs sequences through a checkpoint streamed one layer at a
+// time.
+//
+// A pass (Step) walks every layer once: the embedding gathers the rows of the
+// tokens in flight; each layer's tensors are loaded from the mapped files,
+// every sequence runs through it, and its pages are released; the LM head runs
+// only at the rows whose next token is needed. New sequences' prompts ride the
+// same pass as the others' decode steps (continuous batching at pass
+// boundaries), so a pass costs about one read of the checkpoint whatever rides
+// in it.
+//
+//   NS_ASSIGN_OR_RETURN(auto engine, Engine::Open(dir));
+//   NS_ASSIGN_OR_RETURN(SequenceId id, engine->Add(request));
+//   while (engine->active() > 0) {
+//     NS_ASSIGN_OR_RETURN(PassStats stats, engine->Step());
+//     for (SequenceResult& r : engine->TakeFinished()) ...
+//   }
+//
+// This header is libtorch-free, so callers (the CLI, the worker) compile
+// without ATen. CPU, computing in float32. An Engine is not thread-safe: one
+// thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/engine/model_config.h"
+#include "worker/engine/sampler.h"
+
+namespace nightshift::engine {
+
+using TokenId = int32_t;
+using SequenceId = int64_t;
+
+struct EngineOptions {
+  // The longest sequence (prompt + generated tokens) the engine runs. 0: the
+  // model's max_position_embeddings, or its sliding window when that is
+  // shorter. An explicit value above max_position_embeddings is refused, and
+  // so is one longer than a sliding window (windowed attention is not
+  // implemented; below the window it equals full attention).
+  int64_t max_context = 0;
+  // Compute threads; 0: one per core. Open sets ATen's process-wide count.
+  int threads = 0;
+};
+
+struct SequenceRequest {
+  std::vector<TokenId> prompt;  // at least one token, each < vocab_size
+  int64_t max_new_tokens = 16;  // >= 0; 0 runs the prompt only (for last_logits)
+  SamplingParams sampling;      // greedy by default
+  // Generation stops after any of these tokens (which is kept in the output),
+  // as it does after the model's EOS ids unless `ignore_eos`.
+  std::vector<TokenId> stop_ids;
+  bool ignore_eos = false;
+  // Return the full-vocabulary logits at the last prompt position.
+  bool return_last_logits = false;
+};
+
+enum class FinishReason {
+  kLength,  // max_new_tokens generated, or the context is full
+  kStop,    // an EOS or stop id was generated
+};
+// "length" or "stop".
+const char* FinishReasonName(FinishReason reason);
+
+struct SequenceResult {
+  SequenceId id = 0;
+  std::vector<TokenId> prompt;
+  std::vector<TokenId> generated;
+  FinishReason finish_reason = FinishReason::kLength;
+  std::vector<float> last_logits;  // only when requested
+};
+
+// What one pass did, for progress reports, metrics and the ETA.
+struct PassStats {
+  int64_t index = 0;        // 0 for the engine's first pass
+  double seconds = 0;       // wall time of the pass
+  uint64_t bytes_read = 0;  // checkpoint bytes the pass read from the files
+  double io_seconds = 0;    // of which waiting for weights to be read
+  double compute_seconds = 0;
+  int64_t sequences = 0;  // sequences in the pass
+  int64_t tokens = 0;     // tokens fed (prompts + one per decoding sequence)
+  uint64_t kv_bytes = 0;  // KV cache reserved by the sequences in flight
+};
+
+class Engine {
+ public:
+  // Reads and validates the checkpoint in `dir` (see ReadCheckpoint), finds
+  // its architecture, checks every tensor against it and maps the files.
+  // Errors: the metadata reader's; Unimplemented for an unsupported
+  // model_type, rope type, dtype or a context longer than the sliding window;
+  // DataLoss for a missing config field, bad config values (zero heads,
+  // heads not divisible by KV heads), missing, unexpected or misshapen
+  // tensors; InvalidArgument for a bad option.
+  static StatusOr<std::unique_ptr<Engine>> Open(const std::string& dir,
+                                                const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a sequence for the next pass. InvalidArgument for an empty prompt,
+  // a prompt longer than the context (never truncated), a token id outside the
+  // vocabulary, a negative max_new_tokens or bad sampling parameters.
+  StatusOr<SequenceId> Add(SequenceRequest request);
+
+  // Runs one pass over all layers for every sequence in flight and returns
+  // its figures. FailedPrecondition when nothing is in flight. Any other
+  // failure (e.g. out of memory) leaves the engine unusable: this and every
+  // later call return that error.
+  StatusOr<PassStats> Step();
+
+  // Sequences that finished since the last call, in the order they were added.
+  std::vector<SequenceResult> TakeFinished();
+
+  // Sequences added and not yet finished.
+  int64_t active() const;
+  const ModelConfig& config() const;
+  int64_t max_context() const;
+  // generation_config.json's eos_token_id when present, else config.json's.
+  const std::vector<int64_t>& eos_token_ids() const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nightshift::engine

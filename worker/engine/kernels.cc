@@ -1,0 +1,147 @@
+#include "worker/engine/kernels.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "worker/engine/convert.h"
+
+namespace nightshift::engine {
+namespace {
+
+using checkpoint::DType;
+
+// Rows of a BF16/F16 weight converted per block: ~4 MB of float32, large
+// enough for an efficient matrix product, small enough to stay in cache.
+constexpr int64_t kConvertBlockBytes = 4 << 20;
+
+bool IsZeroCopy(const Weight& w) {
+  return w.info->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
+}
+
+at::TensorOptions FloatOptions() { return at::TensorOptions().dtype(at::kFloat); }
+
+}  // namespace
+
+at::Tensor ToFloat(const Weight& w) {
+  const std::vector<int64_t>& shape = w.info->shape;
+  if (IsZeroCopy(w)) {
+    return at::from_blob(const_cast<unsigned char*>(w.data), shape, FloatOptions());
+  }
+  at::Tensor out = at::empty(shape, FloatOptions());
+  ConvertToFloat(w.data, w.info->dtype, w.info->numel(), out.data_ptr<float>());
+  return out;
+}
+
+at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias) {
+  if (IsZeroCopy(w)) return at::linear(x, ToFloat(w), bias ? ToFloat(bias) : at::Tensor());
+
+  const int64_t out_features = w.info->shape[0];
+  const int64_t in_features = w.info->shape[1];
+  const int64_t elem = static_cast<int64_t>(checkpoint::DTypeSize(w.info->dtype));
+  const int64_t block =
+      std::clamp<int64_t>(kConvertBlockBytes / (in_features * 4), 1, out_features);
+  // y^T = W x^T, block by block: each block of weight rows fills contiguous rows of y^T.
+  at::Tensor yt = at::empty({out_features, x.size(0)}, FloatOptions());
+  at::Tensor scratch = at::empty({block, in_features}, FloatOptions());
+  const at::Tensor xt = x.t();
+  for (int64_t row = 0; row < out_features; row += block) {
+    const int64_t n = std::min(block, out_features - row);
+    ConvertToFloat(w.data + row * in_features * elem, w.info->dtype, n * in_features,
+                   scratch.data_ptr<float>());
+    at::Tensor out_rows = yt.narrow(0, row, n);
+    at::mm_out(out_rows, scratch.narrow(0, 0, n), xt);
+  }
+  at::Tensor y = yt.t().contiguous();
+  if (bias) y.add_(ToFloat(bias));
+  return y;
+}
+
+at::Tensor Norm(const at::Tensor& x, NormKind kind, const Weight& weight, const Weight& bias,
+                double eps) {
+  at::Tensor w = ToFloat(weight);
+  if (kind == NormKind::kLayerNorm) {
+    return at::layer_norm(x, {x.size(-1)}, w, bias ? ToFloat(bias) : at::Tensor(), eps);
+  }
+  at::Tensor normed = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return kind == NormKind::kRmsUnitOffset ? normed * (w + 1.0) : w * normed;
+}
+
+at::Tensor Activate(const at::Tensor& x, Activation activation) {
+  switch (activation) {
+    case Activation::kSilu:
+      return at::silu(x);
+    case Activation::kGeluErf:
+      return at::gelu(x);
+    case Activation::kGeluTanh:
+      return at::gelu(x, "tanh");
+  }
+  return x;
+}
+
+at::Tensor GatherRows(const Weight& table, const std::vector<int64_t>& ids) {
+  const int64_t width = table.info->shape[1];
+  const int64_t row_bytes = width * static_cast<int64_t>(checkpoint::DTypeSize(table.info->dtype));
+  at::Tensor out = at::empty({static_cast<int64_t>(ids.size()), width}, FloatOptions());
+  float* dst = out.data_ptr<float>();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ConvertToFloat(table.data + ids[i] * row_bytes, table.info->dtype, width,
+                   dst + static_cast<int64_t>(i) * width);
+  }
+  return out;
+}
+
+RopeAngles ComputeRopeAngles(const std::vector<float>& inv_freq,
+                             const std::vector<int64_t>& positions) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  at::Tensor freqs = at::empty({static_cast<int64_t>(positions.size()), half}, FloatOptions());
+  float* f = freqs.data_ptr<float>();
+  for (size_t t = 0; t < positions.size(); ++t) {
+    // transformers: float(position) * inv_freq in float32.
+    const float position = static_cast<float>(positions[t]);
+    for (int64_t i = 0; i < half; ++i)
+      f[static_cast<int64_t>(t) * half + i] = position * inv_freq[i];
+  }
+  at::Tensor angles = at::cat({freqs, freqs}, 1);
+  return {angles.cos(), angles.sin()};
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles) {
+  const int64_t rotary = angles.cos.size(1);
+  const int64_t half = rotary / 2;
+  at::Tensor rot = x.narrow(2, 0, rotary);
+  at::Tensor rotated_half = at::cat({-rot.narrow(2, half, half), rot.narrow(2, 0, half)}, 2);
+  at::Tensor out = rot * angles.cos.unsqueeze(1) + rotated_half * angles.sin.unsqueeze(1);
+  if (rotary == x.size(2)) return out;
+  return at::cat({out, x.narrow(2, rotary, x.size(2) - rotary)}, 2);
+}
+
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                     const at::Tensor& allowed, double scale) {
+  const int64_t rows = q.size(0);
+  const int64_t heads = q.size(1);
+  const int64_t dim = q.size(2);
+  const int64_t kv_heads = keys.size(0);
+  const int64_t group = heads / kv_heads;
+  const int64_t length = keys.size(1);
+  // [rows, kv, group, d] -> [kv, group * rows, d]: one batched product per KV head.
+  at::Tensor grouped = q.reshape({rows, kv_heads, group, dim})
+                           .permute({1, 2, 0, 3})
+                           .reshape({kv_heads, group * rows, dim});
+  at::Tensor scores = at::bmm(grouped, keys.transpose(1, 2)) * scale;
+  scores.view({kv_heads, group, rows, length})
+      .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1);
+  at::Tensor out = at::bmm(probs, values);  // [kv, group * rows, d]
+  return out.view({kv_heads, group, rows, dim}).permute({2, 0, 1, 3}).reshape({rows, heads * dim});
+}
+
+at::Tensor CausalMask(int64_t past, int64_t rows) {
+  at::Tensor key = at::arange(past + rows, at::TensorOptions().dtype(at::kLong));
+  at::Tensor query = at::arange(past, past + rows, at::TensorOptions().dtype(at::kLong));
+  return key.unsqueeze(0) <= query.unsqueeze(1);
+}
+
+}  // namespace nightshift::engine

@@ -1,0 +1,77 @@
+// The decoder's building blocks on ATen tensors, computing in float32 the way
+// transformers does: weights are read from the mapped checkpoint and upcast
+// just before use, in blocks (see convert.h), never as whole fp32 copies of a
+// layer.
+//
+// Activations are float32 CPU tensors; every function returns a new tensor
+// and leaves its inputs alone (weights are read-only mappings: writing one
+// would fault). libtorch exceptions propagate; the engine converts them to
+// Status at its boundary. Thread-safe as far as ATen is.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/engine/model_config.h"
+
+namespace nightshift::engine {
+
+// A tensor as stored in the mapped checkpoint. Empty (false) when the model
+// has no such weight, e.g. a bias it does not use.
+struct Weight {
+  const checkpoint::TensorInfo* info = nullptr;
+  const unsigned char* data = nullptr;
+
+  explicit operator bool() const { return info != nullptr; }
+};
+
+// The whole weight as float32 with its stored shape. For an aligned F32
+// weight this is a zero-copy view of the read-only mapping.
+at::Tensor ToFloat(const Weight& weight);
+
+// x [T, in] times weight [out, in] transposed, plus bias [out] when given:
+// [T, out]. BF16/F16 (and unaligned F32) weights are converted a block of
+// rows at a time into a small scratch buffer.
+at::Tensor Linear(const at::Tensor& x, const Weight& weight, const Weight& bias = {});
+
+// Normalises over the last dimension: RMSNorm (weight, or 1 + weight), or
+// LayerNorm with `bias`.
+at::Tensor Norm(const at::Tensor& x, NormKind kind, const Weight& weight, const Weight& bias,
+                double eps);
+
+at::Tensor Activate(const at::Tensor& x, Activation activation);
+
+// Rows `ids` of `table` [rows, width] as float32 [ids.size(), width]; reads
+// only those rows. Ids must be in range.
+at::Tensor GatherRows(const Weight& table, const std::vector<int64_t>& ids);
+
+// cos and sin of position x inverse frequency, each [T, 2 * inv_freq.size()]
+// laid out as transformers' cat(freqs, freqs).
+struct RopeAngles {
+  at::Tensor cos;
+  at::Tensor sin;
+};
+RopeAngles ComputeRopeAngles(const std::vector<float>& inv_freq,
+                             const std::vector<int64_t>& positions);
+
+// Rotate-half RoPE on the first angles.cos.size(1) dimensions of each head of
+// x [T, heads, head_dim]; the remaining dimensions pass through (partial
+// rotary).
+at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles);
+
+// Scaled dot-product attention of one sequence with grouped-query heads:
+// q [rows, heads, d], keys and values [kv_heads, L, d] (query head h reads KV
+// head h / (heads / kv_heads), as transformers' repeat_kv), `allowed`
+// [rows, L] bool (true: row may attend to that key). Softmax in float32.
+// Returns [rows, heads * d].
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                     const at::Tensor& allowed, double scale);
+
+// The causal mask of `rows` new tokens after `past` cached ones:
+// [rows, past + rows], row i allowed keys 0..past + i.
+at::Tensor CausalMask(int64_t past, int64_t rows);
+
+}  // namespace nightshift::engine

@@ -1,0 +1,53 @@
+#include "worker/engine/test_fixtures.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/checkpoint/test_util.h"
+
+namespace nightshift::engine::testing {
+namespace {
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::cerr << "cannot read " << path << "\n";
+    std::abort();
+  }
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+Golden LoadGolden(const std::string& name) {
+  nlohmann::json j = ReadJson(checkpoint::testing::FixtureDir(name) + "/golden.json");
+  Golden g;
+  j.at("prompts").get_to(g.prompts);
+  j.at("last_logits").get_to(g.last_logits);
+  j.at("greedy").get_to(g.greedy);
+  // The engine computes in float32, which is what this tolerance is for.
+  g.atol = j.at("atol_if_computing_in_fp32").get<double>();
+  return g;
+}
+
+std::string FixtureModelType(const std::string& name) {
+  return ReadJson(checkpoint::testing::FixtureDir(name) + "/config.json").value("model_type", "");
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+}  // namespace nightshift::engine::testing
