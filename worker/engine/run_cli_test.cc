@@ -1,0 +1,365 @@
+// `nightshift run` and `nightshift-engine run` as a user runs them: the JSON
+// shape, the reference tokens and logits, and a short one-line error with a
+// non-zero exit (never a crash or a hang) for every kind of corrupt checkpoint.
+#include <sys/wait.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/checkpoint/test_util.h"
+#include "worker/engine/test_fixtures.h"
+
+namespace nightshift::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::testing::CopyFixture;
+using checkpoint::testing::FixtureDir;
+using checkpoint::testing::ReadFileBytes;
+using checkpoint::testing::SplitSafetensors;
+using checkpoint::testing::TempDir;
+using checkpoint::testing::WriteFileBytes;
+using checkpoint::testing::WriteSafetensors;
+using nlohmann::json;
+using testing::Golden;
+using ::testing::HasSubstr;
+using testing::LoadGolden;
+using testing::MaxAbsDiff;
+using ::testing::StartsWith;
+
+struct Outcome {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out;
+  std::string err;
+};
+
+// Runs `binary args` under a 120 s timeout, capturing stdout and stderr.
+Outcome RunBinary(const std::string& binary, const std::string& args) {
+  const char* bin_dir = std::getenv("NIGHTSHIFT_BIN_DIR");
+  EXPECT_NE(bin_dir, nullptr) << "run through ctest";
+  TempDir tmp;
+  const std::string command = "timeout 120 " + std::string(bin_dir ? bin_dir : ".") + "/" + binary +
+                              " " + args + " >" + (tmp / "out") + " 2>" + (tmp / "err");
+  int status = std::system(command.c_str());
+  Outcome o;
+  if (WIFEXITED(status)) o.exit_code = WEXITSTATUS(status);
+  o.out = ReadFileBytes(tmp / "out");
+  o.err = ReadFileBytes(tmp / "err");
+  return o;
+}
+
+std::string IdsFlags(const std::vector<std::vector<TokenId>>& prompts) {
+  std::string flags;
+  for (const auto& prompt : prompts) {
+    flags += " --ids ";
+    for (size_t i = 0; i < prompt.size(); ++i) flags += (i ? "," : "") + std::to_string(prompt[i]);
+  }
+  return flags;
+}
+
+class RunCommandTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RunCommandTest, JsonHasTheDocumentedShapeAndTheReferenceResults) {
+  const std::string fixture = "qwen2-bias";
+  Golden golden = LoadGolden(fixture);
+  Outcome o =
+      RunBinary(GetParam(), "run --model-dir " + FixtureDir(fixture) + IdsFlags(golden.prompts) +
+                                " --max-new-tokens 4 --logits --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  json doc = json::parse(o.out);
+  ASSERT_EQ(doc["sequences"].size(), golden.prompts.size());
+  for (size_t i = 0; i < golden.prompts.size(); ++i) {
+    const json& s = doc["sequences"][i];
+    EXPECT_EQ(s["prompt_ids"].get<std::vector<TokenId>>(), golden.prompts[i]);
+    EXPECT_EQ(s["generated_ids"].get<std::vector<TokenId>>(),
+              std::vector<TokenId>(golden.greedy[i].begin(), golden.greedy[i].begin() + 4));
+    EXPECT_EQ(s["finish_reason"], "length");
+    EXPECT_LE(MaxAbsDiff(s["last_logits"].get<std::vector<float>>(), golden.last_logits[i]),
+              golden.atol);
+  }
+  EXPECT_EQ(doc["passes"], 4);
+  ASSERT_EQ(doc["pass_seconds"].size(), 4u);
+  for (const json& seconds : doc["pass_seconds"]) EXPECT_GT(seconds.get<double>(), 0);
+  EXPECT_GT(doc["bytes_read"].get<uint64_t>(), 4 * 400000u);  // ~4 reads of the 529 kB file
+}
+
+INSTANTIATE_TEST_SUITE_P(Binaries, RunCommandTest,
+                         ::testing::Values("nightshift", "nightshift-engine"),
+                         [](const auto& info) {
+                           return info.param == "nightshift" ? std::string("nightshift")
+                                                             : std::string("nightshift_engine");
+                         });
+
+TEST(RunCommandTest, LogitsOnlyWhenAskedAndStopIds) {
+  Golden golden = LoadGolden("mistral");
+  Outcome o = RunBinary("nightshift-engine", "run --model-dir " + FixtureDir("mistral") +
+                                                 IdsFlags({golden.prompts[1]}) + " --stop-ids " +
+                                                 std::to_string(golden.greedy[1][1]) + " --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  json s = json::parse(o.out)["sequences"][0];
+  EXPECT_FALSE(s.contains("last_logits"));
+  EXPECT_EQ(s["finish_reason"], "stop");
+  EXPECT_EQ(s["generated_ids"].get<std::vector<TokenId>>(),
+            std::vector<TokenId>(golden.greedy[1].begin(), golden.greedy[1].begin() + 2));
+}
+
+TEST(RunCommandTest, TextOutputAndSeededSampling) {
+  const std::string args = "run --model-dir " + FixtureDir("stories260k") +
+                           " --ids 1,2,3 --ids 5 --max-new-tokens 6 --temperature 0.8 "
+                           "--top-k 20 --top-p 0.9 --seed 7";
+  Outcome first = RunBinary("nightshift-engine", args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.out, HasSubstr("sequence 0: prompt 1,2,3 -> "));
+  EXPECT_THAT(first.out, HasSubstr("sequence 1: prompt 5 -> "));
+  EXPECT_THAT(first.out, HasSubstr("6 passes in "));
+  // The same seed gives the same tokens (the timing line differs).
+  auto sequences = [](const std::string& out) { return out.substr(0, out.find(" passes in ")); };
+  EXPECT_EQ(sequences(RunBinary("nightshift-engine", args).out), sequences(first.out));
+}
+
+TEST(RunCommandTest, UsageErrorsExitTwo) {
+  const std::string model = " --model-dir " + FixtureDir("mistral");
+  for (const std::string& args :
+       {std::string("run --ids 1,2"), "run" + model, "run" + model + " --ids 1,x",
+        "run" + model + " --ids 1 --top-p 1.5", "run" + model + " --ids 1 --bogus"}) {
+    Outcome o = RunBinary("nightshift-engine", args);
+    EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
+    EXPECT_THAT(o.err, StartsWith("nightshift run: ")) << args;
+  }
+}
+
+// ---- Corrupt checkpoints ----------------------------------------------------
+
+// Rewrites the header of the safetensors file at `path` through `edit`,
+// keeping its data section.
+void EditHeader(const std::string& path, const std::function<void(json&)>& edit) {
+  const std::string bytes = ReadFileBytes(path);
+  checkpoint::testing::SplitFile split = SplitSafetensors(bytes);
+  json header = json::parse(split.header);
+  edit(header);
+  WriteSafetensors(path, header.dump(), 0);
+  WriteFileBytes(path, ReadFileBytes(path) + bytes.substr(bytes.size() - split.data_size));
+}
+
+void EditJson(const std::string& path, const std::function<void(json&)>& edit) {
+  json j = json::parse(ReadFileBytes(path));
+  edit(j);
+  WriteFileBytes(path, j.dump());
+}
+
+constexpr char kSingle[] = "llama-bf16";
+constexpr char kSharded[] = "llama-gqa-sharded";
+constexpr char kShard2[] = "model-00002-of-00002.safetensors";
+constexpr char kNorm[] = "model.norm.weight";  // BF16 [64] in llama-bf16
+
+struct Corruption {
+  const char* name;
+  const char* fixture;
+  std::function<void(const std::string& dir)> corrupt;
+  const char* expect;  // in the one-line message
+};
+
+void PrintTo(const Corruption& c, std::ostream* out) { *out << c.name; }
+
+std::function<void(const std::string&)> Header(std::function<void(json&)> edit) {
+  return [edit](const std::string& dir) { EditHeader(dir + "/model.safetensors", edit); };
+}
+
+std::function<void(const std::string&)> Config(std::function<void(json&)> edit) {
+  return [edit](const std::string& dir) { EditJson(dir + "/config.json", edit); };
+}
+
+std::function<void(const std::string&)> Index(std::function<void(json&)> edit) {
+  return [edit](const std::string& dir) {
+    EditJson(dir + "/model.safetensors.index.json", [&](json& j) { edit(j["weight_map"]); });
+  };
+}
+
+std::vector<Corruption> Corruptions() {
+  return {
+      // The metadata reader's rules.
+      {"missing_directory", kSingle, [](const std::string& dir) { fs::remove_all(dir); },
+       "no such directory"},
+      {"no_config", kSingle, [](const std::string& dir) { fs::remove(dir + "/config.json"); },
+       "config.json: no such file"},
+      {"config_not_json", kSingle,
+       [](const std::string& dir) { WriteFileBytes(dir + "/config.json", "{\"model_type\": "); },
+       "not valid JSON"},
+      {"config_not_object", kSingle,
+       [](const std::string& dir) { WriteFileBytes(dir + "/config.json", "[1]"); },
+       "not a JSON object"},
+      {"pickle_only", kSingle,
+       [](const std::string& dir) {
+         fs::rename(dir + "/model.safetensors", dir + "/pytorch_model.bin");
+       },
+       "pickle"},
+      {"no_weights", kSingle,
+       [](const std::string& dir) { fs::remove(dir + "/model.safetensors"); },
+       "no model.safetensors"},
+      {"index_dotdot", kSharded, Index([](json& m) { m[kNorm] = std::string("../") + kShard2; }),
+       "climbs out of the directory"},
+      {"index_absolute", kSharded, Index([](json& m) { m[kNorm] = "/etc/passwd"; }),
+       "is not a relative path"},
+      {"index_symlink_escape", kSharded,
+       [](const std::string& dir) {
+         fs::rename(dir + "/" + kShard2, dir + "-outside");
+         fs::create_symlink(dir + "-outside", dir + "/" + kShard2);
+       },
+       "outside the checkpoint directory"},
+      {"index_missing_file", kSharded,
+       [](const std::string& dir) { fs::remove(dir + "/" + kShard2); }, "which does not exist"},
+      {"index_lists_absent_tensor", kSharded,
+       Index([](json& m) { m["model.extra.weight"] = kShard2; }), "which does not hold it"},
+      {"file_holds_unlisted_tensor", kSharded, Index([](json& m) { m.erase(kNorm); }),
+       "is not listed in model.safetensors.index.json"},
+      {"file_too_short", kSingle,
+       [](const std::string& dir) { WriteFileBytes(dir + "/model.safetensors", "abc"); },
+       "too short for a safetensors header"},
+      {"header_past_file", kSingle,
+       [](const std::string& dir) {
+         WriteFileBytes(dir + "/model.safetensors", std::string("\x00\x01\0\0\0\0\0\0{}", 10));
+       },
+       "runs past the end of the file"},
+      {"header_not_json", kSingle,
+       [](const std::string& dir) {
+         const std::string bytes = ReadFileBytes(dir + "/model.safetensors");
+         WriteFileBytes(dir + "/model.safetensors", bytes.substr(0, 8) + "#" + bytes.substr(9));
+       },
+       "header is not valid JSON"},
+      {"header_not_object", kSingle,
+       [](const std::string& dir) { WriteSafetensors(dir + "/model.safetensors", "[1, 2]", 0); },
+       "header is not a JSON object"},
+      {"unknown_dtype", kSingle, Header([](json& h) { h[kNorm]["dtype"] = "F4"; }),
+       "unsupported dtype 'F4'"},
+      {"negative_shape", kSingle, Header([](json& h) { h[kNorm]["shape"] = {-64}; }),
+       "is negative"},
+      {"overflowing_shape", kSingle, Header([](json& h) {
+         h[kNorm]["shape"] = {1ll << 32, 1ll << 31};
+       }),
+       "overflows 64 bits"},
+      {"span_size_mismatch", kSingle, Header([](json& h) { h[kNorm]["shape"] = {63}; }),
+       "but span"},
+      {"span_past_data", kSingle, Header([](json& h) {
+         h[kNorm]["data_offsets"] = {283264 - 64, 283264 + 64};
+       }),
+       "runs past the data section"},
+      {"truncated_data", kSingle,
+       [](const std::string& dir) { fs::resize_file(dir + "/model.safetensors", 100000); },
+       "runs past the data section"},
+      {"overlap", kSingle, Header([](json& h) {
+         h[kNorm]["data_offsets"] = {64, 192};
+       }),
+       "overlaps"},
+      {"layer_gap", kSingle, Header([](json& h) {
+         for (const char* suffix : {"input_layernorm.weight", "post_attention_layernorm.weight"}) {
+           h[std::string("model.layers.3.") + suffix] = h[std::string("model.layers.1.") + suffix];
+           h.erase(std::string("model.layers.1.") + suffix);
+         }
+       }),
+       "has no tensors, but layer 3 has"},
+      // The engine's own rules.
+      {"wrong_tensor_shape", kSingle, Header([](json& h) {
+         h["model.layers.0.self_attn.k_proj.weight"]["shape"] = {64, 32};
+       }),
+       "'model.layers.0.self_attn.k_proj.weight' has shape [64, 32], expected [32, 64]"},
+      {"missing_tensor", kSingle,
+       Header([](json& h) { h.erase("model.layers.1.mlp.up_proj.weight"); }),
+       "missing tensor 'model.layers.1.mlp.up_proj.weight'"},
+      {"unexpected_tensor", kSingle, Header([](json& h) {
+         h["model.layers.0.mlp.extra.weight"] = h[kNorm];
+         h.erase(kNorm);
+       }),
+       "unexpected tensor 'model.layers.0.mlp.extra.weight'"},
+      {"unsupported_weight_dtype", kSingle, Header([](json& h) { h[kNorm]["dtype"] = "I16"; }),
+       "dtype I16; only F32, F16 and BF16"},
+      {"zero_heads", kSingle, Config([](json& c) { c["num_attention_heads"] = 0; }),
+       "'num_attention_heads' must be positive, got 0"},
+      {"zero_kv_heads", kSingle, Config([](json& c) { c["num_key_value_heads"] = 0; }),
+       "'num_key_value_heads' must be positive, got 0"},
+      {"heads_not_divisible", kSingle, Config([](json& c) { c["num_key_value_heads"] = 3; }),
+       "num_attention_heads 4 is not divisible by num_key_value_heads 3"},
+      {"unknown_architecture", kSingle, Config([](json& c) { c["model_type"] = "mamba"; }),
+       "model_type 'mamba' is not supported"},
+      {"no_model_type", kSingle, Config([](json& c) { c.erase("model_type"); }),
+       "required field 'model_type' is missing"},
+      {"required_field_missing", kSingle, Config([](json& c) { c.erase("intermediate_size"); }),
+       "required field 'intermediate_size' is missing"},
+      {"field_of_wrong_type", kSingle, Config([](json& c) { c["hidden_size"] = "64"; }),
+       "'hidden_size' must be an integer"},
+      {"unsupported_rope_type", kSingle, Config([](json& c) {
+         c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+       }),
+       "rope_scaling type 'yarn' is not supported"},
+      {"unsupported_activation", kSingle, Config([](json& c) { c["hidden_act"] = "relu"; }),
+       "activation 'relu' is not supported"},
+      {"sliding_window_shorter_than_prompt", "mistral",
+       Config([](json& c) { c["sliding_window"] = 4; }), "limited by sliding_window"},
+      {"prompt_longer_than_context", kSingle,
+       Config([](json& c) { c["max_position_embeddings"] = 4; }),
+       "prompt of 7 tokens is longer than the context of 4 tokens"},
+  };
+}
+
+// Starting a libtorch binary costs about a second on the shared test
+// machine, so the suite runs every case's command up front, a few at a time,
+// and each test checks its own outcome.
+class CorruptCheckpointTest : public ::testing::TestWithParam<Corruption> {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new TempDir();
+    outcomes_ = new std::map<std::string, Outcome>();
+    std::vector<Corruption> cases = Corruptions();
+    constexpr size_t kParallel = 4;
+    for (size_t first = 0; first < cases.size(); first += kParallel) {
+      std::vector<std::future<Outcome>> running;
+      for (size_t i = first; i < std::min(first + kParallel, cases.size()); ++i) {
+        const std::string dir = *root_ / cases[i].name;
+        CopyFixture(cases[i].fixture, dir);
+        cases[i].corrupt(dir);
+        running.push_back(
+            std::async(std::launch::async, RunBinary, "nightshift-engine",
+                       "run --model-dir " + dir + " --ids 1,2,3,4,5,6,7 --max-new-tokens 2"));
+      }
+      for (size_t i = first; i < first + running.size(); ++i) {
+        (*outcomes_)[cases[i].name] = running[i - first].get();
+      }
+    }
+  }
+
+  static void TearDownTestSuite() {
+    delete outcomes_;
+    delete root_;
+  }
+
+  static TempDir* root_;
+  static std::map<std::string, Outcome>* outcomes_;
+};
+
+TempDir* CorruptCheckpointTest::root_ = nullptr;
+std::map<std::string, Outcome>* CorruptCheckpointTest::outcomes_ = nullptr;
+
+TEST_P(CorruptCheckpointTest, ShortClearErrorAndNonZeroExit) {
+  const Corruption& c = GetParam();
+  const Outcome& o = outcomes_->at(c.name);
+  EXPECT_TRUE(o.exit_code == 1 || o.exit_code == 2) << "exit " << o.exit_code << ": " << o.err;
+  EXPECT_THAT(o.err, StartsWith("nightshift run: "));
+  EXPECT_THAT(o.err, HasSubstr(c.expect));
+  EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << "one line: " << o.err;
+  EXPECT_LT(o.err.size(), 400u) << o.err;
+  EXPECT_EQ(o.out, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, CorruptCheckpointTest, ::testing::ValuesIn(Corruptions()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace nightshift::engine
