@@ -1,0 +1,219 @@
+#include "common/metric_names.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace nightshift::metrics {
+namespace {
+
+// Passes take from well under a second (a small resident model) to many
+// minutes (a 400B checkpoint streamed from one disk).
+const std::vector<double> kPassBuckets = {0.05, 0.1, 0.25, 0.5, 1,   2.5,  5,   10,
+                                          25,   50,  100,  250, 500, 1000, 2500};
+// A job waits and runs from seconds to an overnight queue.
+const std::vector<double> kJobBuckets = {1,    5,    10,    30,    60,    300,   600,   1800,
+                                         3600, 7200, 14400, 28800, 57600, 86400, 172800};
+const std::vector<double> kSequenceBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+const std::vector<double> kTokenBuckets = {1,    4,     16,    64,     256,    1024,
+                                           4096, 16384, 65536, 262144, 1048576};
+const std::vector<double> kRpcBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                         0.25,  0.5,    1,     2.5,  5,     10};
+
+const std::vector<std::string> kNoValues;
+const std::vector<std::string> kStates = {"queued",    "leased", "running",
+                                          "succeeded", "failed", "cancelled"};
+const std::vector<std::string> kOutcomes = {"succeeded", "failed", "cancelled"};
+const std::vector<std::string> kModes = {"streaming", "resident"};
+
+constexpr MetricType C = MetricType::kCounter;
+constexpr MetricType G = MetricType::kGauge;
+constexpr MetricType H = MetricType::kHistogram;
+constexpr Exporter W = Exporter::kWorker;
+constexpr Exporter S = Exporter::kScheduler;
+
+std::vector<MetricDef> MakeCatalogue() {
+  using namespace names;
+  const std::vector<std::string> mw = {"model", "worker"};
+  return {
+      {kPassDurationSeconds,
+       H,
+       "Wall time of one pass through every layer of the checkpoint; mode says whether the "
+       "layers were streamed from disk or resident.",
+       {"model", "worker", "mode"},
+       kPassBuckets,
+       W},
+      {kLayerLoadSecondsTotal,
+       C,
+       "Seconds spent reading layer weights from the checkpoint (the prefetch thread; overlaps "
+       "compute).",
+       mw,
+       {},
+       W},
+      {kLayerComputeSecondsTotal,
+       C,
+       "Seconds spent computing layers for the sequences in flight.",
+       mw,
+       {},
+       W},
+      {kIoWaitSecondsTotal,
+       C,
+       "Seconds the compute thread waited for layer weights to be read.",
+       mw,
+       {},
+       W},
+      {kCheckpointReadBytesTotal,
+       C,
+       "Checkpoint bytes read from the safetensors files.",
+       mw,
+       {},
+       W},
+      {kReadThroughputBytesPerSecond,
+       G,
+       "Checkpoint bytes read per second of wall time during the last pass.",
+       mw,
+       {},
+       W},
+      {kReadBandwidthBytesPerSecond,
+       G,
+       "The worker's measured cold-cache read bandwidth with parallel reads (its physical "
+       "limit), as disk-bench reports it.",
+       {"worker"},
+       {},
+       W},
+      {kPassSequences, H, "Sequences in flight in one pass.", mw, kSequenceBuckets, W},
+      {kPassTokens, H, "Tokens fed in one pass (prompts plus one per decoding sequence).", mw,
+       kTokenBuckets, W},
+      {kPromptTokensTotal,
+       C,
+       "Prompt tokens (label tokens included) run through the model.",
+       mw,
+       {},
+       W},
+      {kGeneratedTokensTotal, C, "Tokens generated.", mw, {}, W},
+      {kKvBudgetBytes, G, "Memory the worker can give to the KV cache.", {"worker"}, {}, W},
+      {kKvInUseBytes, G, "KV cache bytes reserved by the sequences in flight.", {"worker"}, {}, W},
+      {kJobs, G, "Jobs by state.", {"model", "state"}, {}, S},
+      {kJobsSubmittedTotal, C, "Jobs accepted by SubmitJobs.", {"model"}, {}, S},
+      {kJobsFinishedTotal,
+       C,
+       "Jobs that reached a terminal state, by outcome.",
+       {"model", "outcome"},
+       {},
+       S},
+      {kJobQueueSeconds,
+       H,
+       "Seconds from a job's submission to its first lease.",
+       {"model"},
+       kJobBuckets,
+       S},
+      {kJobEndToEndSeconds,
+       H,
+       "Seconds from a job's submission to its terminal state.",
+       {"model"},
+       kJobBuckets,
+       S},
+      {kJobRetriesTotal,
+       C,
+       "Jobs returned to the queue after their lease was lost.",
+       {"model"},
+       {},
+       S},
+      {kLeaseExpirationsTotal,
+       C,
+       "Leases that expired without the worker finishing the batch.",
+       mw,
+       {},
+       S},
+      {kResultsRefusedTotal,
+       C,
+       "Results refused because the job already had one or the lease was no longer current.",
+       mw,
+       {},
+       S},
+      {kWorkersAttached, G, "Workers attached to the scheduler.", {}, {}, S},
+      {kSubmissionEtaSeconds,
+       G,
+       "Estimated seconds until the running submissions' remaining jobs of this model finish "
+       "(the latest ETA among them).",
+       {"model"},
+       {},
+       S},
+      {kSubmitDurationSeconds,
+       H,
+       "Seconds the scheduler took to answer one SubmitJobs call.",
+       {},
+       kRpcBuckets,
+       S},
+  };
+}
+
+}  // namespace
+
+const std::vector<MetricDef>& Catalogue() {
+  static const std::vector<MetricDef> catalogue = MakeCatalogue();
+  return catalogue;
+}
+
+const MetricDef* FindMetric(std::string_view name) {
+  for (const MetricDef& def : Catalogue()) {
+    if (def.name == name) return &def;
+  }
+  return nullptr;
+}
+
+const std::vector<std::string>& AllowedLabelValues(std::string_view label) {
+  if (label == "state") return kStates;
+  if (label == "outcome") return kOutcomes;
+  if (label == "mode") return kModes;
+  return kNoValues;
+}
+
+const MetricDef& CatalogueDef(std::string_view name, MetricType type) {
+  const MetricDef* def = FindMetric(name);
+  if (def == nullptr) {
+    throw std::invalid_argument("metric '" + std::string(name) + "' is not in the catalogue");
+  }
+  if (def->type != type) {
+    throw std::invalid_argument("metric '" + std::string(name) + "' is a " +
+                                MetricTypeName(def->type) + ", not a " + MetricTypeName(type));
+  }
+  return *def;
+}
+
+void CheckCatalogueLabels(const MetricDef& def, const Labels& labels) {
+  const bool same_names =
+      labels.size() == def.labels.size() &&
+      std::all_of(def.labels.begin(), def.labels.end(),
+                  [&](const std::string& name) { return labels.count(name) > 0; });
+  if (!same_names) {
+    std::string expected;
+    for (const std::string& name : def.labels) expected += (expected.empty() ? "" : ",") + name;
+    throw std::invalid_argument("metric '" + std::string(def.name) + "' takes the labels {" +
+                                expected + "}");
+  }
+  for (const auto& [name, value] : labels) {
+    const std::vector<std::string>& allowed = AllowedLabelValues(name);
+    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+      throw std::invalid_argument("'" + value + "' is not a value of label '" + name + "'");
+    }
+  }
+}
+
+void RegisterAll(Registry& registry, Exporter exporter) {
+  for (const MetricDef& def : Catalogue()) {
+    if (def.exporter != exporter) continue;
+    switch (def.type) {
+      case MetricType::kCounter:
+        CatalogueFamily<Counter>(registry, def.name);
+        break;
+      case MetricType::kGauge:
+        CatalogueFamily<Gauge>(registry, def.name);
+        break;
+      case MetricType::kHistogram:
+        CatalogueFamily<Histogram>(registry, def.name);
+        break;
+    }
+  }
+}
+
+}  // namespace nightshift::metrics
