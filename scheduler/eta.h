@@ -5,8 +5,9 @@
 // worker that runs it. Before a model's first pass on a worker, seconds per
 // pass is the worker's advertised figure (the planner's generation-time
 // arithmetic: checkpoint bytes / measured parallel read bandwidth / stream
-// efficiency, computed on the worker); after, the measured pass times,
-// smoothed. Queued jobs wait for the work ahead of them: QueueFinishTimes
+// efficiency, computed on the worker; the scheduler computes it with
+// planner::SecondsPerPass when a worker sends none); after, the measured pass
+// times, smoothed. Queued jobs wait for the work ahead of them: QueueFinishTimes
 // plays the queue out over the workers in dispatch order.
 //
 // Thread-safe (no shared state).

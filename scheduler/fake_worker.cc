@@ -225,16 +225,19 @@ class FakeWorker {
     p->set_free_kv_bytes(std::max<int64_t>(0, options_.kv_budget - used));
     p->set_want_top_up(p->free_kv_bytes() > 0);
     Write(report);
+    if (finished.empty()) return;
+    v1::WorkerMessage results;
     for (int64_t id : finished) {
-      Write(Result(jobs_[id]));
+      *results.mutable_results()->add_results() = Result(jobs_[id]);
       jobs_.erase(id);
     }
+    Write(results);
   }
 
-  v1::WorkerMessage Result(const RunningJob& job) {
+  v1::JobResultReport Result(const RunningJob& job) {
     const v1::JobAssignment& a = job.assignment;
-    v1::WorkerMessage m;
-    auto* r = m.mutable_result();
+    v1::JobResultReport m;
+    auto* r = &m;
     r->set_batch_id(batch_id_);
     r->set_job_id(a.job_id());
     if (!options_.fail_custom_id.empty() &&

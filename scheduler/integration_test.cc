@@ -355,6 +355,29 @@ TEST_F(IntegrationTest, TokensSeparateClientsFromWorkersAndHealthAndReflectionNe
   EXPECT_NE(listed.find("nightshift.v1.WorkerService"), std::string::npos);
 }
 
+TEST_F(IntegrationTest, ServesTlsWithTheGivenCertificate) {
+  const std::string tls = Env("NIGHTSHIFT_TEST_DATA", "tests/data") + "/scheduler/tls/";
+  const std::string address =
+      StartScheduler({"--tls-cert", tls + "cert.pem", "--tls-key", tls + "key.pem",
+                      "--client-token", "c", "--worker-token", "w"});
+  auto info = [&](bool use_tls) {
+    auto channel = Connect({address, "c", use_tls, use_tls ? tls + "cert.pem" : ""});
+    auto stub = v1::JobService::NewStub(*channel);
+    grpc::ClientContext ctx;
+    AddToken(&ctx, "c");
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ServerInfo reply;
+    grpc::Status status = stub->GetServerInfo(&ctx, {}, &reply);
+    return std::make_pair(status.error_code(), reply.version());
+  };
+  auto secure = info(true);
+  EXPECT_EQ(secure.first, grpc::StatusCode::OK);
+  EXPECT_FALSE(secure.second.empty());
+  EXPECT_EQ(info(false).first, grpc::StatusCode::UNAVAILABLE);
+  Process* worker = StartWorker(address, "plaintext", {"--token", "w"});
+  EXPECT_EQ(worker->Wait(20), 1);  // a plaintext worker cannot attach either
+}
+
 TEST_F(IntegrationTest, WithoutTokensItBindsToLoopbackOnly) {
   std::vector<std::string> argv = {Bin("nightshift-scheduler"), "--listen", "0.0.0.0:0", "--db",
                                    dir_.file("state.db")};

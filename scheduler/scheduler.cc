@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "planner/estimate.h"
 #include "scheduler/eta.h"
 
 namespace nightshift::scheduler {
@@ -520,14 +521,28 @@ Status Scheduler::Progress(const std::string& worker_id, int64_t session,
 }
 
 Status Scheduler::Result(const std::string& worker_id, int64_t session, JobResult result) {
+  std::vector<JobResult> one;
+  one.push_back(std::move(result));
+  NS_ASSIGN_OR_RETURN(std::vector<Status> statuses, Results(worker_id, session, std::move(one)));
+  return statuses[0];
+}
+
+StatusOr<std::vector<Status>> Scheduler::Results(const std::string& worker_id, int64_t session,
+                                                 std::vector<JobResult> results) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
-  result.worker_id = worker_id;
-  NS_ASSIGN_OR_RETURN(JobChange change, store_->InsertResult(result));
-  Forget({change});
-  Notify({change});
+  for (JobResult& result : results) result.worker_id = worker_id;
+  NS_ASSIGN_OR_RETURN(std::vector<ResultOutcome> outcomes, store_->InsertResults(results));
+  std::vector<Status> statuses;
+  std::vector<JobChange> changes;
+  for (ResultOutcome& outcome : outcomes) {
+    if (outcome.status.ok()) changes.push_back(outcome.change);
+    statuses.push_back(std::move(outcome.status));
+  }
+  Forget(changes);
+  Notify(changes);
   if (workers_[worker_id]->batch_id == 0) ScheduleLocked(false);
-  return Status::Ok();
+  return statuses;
 }
 
 Status Scheduler::HandBack(const std::string& worker_id, int64_t session, int64_t batch_id,
@@ -724,7 +739,13 @@ double Scheduler::SecondsPerPass(const WorkerRuntime& worker, const std::string&
     return measured->second;
   }
   const ModelOffer* offer = FindModel(worker.info, model);
-  return offer != nullptr ? offer->seconds_per_pass : 0;
+  if (offer == nullptr) return 0;
+  if (offer->seconds_per_pass > 0) return offer->seconds_per_pass;
+  // The worker sent no figure: the planner's arithmetic on what it did send.
+  auto planned = planner::SecondsPerPass(static_cast<double>(offer->checkpoint_bytes) / 1e9,
+                                         worker.info.read_bytes_per_second / 1e9,
+                                         /*prefetching=*/true);
+  return planned.value_or(0);
 }
 
 double Scheduler::BusySeconds(const WorkerRuntime& worker) const {

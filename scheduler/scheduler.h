@@ -206,6 +206,11 @@ class Scheduler {
   Status Progress(const std::string& worker_id, int64_t session, const PassProgress& progress);
   // Store::InsertResult's errors (duplicate, late) are returned and counted.
   Status Result(const std::string& worker_id, int64_t session, JobResult result);
+  // Results a worker finished together (one pass), committed in one
+  // transaction: one Status per result, in order (refusals as Result's).
+  // Fails as a whole only for a stale session or a database error.
+  StatusOr<std::vector<Status>> Results(const std::string& worker_id, int64_t session,
+                                        std::vector<JobResult> results);
   // The worker returns jobs it will not run; `draining` stops new work for it.
   Status HandBack(const std::string& worker_id, int64_t session, int64_t batch_id,
                   const std::vector<int64_t>& job_ids, bool draining);

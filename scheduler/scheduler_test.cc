@@ -184,6 +184,24 @@ TEST_F(SchedulerTest, WatcherSeesTheWholeLifeOfASubmission) {
   EXPECT_EQ(scheduler_->Watch(999, &watcher).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(SchedulerTest, ResultsOfOnePassAreTakenTogether) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m"), TokenJob("b", "m")});
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  auto statuses = scheduler_->Results("w1", session,
+                                      {Done(batch, reply.job_ids[0]), Done(batch, reply.job_ids[0]),
+                                       Done(batch, reply.job_ids[1])});
+  ASSERT_TRUE(statuses.ok());
+  ASSERT_EQ(statuses->size(), 3u);
+  EXPECT_TRUE((*statuses)[0].ok());
+  EXPECT_EQ((*statuses)[1].code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE((*statuses)[2].ok());
+  EXPECT_TRUE(scheduler_->GetSubmission(reply.submission_id)->submission.done());
+  EXPECT_EQ(scheduler_->Results("w1", session + 1, {}).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 TEST_F(SchedulerTest, InvalidJobsRefuseTheWholeRequestNamingEach) {
   JobSpec empty = TokenJob("a", "m");
   empty.prompt_token_ids.clear();
@@ -463,6 +481,19 @@ TEST_F(SchedulerTest, EtaUsesTheAdvertisedSpeedThenTheMeasuredOne) {
   // Unknown while jobs wait for a tokenizer.
   auto waiting = Submit({TokenJob("c", "unknown-model")});
   EXPECT_FALSE(scheduler_->GetSubmission(waiting.submission_id)->eta_seconds.has_value());
+}
+
+TEST_F(SchedulerTest, WithoutAnAdvertisedSpeedTheEtaUsesThePlannersArithmetic) {
+  FakeLink link;
+  WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});
+  info.models[0].seconds_per_pass = 0;
+  info.models[0].checkpoint_bytes = 1'700'000'000;  // 1.7 GB
+  info.read_bytes_per_second = 2e9;                 // 2 GB/s, prefetching: x 0.85
+  Attach(info, &link);
+  auto reply = Submit({TokenJob("a", "m", 4, 10)});
+  auto status = scheduler_->GetSubmission(reply.submission_id);
+  ASSERT_TRUE(status->eta_seconds.has_value());
+  EXPECT_DOUBLE_EQ(*status->eta_seconds, 10 * 1.0);  // 1.7 / 2 / 0.85 = 1.0 s a pass
 }
 
 TEST_F(SchedulerTest, ARestartKeepsLeasesUntilTheWorkerReattaches) {

@@ -548,6 +548,16 @@ class Service::Impl {
         case v1::WorkerMessage::kResult:
           status = s->Result(worker_id_, session_, wire::FromProto(m.result()));
           break;
+        case v1::WorkerMessage::kResults: {
+          std::vector<JobResult> results;
+          for (const auto& r : m.results().results()) results.push_back(wire::FromProto(r));
+          auto statuses = s->Results(worker_id_, session_, std::move(results));
+          status = statuses.status();
+          for (const Status& refused : statuses.ok() ? *statuses : std::vector<Status>()) {
+            if (!refused.ok()) LogLine("worker " + worker_id_ + ": " + refused.ToString());
+          }
+          break;
+        }
         case v1::WorkerMessage::kHandBack:
           status = s->HandBack(worker_id_, session_, m.hand_back().batch_id(),
                                {m.hand_back().job_ids().begin(), m.hand_back().job_ids().end()},

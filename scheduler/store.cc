@@ -654,17 +654,22 @@ StatusOr<std::vector<PassSample>> Store::RecentProgress(int64_t batch_id, int li
   return samples;
 }
 
-StatusOr<JobChange> Store::InsertResult(const JobResult& result) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Transaction tx(*db_);
-  NS_RETURN_IF_ERROR(tx.begin_status());
+Status Store::InsertResultLocked(const JobResult& result, ResultOutcome* outcome) {
   const std::string job_name = "job " + std::to_string(result.job_id);
-  NS_ASSIGN_OR_RETURN(Job job, ReadJob(result.job_id));
+  auto read = ReadJob(result.job_id);
+  if (read.status().code() == StatusCode::kNotFound) {
+    outcome->status = read.status();
+    return Status::Ok();
+  }
+  NS_RETURN_IF_ERROR(read.status());
+  const Job& job = *read;
   {
     Query q(*db_, "SELECT 1 FROM results WHERE job_id = ?");
     if (q.Bind(1, result.job_id).Next()) {
       ++duplicate_results_;
-      return AlreadyExists(job_name + " already has a result; the second one is refused");
+      outcome->status =
+          AlreadyExists(job_name + " already has a result; the second one is refused");
+      return Status::Ok();
     }
     NS_RETURN_IF_ERROR(q.status());
   }
@@ -676,12 +681,12 @@ StatusOr<JobChange> Store::InsertResult(const JobResult& result) {
   }
   if (!current) {
     ++late_results_;
-    return FailedPrecondition(job_name + " is " + JobStateName(job.state) +
-                              " and no longer leased under batch " +
-                              std::to_string(result.batch_id) + " to worker " + result.worker_id +
-                              "; the late result is refused");
+    outcome->status =
+        FailedPrecondition(job_name + " is " + JobStateName(job.state) +
+                           " and no longer leased under batch " + std::to_string(result.batch_id) +
+                           " to worker " + result.worker_id + "; the late result is refused");
+    return Status::Ok();
   }
-  const int64_t now = clock_->NowMs();
   Query q(*db_,
           "INSERT INTO results (job_id, batch_id, worker_id, ok, output, error, created_at_ms) "
           "VALUES (?, ?, ?, ?, ?, ?, ?)");
@@ -692,19 +697,36 @@ StatusOr<JobChange> Store::InsertResult(const JobResult& result) {
   } else {
     q.BindNull(5).Bind(6, result.error);
   }
-  NS_RETURN_IF_ERROR(q.Bind(7, now).Run());
-  JobChange change{job.id,
-                   job.submission_id,
-                   job.state,
-                   job.state,
-                   job.batch_id,
-                   job.worker_id,
-                   result.ok ? "" : result.error};
+  NS_RETURN_IF_ERROR(q.Bind(7, clock_->NowMs()).Run());
+  JobChange& change = outcome->change;
+  change = {job.id,
+            job.submission_id,
+            job.state,
+            job.state,
+            job.batch_id,
+            job.worker_id,
+            result.ok ? "" : result.error};
   NS_RETURN_IF_ERROR(SetState(job.id, job.state, result.ok ? JobEvent::kSucceed : JobEvent::kFail,
                               0, change.reason, 0, &change.to));
-  NS_RETURN_IF_ERROR(FinishBatchIfEmpty(result.batch_id));
+  return FinishBatchIfEmpty(result.batch_id);
+}
+
+StatusOr<std::vector<ResultOutcome>> Store::InsertResults(const std::vector<JobResult>& results) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction tx(*db_);
+  NS_RETURN_IF_ERROR(tx.begin_status());
+  std::vector<ResultOutcome> outcomes(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    NS_RETURN_IF_ERROR(InsertResultLocked(results[i], &outcomes[i]));
+  }
   NS_RETURN_IF_ERROR(tx.Commit());
-  return change;
+  return outcomes;
+}
+
+StatusOr<JobChange> Store::InsertResult(const JobResult& result) {
+  NS_ASSIGN_OR_RETURN(std::vector<ResultOutcome> outcomes, InsertResults({result}));
+  NS_RETURN_IF_ERROR(outcomes[0].status);
+  return outcomes[0].change;
 }
 
 StatusOr<std::optional<JobResult>> Store::GetResult(int64_t job_id) {

@@ -102,6 +102,12 @@ struct PassSample {
   int64_t at_ms = 0;
 };
 
+// What became of one result of InsertResults.
+struct ResultOutcome {
+  Status status;     // OK, or why it was refused (as InsertResult's errors)
+  JobChange change;  // the job's change when OK
+};
+
 struct StoreCounters {
   int64_t duplicate_results = 0;  // a second result for a job that has one
   int64_t late_results = 0;       // a result under a lease that is no longer current
@@ -216,6 +222,11 @@ class Store {
   // not current (batch expired, job re-leased, cancelled, other worker).
   // NotFound for an unknown job.
   StatusOr<JobChange> InsertResult(const JobResult& result);
+  // Several results (those a worker finished in one pass) in one
+  // transaction: one outcome each, in order; a refused one changes nothing
+  // and does not stop the others. The call fails only on a database error,
+  // and then none is stored.
+  StatusOr<std::vector<ResultOutcome>> InsertResults(const std::vector<JobResult>& results);
   StatusOr<std::optional<JobResult>> GetResult(int64_t job_id);
   // The worker hands jobs of its active batch back (draining): they are
   // queued again without costing an attempt.
@@ -260,6 +271,9 @@ class Store {
   StatusOr<std::vector<Job>> LeaseInto(int64_t batch_id, const std::string& worker_id,
                                        const std::vector<int64_t>& job_ids);
   StatusOr<Job> ReadJob(int64_t id);
+  // Inserts one result inside the caller's transaction; a refusal goes into
+  // outcome->status, a database error is returned.
+  Status InsertResultLocked(const JobResult& result, ResultOutcome* outcome);
   Status SetState(int64_t job_id, JobState from, JobEvent event, int64_t batch_id,
                   const std::string& reason, int32_t attempt_delta, JobState* to);
 

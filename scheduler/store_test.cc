@@ -660,3 +660,30 @@ TEST_F(StoreTest, WithdrawModelRemovesOneOffer) {
 
 }  // namespace
 }  // namespace nightshift::scheduler
+
+namespace nightshift::scheduler {
+namespace {
+
+TEST_F(StoreTest, ResultsOfAPassCommitTogetherAndRefusalsStayAlone) {
+  auto s = SubmitTokens({TokenJob("a", "m"), TokenJob("b", "m"), TokenJob("c", "m")});
+  Lease lease = Lease1("w1", s.job_ids);
+  ASSERT_TRUE(store_->InsertResult(Result(lease, s.job_ids[0])).ok());
+  JobResult stranger = Result(lease, s.job_ids[2]);
+  stranger.worker_id = "w2";
+  auto outcomes = store_->InsertResults(
+      {Result(lease, s.job_ids[0]), Result(lease, s.job_ids[1]), stranger, Result(lease, 999)});
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  ASSERT_EQ(outcomes->size(), 4u);
+  EXPECT_EQ((*outcomes)[0].status.code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE((*outcomes)[1].status.ok());
+  EXPECT_EQ((*outcomes)[1].change.to, JobState::kSucceeded);
+  EXPECT_EQ((*outcomes)[2].status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*outcomes)[3].status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(GetJob(s.job_ids[1]).state, JobState::kSucceeded);
+  EXPECT_EQ(GetJob(s.job_ids[2]).state, JobState::kLeased);
+  EXPECT_EQ(store_->counters().duplicate_results, 1);
+  EXPECT_EQ(store_->counters().late_results, 1);
+}
+
+}  // namespace
+}  // namespace nightshift::scheduler
