@@ -140,9 +140,28 @@ struct Engine::Impl {
     return w;
   }
 
+  // One pass's inputs: every sequence's new tokens, packed row after row.
+  struct PassPlan {
+    std::vector<int64_t> ids;
+    std::vector<int64_t> positions;
+    std::vector<int64_t> logit_rows;  // per sequence, the row whose next token is needed
+    PassRows rows;
+  };
+
   Status Validate(const SequenceRequest& r) const;
   StatusOr<PassStats> RunPass();
+  PassPlan PlanPass(PassStats* stats) const;
+  // Reads `list` from the files, counting bytes and I/O time.
+  void Load(const std::vector<const checkpoint::TensorInfo*>& list, PassStats* stats) const;
+  // Embedding and every decoder layer: the final hidden states.
+  at::Tensor RunLayers(const PassPlan& plan, PassStats* stats) const;
+  // Final norm and LM head at `rows` of `hidden`: [rows, vocab] logits.
+  at::Tensor RunHead(const at::Tensor& hidden, const std::vector<int64_t>& rows,
+                     PassStats* stats) const;
+  // Samples the next token of `s` from its logits row and decides whether it finished.
   void Advance(Sequence& s, const float* logits);
+  // Moves finished sequences from `active` to `finished`.
+  void RetireFinished();
 };
 
 Status Engine::Impl::Validate(const SequenceRequest& r) const {
@@ -185,81 +204,96 @@ void Engine::Impl::Advance(Sequence& s, const float* logits) {
   }
 }
 
-StatusOr<PassStats> Engine::Impl::RunPass() {
-  const Clock::time_point pass_start = Clock::now();
-  PassStats stats;
-  stats.index = passes++;
-  stats.sequences = static_cast<int64_t>(active.size());
-
-  // Lay out the pass: every sequence's new tokens, packed row after row.
-  std::vector<int64_t> ids, positions, logit_rows;
-  PassRows rows;
+Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
+  PassPlan plan;
   for (const std::unique_ptr<Sequence>& s : active) {
     std::vector<TokenId> feed = s->NextFeed();
     SequenceRows r;
-    r.begin = static_cast<int64_t>(ids.size());
+    r.begin = static_cast<int64_t>(plan.ids.size());
     r.count = static_cast<int64_t>(feed.size());
     r.past = s->cached;
     r.allowed = CausalMask(r.past, r.count);
     r.cache = &s->cache;
     for (int64_t i = 0; i < r.count; ++i) {
-      ids.push_back(feed[static_cast<size_t>(i)]);
-      positions.push_back(r.past + i);
+      plan.ids.push_back(feed[static_cast<size_t>(i)]);
+      plan.positions.push_back(r.past + i);
     }
-    logit_rows.push_back(r.begin + r.count - 1);
-    rows.sequences.push_back(std::move(r));
-    stats.kv_bytes += s->cache.bytes();
+    plan.logit_rows.push_back(r.begin + r.count - 1);
+    plan.rows.sequences.push_back(std::move(r));
+    stats->kv_bytes += s->cache.bytes();
   }
-  stats.tokens = static_cast<int64_t>(ids.size());
+  plan.rows.rope = ComputeRopeAngles(inv_freq, plan.positions);
+  stats->sequences = static_cast<int64_t>(active.size());
+  stats->tokens = static_cast<int64_t>(plan.ids.size());
+  return plan;
+}
 
+void Engine::Impl::Load(const std::vector<const checkpoint::TensorInfo*>& list,
+                        PassStats* stats) const {
+  const Clock::time_point start = Clock::now();
+  stats->bytes_read += mapped->Load(list);
+  stats->io_seconds += SecondsSince(start);
+}
+
+at::Tensor Engine::Impl::RunLayers(const PassPlan& plan, PassStats* stats) const {
   Clock::time_point start = Clock::now();
-  const Weight embedding = View(tensors.embedding);
-  at::Tensor hidden = Embed(config, embedding, ids);
-  stats.bytes_read += ids.size() * static_cast<uint64_t>(tensors.embedding->size /
-                                                         static_cast<uint64_t>(config.vocab_size));
-  stats.io_seconds += SecondsSince(start);
-  rows.rope = ComputeRopeAngles(inv_freq, positions);
-
+  at::Tensor hidden = Embed(config, View(tensors.embedding), plan.ids);
+  const uint64_t row_bytes = tensors.embedding->size / static_cast<uint64_t>(config.vocab_size);
+  stats->bytes_read += plan.ids.size() * row_bytes;
+  stats->io_seconds += SecondsSince(start);
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const LayerTensors& tensors_of_layer = tensors.layers[static_cast<size_t>(layer)];
-    std::vector<const checkpoint::TensorInfo*> list = PresentTensors(tensors_of_layer);
+    const LayerTensors& layer_tensors = tensors.layers[static_cast<size_t>(layer)];
+    std::vector<const checkpoint::TensorInfo*> list = PresentTensors(layer_tensors);
+    Load(list, stats);
     start = Clock::now();
-    stats.bytes_read += mapped->Load(list);
-    stats.io_seconds += SecondsSince(start);
-    start = Clock::now();
-    hidden = RunDecoderLayer(config, LayerView(tensors_of_layer), layer, hidden, rows);
+    hidden = RunDecoderLayer(config, LayerView(layer_tensors), layer, hidden, plan.rows);
     mapped->Release(list);
-    stats.compute_seconds += SecondsSince(start);
+    stats->compute_seconds += SecondsSince(start);
   }
+  return hidden;
+}
 
+at::Tensor Engine::Impl::RunHead(const at::Tensor& hidden, const std::vector<int64_t>& rows,
+                                 PassStats* stats) const {
   std::vector<const checkpoint::TensorInfo*> head = {tensors.final_norm, tensors.lm_head};
   if (tensors.final_norm_bias != nullptr) head.push_back(tensors.final_norm_bias);
-  start = Clock::now();
-  stats.bytes_read += mapped->Load(head);
-  stats.io_seconds += SecondsSince(start);
-  start = Clock::now();
-  at::Tensor last =
-      hidden.index_select(0, at::tensor(logit_rows, at::TensorOptions().dtype(at::kLong)));
+  Load(head, stats);
+  const Clock::time_point start = Clock::now();
+  at::Tensor last = hidden.index_select(0, at::tensor(rows, at::TensorOptions().dtype(at::kLong)));
   at::Tensor logits = ComputeLogits(config, View(tensors.final_norm), View(tensors.final_norm_bias),
                                     View(tensors.lm_head), last)
                           .contiguous();
   mapped->Release(head);
+  stats->compute_seconds += SecondsSince(start);
+  return logits;
+}
 
-  for (size_t i = 0; i < active.size(); ++i) {
-    Sequence& s = *active[i];
-    s.cached += rows.sequences[i].count;
-    Advance(s, logits.data_ptr<float>() + static_cast<int64_t>(i) * config.vocab_size);
-  }
-  stats.compute_seconds += SecondsSince(start);
-
-  auto still_active = std::stable_partition(active.begin(), active.end(),
-                                            [](const auto& s) { return !s->finished; });
-  for (auto it = still_active; it != active.end(); ++it) {
+void Engine::Impl::RetireFinished() {
+  auto done = std::stable_partition(active.begin(), active.end(),
+                                    [](const auto& s) { return !s->finished; });
+  for (auto it = done; it != active.end(); ++it) {
     Sequence& s = **it;
     finished.push_back({s.id, std::move(s.request.prompt), std::move(s.generated), *s.finished,
                         std::move(s.last_logits)});
   }
-  active.erase(still_active, active.end());
+  active.erase(done, active.end());
+}
+
+StatusOr<PassStats> Engine::Impl::RunPass() {
+  const Clock::time_point pass_start = Clock::now();
+  PassStats stats;
+  stats.index = passes++;
+  const PassPlan plan = PlanPass(&stats);
+  at::Tensor logits = RunHead(RunLayers(plan, &stats), plan.logit_rows, &stats);
+
+  const Clock::time_point start = Clock::now();
+  for (size_t i = 0; i < active.size(); ++i) {
+    Sequence& s = *active[i];
+    s.cached += plan.rows.sequences[i].count;
+    Advance(s, logits.data_ptr<float>() + static_cast<int64_t>(i) * config.vocab_size);
+  }
+  RetireFinished();
+  stats.compute_seconds += SecondsSince(start);
   stats.seconds = SecondsSince(pass_start);
   return stats;
 }
