@@ -68,14 +68,6 @@ bool AllOf(std::string_view text, Pred pred) {
   return true;
 }
 
-template <typename Map>
-std::string MapEach(std::string_view text, Map map) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) AppendCodePoint(map(NextCodePoint(text, &pos)), &out);
-  return out;
-}
-
 bool IsLineBreak(char32_t cp) {
   return cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D ||
          cp == 0x1E || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
@@ -341,25 +333,121 @@ int64_t Count(std::string_view text, std::string_view sub) {
   return n;
 }
 
-std::string Upper(std::string_view text) { return MapEach(text, ToUpper); }
-std::string Lower(std::string_view text) { return MapEach(text, ToLower); }
+namespace {
+
+// Python's full (one-to-many) case mappings for the characters of
+// SpecialCasing.txt that occur in Latin text; the rest map one to one.
+struct SpecialCase {
+  char32_t cp;
+  const char* upper;
+  const char* title;
+};
+constexpr SpecialCase kSpecialCases[] = {
+    {0x00DF, "SS", "Ss"},            // ß
+    {0x0149, "\u02BCN", "\u02BCN"},  // ŉ
+    {0x01F0, "J\u030C", "J\u030C"},  // ǰ
+    {0xFB00, "FF", "Ff"},           {0xFB01, "FI", "Fi"},   {0xFB02, "FL", "Fl"},
+    {0xFB03, "FFI", "Ffi"},         {0xFB04, "FFL", "Ffl"}, {0xFB05, "ST", "St"},
+    {0xFB06, "ST", "St"},
+};
+
+const SpecialCase* FindSpecialCase(char32_t cp) {
+  for (const SpecialCase& special : kSpecialCases) {
+    if (special.cp == cp) return &special;
+  }
+  return nullptr;
+}
+
+void AppendUpper(char32_t cp, std::string* out) {
+  const SpecialCase* special = FindSpecialCase(cp);
+  if (special) {
+    out->append(special->upper);
+  } else {
+    AppendCodePoint(ToUpper(cp), out);
+  }
+}
+
+void AppendTitle(char32_t cp, std::string* out) {
+  const SpecialCase* special = FindSpecialCase(cp);
+  if (special) {
+    out->append(special->title);
+  } else {
+    AppendCodePoint(ToTitle(cp), out);
+  }
+}
+
+// Unicode's Case_Ignorable, approximately: marks, format characters,
+// modifiers and the word-internal punctuation of Word_Break.
+bool IsCaseIgnorable(char32_t cp) {
+  switch (Category(cp)) {
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_SK:
+      return true;
+    default:
+      return cp == '\'' || cp == '.' || cp == ':' || cp == 0x00B7 || cp == 0x2018 || cp == 0x2019 ||
+             cp == 0x2024 || cp == 0x2027;
+  }
+}
+
+// Whether the capital sigma at cps[i] ends a word (Final_Sigma): a cased
+// letter before it and none after it, skipping case-ignorable characters.
+bool IsFinalSigma(const std::u32string& cps, size_t i) {
+  size_t before = i;
+  while (before > 0 && IsCaseIgnorable(cps[before - 1])) --before;
+  if (before == 0 || !IsCased(cps[before - 1])) return false;
+  size_t after = i + 1;
+  while (after < cps.size() && IsCaseIgnorable(cps[after])) ++after;
+  return after == cps.size() || !IsCased(cps[after]);
+}
+
+}  // namespace
+
+std::string Upper(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) AppendUpper(NextCodePoint(text, &pos), &out);
+  return out;
+}
+
+std::string Lower(std::string_view text) {
+  std::u32string cps = Decode(text);
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (cps[i] == 0x0130) {
+      out.append("i\u0307");  // İ
+    } else if (cps[i] == 0x03A3 && IsFinalSigma(cps, i)) {
+      out.append("\u03C2");  // ς
+    } else {
+      AppendCodePoint(ToLower(cps[i]), &out);
+    }
+  }
+  return out;
+}
 
 std::string Capitalize(std::string_view text) {
-  bool first = true;
-  return MapEach(text, [&first](char32_t cp) {
-    char32_t mapped = first ? ToTitle(cp) : ToLower(cp);
-    first = false;
-    return mapped;
-  });
+  std::string out;
+  size_t pos = 0;
+  if (pos < text.size()) AppendTitle(NextCodePoint(text, &pos), &out);
+  return out + Lower(text.substr(pos));
 }
 
 std::string Title(std::string_view text) {
+  std::string out;
   bool previous_cased = false;
-  return MapEach(text, [&previous_cased](char32_t cp) {
-    char32_t mapped = previous_cased ? ToLower(cp) : ToTitle(cp);
+  for (size_t pos = 0; pos < text.size();) {
+    char32_t cp = NextCodePoint(text, &pos);
+    if (previous_cased) {
+      AppendCodePoint(ToLower(cp), &out);
+    } else {
+      AppendTitle(cp, &out);
+    }
     previous_cased = IsCased(cp);
-    return mapped;
-  });
+  }
+  return out;
 }
 
 bool IsAlpha(std::string_view text) { return AllOf(text, IsAlphaCp); }

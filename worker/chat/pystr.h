@@ -3,9 +3,10 @@
 // Jinja templates index, slice, strip, split and case-map strings the way
 // Python does: by code point, with Python's definition of whitespace
 // (str.isspace) and Python's repr() quoting. These helpers reproduce that on
-// std::string holding UTF-8. Case mapping uses utf8proc's simple (one code
-// point to one code point) mappings; Python's special cases such as
-// 'ß'.upper() == 'SS' are not reproduced.
+// std::string holding UTF-8. Case mapping uses utf8proc's one-to-one
+// mappings plus Python's one-to-many ones for Latin text (ß -> SS, the ﬁ
+// ligatures, İ -> i̇) and the final-sigma rule; the Greek and Armenian
+// one-to-many mappings of SpecialCasing.txt are not reproduced.
 //
 // Every function takes valid UTF-8 (check once with ValidateUtf8 where text
 // enters the module) and is pure and thread-safe.
@@ -68,8 +69,7 @@ int64_t Find(std::string_view text, std::string_view sub);
 int64_t RFind(std::string_view text, std::string_view sub);
 int64_t Count(std::string_view text, std::string_view sub);
 
-// Case mapping: str.upper(), str.lower(), str.capitalize(), str.title(),
-// str.swapcase() is not provided.
+// Case mapping: str.upper(), str.lower(), str.capitalize(), str.title().
 std::string Upper(std::string_view text);
 std::string Lower(std::string_view text);
 std::string Capitalize(std::string_view text);
