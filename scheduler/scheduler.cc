@@ -101,11 +101,11 @@ StatusOr<std::shared_ptr<const PromptEncoder>> Scheduler::EncoderFor(const std::
     return a->info.connected && !b->info.connected;
   });
   for (const WorkerRuntime* w : servers) {
-    const std::string& hash = FindModel(w->info, model)->tokenizer_hash;
+    const std::string& hash = FindModel(w->info, model)->tokenizer_hash;  // "" = no tokenizer
+    auto cached = encoders_.find(hash);
+    if (cached != encoders_.end()) return cached->second;
     TokenizerFiles files;
     if (!hash.empty()) {
-      auto cached = encoders_.find(hash);
-      if (cached != encoders_.end()) return cached->second;
       auto stored = store_->GetTokenizer(hash);
       if (stored.status().code() == StatusCode::kNotFound) continue;  // not uploaded yet
       if (!stored.ok()) return stored.status();

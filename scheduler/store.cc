@@ -921,15 +921,6 @@ Status Store::DetachWorker(const std::string& worker_id, int64_t session) {
   return tx.Commit();
 }
 
-Status Store::TouchWorker(const std::string& worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Transaction tx(*db_);
-  NS_RETURN_IF_ERROR(tx.begin_status());
-  Query q(*db_, "UPDATE workers SET last_seen_at_ms = ? WHERE id = ?");
-  NS_RETURN_IF_ERROR(q.Bind(1, clock_->NowMs()).Bind(2, worker_id).Run());
-  return tx.Commit();
-}
-
 Status Store::WithdrawModel(const std::string& worker_id, const std::string& model) {
   std::lock_guard<std::mutex> lock(mu_);
   Transaction tx(*db_);

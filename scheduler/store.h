@@ -209,7 +209,8 @@ class Store {
   // Adds queued jobs to an active batch (a top-up at a pass boundary);
   // FailedPrecondition when the batch is not active or no job is left.
   StatusOr<Lease> TopUp(int64_t batch_id, const std::vector<int64_t>& job_ids);
-  // Extends the leases of every active batch of the worker to now + lease_ms.
+  // Extends the leases of every active batch of the worker to now + lease_ms
+  // (never shortens one) and records that the worker was seen.
   Status ExtendLeases(const std::string& worker_id, int64_t lease_ms);
   // Records a pass of an active batch of `worker_id` (its leased jobs become
   // running) and prunes old samples. FailedPrecondition when the batch is not
@@ -249,7 +250,6 @@ class Store {
   StatusOr<int64_t> AttachWorker(const WorkerInfo& worker);
   // Marks the worker disconnected if `session` is still its current one.
   Status DetachWorker(const std::string& worker_id, int64_t session);
-  Status TouchWorker(const std::string& worker_id);
   // Removes a model from the worker's advertised list (it failed there).
   Status WithdrawModel(const std::string& worker_id, const std::string& model);
   // Every worker ever attached, with its models, by id.
