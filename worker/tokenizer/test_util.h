@@ -3,6 +3,8 @@
 // tokenizer.json takes a noticeable fraction of a second).
 #pragma once
 
+#include <time.h>
+
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -13,6 +15,21 @@
 #include "worker/tokenizer/tokenizer.h"
 
 namespace nightshift::tokenizer::testing {
+
+// Time bounds in tests are loose guards against quadratic behaviour, not
+// benchmarks; sanitizer and unoptimized builds get ten times the time.
+#if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
+inline constexpr double kTimeBoundFactor = 10;
+#else
+inline constexpr double kTimeBoundFactor = 1;
+#endif
+
+// CPU time of the calling thread, so that a loaded machine does not count.
+inline double ThreadCpuSeconds() {
+  timespec now;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
+}
 
 // tests/data/tokenizers (NIGHTSHIFT_TEST_DATA is set by ctest; the tests
 // that need fixtures fail to find them when it is not).

@@ -80,9 +80,9 @@ class TokenizeCli : public ::testing::Test {
 };
 
 TEST_F(TokenizeCli, EncodesToCommaSeparatedIds) {
-  Outcome o = Run({"--tokenizer", Fixture("qwen3/tokenizer.json"), "--", "Hello", "world"});
+  Outcome o = Run({"--tokenizer", Fixture("gpt2/tokenizer.json"), "--", "Hello", "world"});
   EXPECT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_EQ(o.out, "9707,1879\n");
+  EXPECT_EQ(o.out, "15496,995\n");
 }
 
 TEST_F(TokenizeCli, SpecialAddsThePostProcessorTokensAndJsonPrintsAnObject) {
@@ -99,12 +99,13 @@ TEST_F(TokenizeCli, FileCarriesTextACommandLineCannot) {
   std::string path = WriteFile("text.txt", std::string("a\0b\r\n", 5));
   Outcome o = Run({"--tokenizer", Fixture("gpt2/tokenizer.json"), "--file", path});
   EXPECT_EQ(o.exit_code, 0) << o.err;
-  // a, NUL, b, \r\n in GPT-2's vocab: "a"=64, "\u0100"=188, "b"=65, "\u010d\u010a"=201.
-  EXPECT_EQ(o.out, "64,188,65,201\n");
+  // a, NUL, b, \r, \n in GPT-2's vocab: "a"=64, "\u0100"=188, "b"=65, "\u010d"=201,
+  // "\u010a"=198.
+  EXPECT_EQ(o.out, "64,188,65,201,198\n");
 }
 
 TEST_F(TokenizeCli, DecodesIds) {
-  Outcome o = Run({"--model-dir", Fixture("qwen3"), "--decode", "9707,1879"});
+  Outcome o = Run({"--model-dir", Fixture("gpt2"), "--decode", "15496,995"});
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_EQ(o.out, "Hello world\n");
   Outcome chat = Run({"--model-dir", Fixture("qwen3"), "--decode", "151644,872,198,13048,151645",
@@ -114,16 +115,16 @@ TEST_F(TokenizeCli, DecodesIds) {
 }
 
 TEST_F(TokenizeCli, UsageErrorsExitTwo) {
-  const std::string qwen = Fixture("qwen3");
+  const std::string gpt2 = Fixture("gpt2");
   const std::vector<std::vector<std::string>> cases = {
       {"--", "text"},                                                             // no tokenizer
-      {"--model-dir", qwen, "--tokenizer", qwen + "/tokenizer.json", "--", "x"},  // both
-      {"--model-dir", qwen},                                                      // no text
-      {"--model-dir", qwen, "--decode", "1,2", "--", "x"},                        // ids and text
-      {"--model-dir", qwen, "--decode", "1,x"},                                   // bad id
-      {"--model-dir", qwen, "--decode", "-3"},                                    // negative id
-      {"--model-dir", qwen, "--skip-special", "--", "x"},  // decode-only flag
-      {"--model-dir", qwen, "--bogus"},                    // unknown flag
+      {"--model-dir", gpt2, "--tokenizer", gpt2 + "/tokenizer.json", "--", "x"},  // both
+      {"--model-dir", gpt2},                                                      // no text
+      {"--model-dir", gpt2, "--decode", "1,2", "--", "x"},                        // ids and text
+      {"--model-dir", gpt2, "--decode", "1,x"},                                   // bad id
+      {"--model-dir", gpt2, "--decode", "-3"},                                    // negative id
+      {"--model-dir", gpt2, "--skip-special", "--", "x"},  // decode-only flag
+      {"--model-dir", gpt2, "--bogus"},                    // unknown flag
   };
   for (const auto& args : cases) {
     Outcome o = Run(args);
@@ -134,7 +135,7 @@ TEST_F(TokenizeCli, UsageErrorsExitTwo) {
 
 TEST_F(TokenizeCli, InvalidUtf8IsRefusedWithTheOffset) {
   std::string path = WriteFile("bad.txt", "ok\xC3(");
-  Outcome o = Run({"--model-dir", Fixture("qwen3"), "--file", path});
+  Outcome o = Run({"--model-dir", Fixture("gpt2"), "--file", path});
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_NE(o.err.find("not valid UTF-8"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("byte 2"), std::string::npos) << o.err;
@@ -144,7 +145,7 @@ TEST_F(TokenizeCli, FailuresExitOne) {
   Outcome missing_dir = Run({"--model-dir", (dir_ / "nothing").string(), "--", "x"});
   EXPECT_EQ(missing_dir.exit_code, 1);
   EXPECT_NE(missing_dir.err.find("tokenizer.json"), std::string::npos) << missing_dir.err;
-  Outcome missing_file = Run({"--model-dir", Fixture("qwen3"), "--file", "/nonexistent/text"});
+  Outcome missing_file = Run({"--model-dir", Fixture("gpt2"), "--file", "/nonexistent/text"});
   EXPECT_EQ(missing_file.exit_code, 1);
   Outcome unknown_id = Run({"--model-dir", Fixture("gpt2"), "--decode", "50257"});
   EXPECT_EQ(unknown_id.exit_code, 1);
