@@ -15,10 +15,10 @@
 
 namespace nightshift::scheduler {
 
-inline constexpr int kDefaultSchedulerPort = 7400;
+inline constexpr int kDefaultSchedulerPort = 50051;
 
 struct ConnectOptions {
-  std::string address = "localhost:7400";
+  std::string address = "localhost:50051";
   std::string token;  // bearer token; "" = none
   bool tls = false;
   std::string tls_ca_file;  // PEM roots for TLS; "" = the system's

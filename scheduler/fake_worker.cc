@@ -36,7 +36,7 @@ namespace v1 = nightshift::v1;
 using nightshift::scheduler::TokenizerFiles;
 
 struct Options {
-  std::string scheduler = "localhost:7400";
+  std::string scheduler = "localhost:50051";
   std::string token;
   std::string id;
   std::vector<std::string> models;

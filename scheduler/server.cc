@@ -29,7 +29,7 @@ StatusOr<std::string> ReadFile(const std::string& path) {
   return text.str();
 }
 
-// Splits "host:port" ("[::1]:7400" for IPv6); InvalidArgument otherwise.
+// Splits "host:port" ("[::1]:50051" for IPv6); InvalidArgument otherwise.
 Status SplitAddress(const std::string& address, std::string* host, std::string* port) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon + 1 == address.size()) {

@@ -11,7 +11,7 @@
 namespace nightshift::scheduler {
 
 struct ServerConfig {
-  std::string listen = "localhost:7400";  // host:port; port 0 picks a free one
+  std::string listen = "localhost:50051";  // host:port; port 0 picks a free one
   std::string db_path = "nightshift.db";
   std::string tokenizer_cache;  // "" = <db_path>.tokenizers
   std::string client_token;
