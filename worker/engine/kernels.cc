@@ -13,10 +13,6 @@ namespace {
 
 using checkpoint::DType;
 
-// Rows of a BF16/F16 weight converted per block: ~4 MB of float32, large
-// enough for an efficient matrix product, small enough to stay in cache.
-constexpr int64_t kConvertBlockBytes = 4 << 20;
-
 bool IsZeroCopy(const Weight& w) {
   return w.info->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
 }
@@ -35,14 +31,13 @@ at::Tensor ToFloat(const Weight& w) {
   return out;
 }
 
-at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias) {
+at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int64_t block_bytes) {
   if (IsZeroCopy(w)) return at::linear(x, ToFloat(w), bias ? ToFloat(bias) : at::Tensor());
 
   const int64_t out_features = w.info->shape[0];
   const int64_t in_features = w.info->shape[1];
   const int64_t elem = static_cast<int64_t>(checkpoint::DTypeSize(w.info->dtype));
-  const int64_t block =
-      std::clamp<int64_t>(kConvertBlockBytes / (in_features * 4), 1, out_features);
+  const int64_t block = std::clamp<int64_t>(block_bytes / (in_features * 4), 1, out_features);
   // y^T = W x^T, block by block: each block of weight rows fills contiguous rows of y^T.
   at::Tensor yt = at::empty({out_features, x.size(0)}, FloatOptions());
   at::Tensor scratch = at::empty({block, in_features}, FloatOptions());
@@ -118,8 +113,11 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles) {
   return at::cat({out, x.narrow(2, rotary, x.size(2) - rotary)}, 2);
 }
 
-at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                     const at::Tensor& allowed, double scale) {
+namespace {
+
+// Attention for rows whose scores fit in memory at once.
+at::Tensor AttentionRows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                         const at::Tensor& allowed, double scale) {
   const int64_t rows = q.size(0);
   const int64_t heads = q.size(1);
   const int64_t dim = q.size(2);
@@ -136,6 +134,23 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
   at::Tensor probs = at::softmax(scores, -1);
   at::Tensor out = at::bmm(probs, values);  // [kv, group * rows, d]
   return out.view({kv_heads, group, rows, dim}).permute({2, 0, 1, 3}).reshape({rows, heads * dim});
+}
+
+}  // namespace
+
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                     const at::Tensor& allowed, double scale, int64_t max_score_bytes) {
+  const int64_t rows = q.size(0);
+  const int64_t row_bytes = q.size(1) * keys.size(1) * static_cast<int64_t>(sizeof(float));
+  const int64_t chunk = std::max<int64_t>(1, max_score_bytes / row_bytes);
+  if (rows <= chunk) return AttentionRows(q, keys, values, allowed, scale);
+  at::Tensor out = at::empty({rows, q.size(1) * q.size(2)}, q.options());
+  for (int64_t row = 0; row < rows; row += chunk) {
+    const int64_t n = std::min(chunk, rows - row);
+    out.narrow(0, row, n).copy_(
+        AttentionRows(q.narrow(0, row, n), keys, values, allowed.narrow(0, row, n), scale));
+  }
+  return out;
 }
 
 at::Tensor CausalMask(int64_t past, int64_t rows) {

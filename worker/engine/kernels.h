@@ -34,8 +34,10 @@ at::Tensor ToFloat(const Weight& weight);
 
 // x [T, in] times weight [out, in] transposed, plus bias [out] when given:
 // [T, out]. BF16/F16 (and unaligned F32) weights are converted a block of
-// rows at a time into a small scratch buffer.
-at::Tensor Linear(const at::Tensor& x, const Weight& weight, const Weight& bias = {});
+// rows (about `block_bytes` of float32) at a time into a scratch buffer.
+inline constexpr int64_t kConvertBlockBytes = 4 << 20;
+at::Tensor Linear(const at::Tensor& x, const Weight& weight, const Weight& bias = {},
+                  int64_t block_bytes = kConvertBlockBytes);
 
 // Normalises over the last dimension: RMSNorm (weight, or 1 + weight), or
 // LayerNorm with `bias`.
@@ -66,9 +68,13 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles);
 // q [rows, heads, d], keys and values [kv_heads, L, d] (query head h reads KV
 // head h / (heads / kv_heads), as transformers' repeat_kv), `allowed`
 // [rows, L] bool (true: row may attend to that key). Softmax in float32.
-// Returns [rows, heads * d].
+// Returns [rows, heads * d]. Rows are processed in chunks whose score matrix
+// stays under `max_score_bytes`, so a long prompt never materialises
+// rows x L x heads scores at once.
+inline constexpr int64_t kMaxAttentionScoreBytes = 64 << 20;
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                     const at::Tensor& allowed, double scale);
+                     const at::Tensor& allowed, double scale,
+                     int64_t max_score_bytes = kMaxAttentionScoreBytes);
 
 // The causal mask of `rows` new tokens after `past` cached ones:
 // [rows, past + rows], row i allowed keys 0..past + i.

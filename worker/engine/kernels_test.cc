@@ -1,0 +1,151 @@
+// The decoder's kernels against plain ATen formulations: blocked weight
+// conversion, norms, rotary embedding, grouped-query attention in chunks.
+#include "worker/engine/kernels.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace nightshift::engine {
+namespace {
+
+using checkpoint::DType;
+
+// A weight stored as `dtype` bytes, starting `offset` bytes into its buffer
+// (to make it unaligned), and the float32 values it holds.
+class StoredWeight {
+ public:
+  StoredWeight(const at::Tensor& values, DType dtype, size_t offset = 0) {
+    at::Tensor stored = values
+                            .to(dtype == DType::kBF16  ? at::kBFloat16
+                                : dtype == DType::kF16 ? at::kHalf
+                                                       : at::kFloat)
+                            .contiguous();
+    exact_ = stored.to(at::kFloat);
+    info_.dtype = dtype;
+    info_.shape = values.sizes().vec();
+    info_.size = static_cast<uint64_t>(stored.nbytes());
+    bytes_.resize(offset + stored.nbytes());
+    std::memcpy(bytes_.data() + offset, stored.data_ptr(), stored.nbytes());
+    weight_ = {&info_, bytes_.data() + offset};
+  }
+  const Weight& weight() const { return weight_; }
+  const at::Tensor& exact() const { return exact_; }  // the stored values as float32
+
+ private:
+  checkpoint::TensorInfo info_;
+  std::vector<unsigned char> bytes_;
+  Weight weight_;
+  at::Tensor exact_;
+};
+
+void ExpectClose(const at::Tensor& actual, const at::Tensor& expected, double atol = 1e-5) {
+  ASSERT_EQ(actual.sizes(), expected.sizes());
+  EXPECT_LE((actual - expected).abs().max().item<double>(), atol);
+}
+
+class KernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { at::manual_seed(3); }
+};
+
+TEST_F(KernelsTest, LinearConvertsInBlocksForEveryDTypeAndAlignment) {
+  at::Tensor x = at::randn({5, 24});
+  at::Tensor w = at::randn({37, 24});
+  at::Tensor b = at::randn({37});
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (size_t offset : {0, 2}) {
+      StoredWeight weight(w, dtype, offset);
+      StoredWeight bias(b, dtype, offset);
+      at::Tensor expected = at::linear(x, weight.exact(), bias.exact());
+      // 3 rows per block: 13 blocks, the last one short.
+      ExpectClose(Linear(x, weight.weight(), bias.weight(), 3 * 24 * 4), expected);
+      ExpectClose(Linear(x, weight.weight(), bias.weight()), expected);
+      ExpectClose(Linear(x, weight.weight()), at::linear(x, weight.exact()));
+    }
+  }
+}
+
+TEST_F(KernelsTest, ToFloatIsAZeroCopyViewOnlyForAlignedF32) {
+  at::Tensor w = at::randn({4, 6});
+  StoredWeight aligned(w, DType::kF32);
+  EXPECT_EQ(ToFloat(aligned.weight()).data_ptr(), aligned.weight().data);
+  StoredWeight unaligned(w, DType::kF32, 2);
+  at::Tensor copy = ToFloat(unaligned.weight());
+  EXPECT_NE(copy.data_ptr(), unaligned.weight().data);
+  ExpectClose(copy, w, 0);
+}
+
+TEST_F(KernelsTest, Norms) {
+  at::Tensor x = at::randn({3, 16});
+  StoredWeight w(at::randn({16}), DType::kF32);
+  StoredWeight b(at::randn({16}), DType::kF32);
+  at::Tensor rms = x / at::sqrt(x.pow(2).mean(-1, true) + 1e-6);
+  ExpectClose(Norm(x, NormKind::kRms, w.weight(), {}, 1e-6), rms * w.exact());
+  ExpectClose(Norm(x, NormKind::kRmsUnitOffset, w.weight(), {}, 1e-6), rms * (1 + w.exact()));
+  at::Tensor centred = x - x.mean(-1, true);
+  at::Tensor layer_norm =
+      centred / at::sqrt(centred.pow(2).mean(-1, true) + 1e-5) * w.exact() + b.exact();
+  ExpectClose(Norm(x, NormKind::kLayerNorm, w.weight(), b.weight(), 1e-5), layer_norm);
+}
+
+TEST_F(KernelsTest, GatherRowsReadsOnlyTheRowsAsked) {
+  at::Tensor table = at::randn({10, 8});
+  StoredWeight stored(table, DType::kBF16);
+  at::Tensor rows = GatherRows(stored.weight(), {7, 0, 7});
+  ExpectClose(rows, stored.exact().index_select(0, at::tensor({7, 0, 7}, at::kLong)), 0);
+}
+
+TEST_F(KernelsTest, RopeRotatesHalvesAndPassesTheRestThrough) {
+  const std::vector<float> inv_freq = {1.0f, 0.1f};  // rotary dim 4 of head dim 6
+  RopeAngles angles = ComputeRopeAngles(inv_freq, {0, 3});
+  at::Tensor x = at::randn({2, 2, 6});  // [tokens, heads, head_dim]
+  at::Tensor out = ApplyRope(x, angles);
+  ExpectClose(out[0], x[0]);  // position 0 rotates by nothing
+  ExpectClose(out.narrow(2, 4, 2), x.narrow(2, 4, 2), 0);
+  // Position 3, dims (0, 2) rotate together by angle 3 * 1.0; (1, 3) by 3 * 0.1.
+  for (int pair = 0; pair < 2; ++pair) {
+    const double angle = 3 * inv_freq[pair];
+    at::Tensor a = x[1].select(1, pair), b = x[1].select(1, pair + 2);
+    ExpectClose(out[1].select(1, pair), a * std::cos(angle) - b * std::sin(angle));
+    ExpectClose(out[1].select(1, pair + 2), b * std::cos(angle) + a * std::sin(angle));
+  }
+}
+
+TEST_F(KernelsTest, CausalMaskAfterCachedTokens) {
+  at::Tensor mask = CausalMask(2, 3);
+  at::Tensor expected = at::tensor({1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1}, at::kLong)
+                            .view({3, 5})
+                            .to(at::kBool);
+  EXPECT_TRUE(at::equal(mask, expected));
+}
+
+// Multi-head attention written out head by head, KV head h / group for query head h.
+at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& allowed, double scale) {
+  const int64_t heads = q.size(1), group = heads / k.size(0);
+  std::vector<at::Tensor> outs;
+  for (int64_t h = 0; h < heads; ++h) {
+    at::Tensor scores = at::matmul(q.select(1, h), k[h / group].t()) * scale;
+    scores = scores.masked_fill(allowed.logical_not(), -INFINITY);
+    outs.push_back(at::matmul(at::softmax(scores, -1), v[h / group]));
+  }
+  return at::cat(outs, 1);
+}
+
+TEST_F(KernelsTest, GroupedQueryAttentionInChunksEqualsTheReference) {
+  const int64_t rows = 7, past = 4, heads = 6, kv_heads = 2, dim = 8;
+  at::Tensor q = at::randn({rows, heads, dim});
+  at::Tensor k = at::randn({kv_heads, past + rows, dim});
+  at::Tensor v = at::randn({kv_heads, past + rows, dim});
+  at::Tensor allowed = CausalMask(past, rows);
+  at::Tensor expected = ReferenceAttention(q, k, v, allowed, 0.3);
+  ExpectClose(Attention(q, k, v, allowed, 0.3), expected);
+  const int64_t one_row = heads * (past + rows) * 4;
+  ExpectClose(Attention(q, k, v, allowed, 0.3, 2 * one_row), expected);  // chunks of 2 rows
+  ExpectClose(Attention(q, k, v, allowed, 0.3, 1), expected);            // one row at a time
+}
+
+}  // namespace
+}  // namespace nightshift::engine
