@@ -359,6 +359,9 @@ TEST(Interpreter, UnsupportedConstructsAreNamed) {
             "line 1: unsupported format spec in str.format ('{:>5}')");
   EXPECT_EQ(E("\n\n{{ cycler(1, 2) }}").message(), "line 3: unsupported global 'cycler'");
   EXPECT_EQ(E("{{ '%a' % 1 }}").code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      E("{{ '{99999999999999999999}'.format(1) }}").message(),
+      "line 1: Replacement index 99999999999999999999 out of range for positional args tuple");
 }
 
 TEST(Interpreter, UnknownNamesFailAsInJinja) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string_view>
 
@@ -315,7 +316,10 @@ std::string StrFormat(const std::string& format, const CallArgs& args) {
       if (automatic)
         ThrowError("cannot switch from automatic field numbering to manual field specification");
       manual = true;
-      size_t index = std::stoul(field);
+      // Indices past the argument count fail below; long digit strings
+      // cannot name an argument, so only their length matters.
+      size_t index =
+          field.size() > 9 ? args.positional.size() : std::strtoul(field.c_str(), nullptr, 10);
       if (index >= args.positional.size()) {
         ThrowError("Replacement index " + field + " out of range for positional args tuple");
       }

@@ -211,4 +211,4 @@ case("split_edge", "{{ ''.split() }}|{{ ''.split(',') }}|{{ 'a,'.split(',') }}|{
 case("strip_edge", "[{{ ' \\u3000x\\u00a0 '.strip() }}][{{ 'abcba'.strip('ab') }}][{{ 'xyz'.strip('') }}][{{ '\\n\\nx\\n'.lstrip('\\n') }}]")
 case("replace_edge", "{{ 'aaaa'.replace('aa', 'b') }}|{{ 'abc'.replace('', '-', 2) }}|{{ 'abc'.replace('x', 'y') }}")
 case("startswith_edges", "{{ ''.startswith('') }}|{{ 'abc'.endswith('') }}|{{ 'abc'.startswith(('a',)) }}")
-case("unicode_case", "{{ 'ǆ'.upper() }}|{{ 'Σ'.lower() }}|{{ 'ǆ'|capitalize }}")
+case("unicode_case", "{{ 'ǆ'.upper() }}|{{ 'Σ'.lower() }}|{{ 'ǆ'|capitalize }}|{{ 'straße ﬁx'.upper() }}|{{ 'ΟΔΟΣ'.lower() }}|{{ 'ßa'|capitalize }}|{{ 'ßa ﬂy'|title }}|{{ 'ßa ﬂy'.title() }}")
