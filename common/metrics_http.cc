@@ -5,6 +5,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <thread>
 
 namespace nightshift::metrics {

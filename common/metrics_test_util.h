@@ -2,6 +2,7 @@
 // promtool. Not for production code.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
