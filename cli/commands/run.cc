@@ -156,7 +156,7 @@ int Run(int argc, char** argv) {
       "A prompt longer than the model's context is an error, never truncated.");
   flags.String("model-dir", &f.model_dir, "checkpoint directory (config.json, *.safetensors)",
                "DIR");
-  flags.StringList("ids", &f.ids, "a prompt as comma-separated token ids (repeatable)", "IDS");
+  flags.StringList("ids", &f.ids, "a prompt as comma-separated token ids", "IDS");
   flags.Int("max-new-tokens", &f.max_new_tokens, "tokens to generate per prompt (default 16)");
   flags.Double("temperature", &f.temperature, "sampling temperature; 0 is greedy", "T");
   flags.Int("top-k", &f.top_k, "sample among the K most likely tokens (0: all)", "K");
