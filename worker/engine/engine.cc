@@ -92,8 +92,15 @@ auto Guarded(Fn fn) -> decltype(fn()) {
     return fn();
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("out of memory");
+  } catch (const c10::OutOfMemoryError& e) {  // device allocators
+    return ResourceExhausted(std::string("libtorch: ") + e.what_without_backtrace());
   } catch (const c10::Error& e) {
-    return Internal(std::string("libtorch: ") + e.what_without_backtrace());
+    std::string what = e.what_without_backtrace();
+    // The CPU allocator reports exhaustion as a plain c10::Error.
+    if (what.find("not enough memory") != std::string::npos) {
+      return ResourceExhausted("libtorch: " + what);
+    }
+    return Internal("libtorch: " + what);
   } catch (const std::exception& e) {
     return Internal(e.what());
   }
