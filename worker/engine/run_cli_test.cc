@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/test_fixtures.h"
 
@@ -89,7 +90,16 @@ TEST_P(RunCommandTest, JsonHasTheDocumentedShapeAndTheReferenceResults) {
   EXPECT_EQ(doc["passes"], 4);
   ASSERT_EQ(doc["pass_seconds"].size(), 4u);
   for (const json& seconds : doc["pass_seconds"]) EXPECT_GT(seconds.get<double>(), 0);
-  EXPECT_GT(doc["bytes_read"].get<uint64_t>(), 4 * 400000u);  // ~4 reads of the 529 kB file
+  // Each pass reads every tensor but the (untied) embedding, plus one
+  // embedding row per token fed: all prompts, then one per sequence.
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(fixture));
+  ASSERT_TRUE(ckpt.ok());
+  const checkpoint::TensorInfo* embedding = ckpt->Find("model.embed_tokens.weight");
+  const uint64_t row = embedding->size / static_cast<uint64_t>(embedding->shape[0]);
+  uint64_t tokens = 3 * golden.prompts.size();
+  for (const auto& prompt : golden.prompts) tokens += prompt.size();
+  EXPECT_EQ(doc["bytes_read"].get<uint64_t>(),
+            4 * (ckpt->total_bytes - embedding->size) + tokens * row);
 }
 
 INSTANTIATE_TEST_SUITE_P(Binaries, RunCommandTest,
