@@ -13,7 +13,10 @@
 //   [a[bc]]  a class nested in a class is a union (PCRE2 has no nesting)
 // `^` and `$` are line anchors as in Ruby. A negated escape (\S, \W, \H) or
 // a negated class inside a bracket class and class intersection (`&&`) are
-// refused with Unimplemented rather than guessed.
+// refused with Unimplemented rather than guessed. Still different, and not
+// used by tokenizer files seen so far: `\b` follows PCRE2's word characters
+// (no marks), and `(?i)` folds case one character at a time (Oniguruma also
+// matches "ss" against "ß").
 //
 // A Regex is immutable and may be used from many threads at once.
 #pragma once
@@ -50,8 +53,6 @@ class Regex {
   // has no matches (as the crate's Pattern impl for regexes). Fails
   // (ResourceExhausted) only if PCRE2 hits its backtracking limits.
   Status FindAll(std::string_view text, std::vector<MatchRange>* out) const;
-
-  const std::string& pattern() const { return pattern_; }
 
  private:
   struct Code;

@@ -4,7 +4,6 @@
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "worker/tokenizer/added_tokens.h"
 #include "worker/tokenizer/bpe.h"

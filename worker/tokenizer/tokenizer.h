@@ -9,10 +9,13 @@
 // every pre-token, then (when asked) let the post-processor add its special
 // tokens. Decoding maps ids to token strings and runs the decoder chain.
 //
-// Every component type that `tokenizer.json` names is either implemented
-// exactly or refused at load time with an error naming it; nothing is
-// approximated. `truncation` and `padding` in the file are ignored on purpose:
-// the system never truncates a prompt silently (it refuses over-long ones).
+// Every component type that `tokenizer.json` names is either implemented with
+// the crate's semantics or refused at load time with an error naming it (the
+// model types Unigram/WordPiece/WordLevel, BertNormalizer, Precompiled,
+// UnicodeScripts, ...). The known residual differences are small and listed
+// where they live: regex.h (PCRE2 vs Oniguruma) and unicode.h (Lowercase).
+// `truncation` and `padding` in the file are ignored on purpose: the system
+// never truncates a prompt silently (it refuses over-long ones).
 //
 // Thread-safety: a Tokenizer is immutable after loading except for an
 // internal, synchronised per-word cache; every const method may be called
@@ -67,7 +70,7 @@ class Tokenizer {
   // `decode(ids, skip_special_tokens)` (no clean-up of tokenization spaces).
   // Byte sequences that are not valid UTF-8 come back as U+FFFD, so the
   // result is always valid UTF-8. An id outside the vocabulary is
-  // OutOfRange naming it.
+  // OutOfRange naming it (the crate silently drops such ids).
   StatusOr<std::string> Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const;
 
   // The id of a token string (added tokens first, then the model's vocab);

@@ -59,7 +59,9 @@ enum class NormalForm { kNFC, kNFD, kNFKC, kNFKD };
 StatusOr<std::string> ToNormalForm(std::string_view text, NormalForm form);
 
 // Full Unicode lowercase of valid UTF-8 text like Rust str::to_lowercase:
-// simple mappings, U+0130 -> "i\u0307", and the final-sigma rule.
+// simple mappings, U+0130 -> "i\u0307", and the final-sigma rule (with
+// Cased / Case_Ignorable derived from general categories and the Word_Break
+// list, which matches the Unicode properties for all but rare characters).
 std::string ToLowercase(std::string_view text);
 
 // GPT-2's byte-level alphabet: bytes 0x21-0x7E, 0xA1-0xAC and 0xAE-0xFF map
