@@ -100,13 +100,18 @@ class PatternTranslator {
     return Unimplemented("regex '" + std::string(pattern_) + "': " + what);
   }
 
-  // An escape: the class shorthands get Oniguruma's meaning, \uHHHH
-  // becomes \x{HHHH}, everything else is copied.
+  // An escape: the class shorthands and word boundaries get Oniguruma's
+  // meaning, \uHHHH becomes \x{HHHH}, everything else is copied.
   Status Escape() {
     char letter = pattern_[i_ + 1];
     if (letter == 'u' && i_ + 6 <= pattern_.size()) {
       out_.append("\\x{").append(pattern_.substr(i_ + 2, 4)).append("}");
       i_ += 6;
+      return Status::Ok();
+    }
+    if ((letter == 'b' || letter == 'B') && depth_ == 0) {
+      WordBoundary(letter == 'B');
+      i_ += 2;
       return Status::Ok();
     }
     std::string_view set = EscapeSet(letter);
@@ -122,6 +127,19 @@ class PatternTranslator {
     }
     i_ += 2;
     return Status::Ok();
+  }
+
+  // \b (\B): a word character on exactly one side (on both or neither),
+  // with Oniguruma's word characters.
+  void WordBoundary(bool negated) {
+    const std::string word = "[" + std::string(kWordSet) + "]";
+    const std::string before = "(?<=" + word + ")", not_before = "(?<!" + word + ")";
+    const std::string after = "(?=" + word + ")", not_after = "(?!" + word + ")";
+    if (negated) {
+      out_.append("(?:" + before + after + "|" + not_before + not_after + ")");
+    } else {
+      out_.append("(?:" + before + not_after + "|" + not_before + after + ")");
+    }
   }
 
   // "[", "[^", and a "]" right after them, which is literal. A class nested

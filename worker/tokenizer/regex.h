@@ -7,6 +7,7 @@
 // what they mean in Oniguruma:
 //   \s, \S   Unicode White_Space (PCRE2 also counts U+180E)
 //   \w, \W   letters, marks, numbers, connector punctuation (PCRE2 omits marks)
+//   \b, \B   word boundaries by that \w
 //   \h, \H   hex digit (PCRE2: horizontal space)
 //   (?m)     dot matches newline (PCRE2: multi-line anchors)
 //   \uHHHH   a code point (PCRE2 spells it \x{HHHH})
@@ -14,9 +15,8 @@
 // `^` and `$` are line anchors as in Ruby. A negated escape (\S, \W, \H) or
 // a negated class inside a bracket class and class intersection (`&&`) are
 // refused with Unimplemented rather than guessed. Still different, and not
-// used by tokenizer files seen so far: `\b` follows PCRE2's word characters
-// (no marks), and `(?i)` folds case one character at a time (Oniguruma also
-// matches "ss" against "ß").
+// used by tokenizer files seen so far: `(?i)` folds case one character at a
+// time (Oniguruma also matches "ss" against "ß").
 //
 // A Regex is immutable and may be used from many threads at once.
 #pragma once

@@ -52,6 +52,14 @@ TEST(Regex, BackslashWIncludesMarksAndBackslashHIsHex) {
   EXPECT_EQ(Pieces(R"(\h+)", "0x1Fg"), (std::vector<std::string>{"0", "1F"}));
 }
 
+TEST(Regex, WordBoundariesUseOnigurumasWordCharacters) {
+  // U+0301 is a combining mark: a word character for Oniguruma, so there is
+  // no boundary between it and the next letter.
+  EXPECT_EQ(Pieces(R"(\b\w)", "e\u0301x a-b"), (std::vector<std::string>{"e", "a", "b"}));
+  EXPECT_EQ(Pieces(R"(\B.)", "ab"), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(*TranslateOnigurumaPattern(R"([\b])"), R"([\b])");  // backspace in a class
+}
+
 TEST(Regex, EmptyMatchesFollowTheCrateIterator) {
   // Search resumes at the end of each match; an empty match right where the
   // previous one ended is skipped.
