@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <new>
 #include <optional>
 #include <thread>
@@ -40,15 +41,76 @@ struct Sequence {
   std::vector<TokenId> generated;
   int64_t cached = 0;  // tokens whose keys and values are in the cache
   std::vector<float> last_logits;
+  std::vector<LabelScore> labels;
+  int64_t best_label = -1;
   std::optional<FinishReason> finished;
 
-  // The tokens this sequence feeds into the next pass: its prompt first, then
-  // its latest token.
+  bool classifying() const { return !request.labels.empty(); }
+
+  // The tokens this sequence feeds into the next pass: its prompt (and every
+  // label's tokens after it) first, then its latest token.
   std::vector<TokenId> NextFeed() const {
-    if (cached == 0) return request.prompt;
-    return {generated.back()};
+    if (cached > 0) return {generated.back()};
+    std::vector<TokenId> feed = request.prompt;
+    for (const std::vector<TokenId>& label : request.labels) {
+      feed.insert(feed.end(), label.begin(), label.end());
+    }
+    return feed;
+  }
+
+  std::vector<int64_t> LabelLengths() const {
+    std::vector<int64_t> lengths;
+    for (const std::vector<TokenId>& label : request.labels) {
+      lengths.push_back(static_cast<int64_t>(label.size()));
+    }
+    return lengths;
+  }
+
+  // The rows of this sequence's feed whose logits the pass needs: the last
+  // one when generating; when classifying, the last prompt row (it predicts
+  // every label's first token) and each label's rows but its last.
+  std::vector<int64_t> LogitRows(int64_t fed) const {
+    if (!classifying()) return {fed - 1};
+    const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+    std::vector<int64_t> rows = {prompt - 1};
+    int64_t begin = prompt;
+    for (int64_t length : LabelLengths()) {
+      for (int64_t k = 0; k + 1 < length; ++k) rows.push_back(begin + k);
+      begin += length;
+    }
+    return rows;
   }
 };
+
+// Scores `labels` from `logprobs` [rows, vocab] (log-softmax of the rows
+// LogitRows chose, in that order).
+std::vector<LabelScore> ScoreLabels(const std::vector<std::vector<TokenId>>& labels,
+                                    const at::Tensor& logprobs, int64_t* best) {
+  auto table = logprobs.accessor<double, 2>();
+  std::vector<LabelScore> scores;
+  int64_t next_row = 1;  // row 0 predicts every label's first token
+  for (const std::vector<TokenId>& ids : labels) {
+    LabelScore score;
+    score.ids = ids;
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const int64_t row = k == 0 ? 0 : next_row++;
+      score.token_logprobs.push_back(table[row][ids[k]]);
+      score.logprob += score.token_logprobs.back();
+    }
+    scores.push_back(std::move(score));
+  }
+  *best = 0;
+  for (size_t j = 1; j < scores.size(); ++j) {
+    if (scores[j].logprob > scores[static_cast<size_t>(*best)].logprob) {
+      *best = static_cast<int64_t>(j);
+    }
+  }
+  const double top = scores[static_cast<size_t>(*best)].logprob;
+  double total = 0;
+  for (const LabelScore& score : scores) total += std::exp(score.logprob - top);
+  for (LabelScore& score : scores) score.probability = std::exp(score.logprob - top) / total;
+  return scores;
+}
 
 // The context the engine runs, from the options and the model; `note`
 // explains a limit that comes from the sliding window.
@@ -151,11 +213,14 @@ struct Engine::Impl {
   struct PassPlan {
     std::vector<int64_t> ids;
     std::vector<int64_t> positions;
-    std::vector<int64_t> logit_rows;  // per sequence, the row whose next token is needed
+    std::vector<int64_t> logit_rows;   // the packed rows whose logits are needed
+    std::vector<int64_t> first_logit;  // per sequence, its first entry in logit_rows
     PassRows rows;
   };
 
   Status Validate(const SequenceRequest& r) const;
+  Status ValidateTokens(const std::vector<TokenId>& ids) const;
+  Status ValidateLabels(const SequenceRequest& r) const;
   StatusOr<PassStats> RunPass();
   PassPlan PlanPass(PassStats* stats) const;
   // Reads `list` from the files, counting bytes and I/O time.
@@ -167,6 +232,8 @@ struct Engine::Impl {
                      PassStats* stats) const;
   // Samples the next token of `s` from its logits row and decides whether it finished.
   void Advance(Sequence& s, const float* logits);
+  // Scores the labels of `s` from its `rows` logits rows and finishes it.
+  void Classify(Sequence& s, const at::Tensor& rows);
   // Moves finished sequences from `active` to `finished`.
   void RetireFinished();
 };
@@ -179,14 +246,47 @@ Status Engine::Impl::Validate(const SequenceRequest& r) const {
                            " tokens is longer than the context of " + std::to_string(max_context) +
                            " tokens" + context_note);
   }
-  for (TokenId id : r.prompt) {
+  NS_RETURN_IF_ERROR(ValidateTokens(r.prompt));
+  if (r.max_new_tokens < 0) return InvalidArgument("max_new_tokens must be >= 0");
+  NS_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));
+  return ValidateLabels(r);
+}
+
+Status Engine::Impl::ValidateTokens(const std::vector<TokenId>& ids) const {
+  for (TokenId id : ids) {
     if (id < 0 || id >= config.vocab_size) {
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                              std::to_string(config.vocab_size) + ")");
     }
   }
-  if (r.max_new_tokens < 0) return InvalidArgument("max_new_tokens must be >= 0");
-  return ValidateSamplingParams(r.sampling);
+  return Status::Ok();
+}
+
+Status Engine::Impl::ValidateLabels(const SequenceRequest& r) const {
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  for (size_t j = 0; j < r.labels.size(); ++j) {
+    const std::vector<TokenId>& label = r.labels[j];
+    const std::string name = "label " + std::to_string(j);
+    if (label.empty()) return InvalidArgument(name + " is empty");
+    NS_RETURN_IF_ERROR(ValidateTokens(label).Prefixed(name));
+    const int64_t length = prompt + static_cast<int64_t>(label.size());
+    if (length > max_context) {
+      return InvalidArgument("prompt of " + std::to_string(prompt) + " tokens + " + name + " of " +
+                             std::to_string(label.size()) +
+                             " tokens is longer than the context of " +
+                             std::to_string(max_context) + " tokens" + context_note);
+    }
+  }
+  return Status::Ok();
+}
+
+void Engine::Impl::Classify(Sequence& s, const at::Tensor& rows) {
+  s.labels = ScoreLabels(s.request.labels, at::log_softmax(rows.to(at::kDouble), 1), &s.best_label);
+  if (s.request.return_last_logits) {
+    const float* first = rows.data_ptr<float>();
+    s.last_logits.assign(first, first + config.vocab_size);
+  }
+  s.finished = FinishReason::kLength;
 }
 
 void Engine::Impl::Advance(Sequence& s, const float* logits) {
@@ -219,19 +319,27 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
     r.begin = static_cast<int64_t>(plan.ids.size());
     r.count = static_cast<int64_t>(feed.size());
     r.past = s->cached;
-    r.allowed = CausalMask(r.past, r.count);
     r.cache = &s->cache;
-    for (int64_t i = 0; i < r.count; ++i) {
-      plan.ids.push_back(feed[static_cast<size_t>(i)]);
-      plan.positions.push_back(r.past + i);
+    plan.ids.insert(plan.ids.end(), feed.begin(), feed.end());
+    if (s->classifying()) {
+      const int64_t prompt = static_cast<int64_t>(s->request.prompt.size());
+      r.allowed = TreeMask(prompt, s->LabelLengths());
+      std::vector<int64_t> positions = TreePositions(prompt, s->LabelLengths());
+      plan.positions.insert(plan.positions.end(), positions.begin(), positions.end());
+    } else {
+      r.allowed = CausalMask(r.past, r.count);
+      for (int64_t i = 0; i < r.count; ++i) plan.positions.push_back(r.past + i);
     }
-    plan.logit_rows.push_back(r.begin + r.count - 1);
+    plan.first_logit.push_back(static_cast<int64_t>(plan.logit_rows.size()));
+    for (int64_t row : s->LogitRows(r.count)) plan.logit_rows.push_back(r.begin + row);
     plan.rows.sequences.push_back(std::move(r));
     stats->kv_bytes += s->cache.bytes();
   }
   plan.rows.rope = ComputeRopeAngles(inv_freq, plan.positions);
   stats->sequences = static_cast<int64_t>(active.size());
   stats->tokens = static_cast<int64_t>(plan.ids.size());
+  stats->logit_rows = static_cast<int64_t>(plan.logit_rows.size());
+  plan.first_logit.push_back(stats->logit_rows);
   return plan;
 }
 
@@ -281,7 +389,7 @@ void Engine::Impl::RetireFinished() {
   for (auto it = done; it != active.end(); ++it) {
     Sequence& s = **it;
     finished.push_back({s.id, std::move(s.request.prompt), std::move(s.generated), *s.finished,
-                        std::move(s.last_logits)});
+                        std::move(s.last_logits), std::move(s.labels), s.best_label});
   }
   active.erase(done, active.end());
 }
@@ -297,7 +405,12 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   for (size_t i = 0; i < active.size(); ++i) {
     Sequence& s = *active[i];
     s.cached += plan.rows.sequences[i].count;
-    Advance(s, logits.data_ptr<float>() + static_cast<int64_t>(i) * config.vocab_size);
+    const int64_t first = plan.first_logit[i];
+    if (s.classifying()) {
+      Classify(s, logits.narrow(0, first, plan.first_logit[i + 1] - first));
+    } else {
+      Advance(s, logits.data_ptr<float>() + first * config.vocab_size);
+    }
   }
   RetireFinished();
   stats.compute_seconds += SecondsSince(start);
@@ -333,9 +446,16 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
   if (!impl_->broken.ok()) return impl_->broken;
   NS_RETURN_IF_ERROR(impl_->Validate(request));
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
-  // The last generated token is never fed back, so it needs no cache slot.
-  const int64_t capacity =
+  // The last generated token is never fed back, so it needs no cache slot; a
+  // classification sequence caches its prompt and every label's tokens.
+  int64_t capacity =
       std::min(prompt + std::max<int64_t>(request.max_new_tokens - 1, 0), impl_->max_context);
+  if (!request.labels.empty()) {
+    capacity = prompt;
+    for (const std::vector<TokenId>& label : request.labels) {
+      capacity += static_cast<int64_t>(label.size());
+    }
+  }
   SequenceId id = impl_->next_id++;
   return Guarded([&]() -> StatusOr<SequenceId> {
     impl_->active.push_back(

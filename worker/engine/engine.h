@@ -9,6 +9,11 @@
 // boundaries), so a pass costs about one read of the checkpoint whatever rides
 // in it.
 //
+// A classification sequence (one with labels) scores every label in its one
+// pass: the prompt and all labels' tokens ride as one tree-shaped sequence,
+// each label attending to the prompt and its own earlier tokens only, and the
+// LM head runs only at the rows that predict label tokens.
+//
 //   NS_ASSIGN_OR_RETURN(auto engine, Engine::Open(dir));
 //   NS_ASSIGN_OR_RETURN(SequenceId id, engine->Add(request));
 //   while (engine->active() > 0) {
@@ -56,14 +61,29 @@ struct SequenceRequest {
   bool ignore_eos = false;
   // Return the full-vocabulary logits at the last prompt position.
   bool return_last_logits = false;
+  // Classification: when non-empty, the sequence scores each label as a
+  // continuation of the prompt in one pass and generates nothing
+  // (max_new_tokens, sampling and stop ids are not used). Each label is at
+  // least one token, each < vocab_size, tokenised as the continuation of the
+  // prompt (e.g. with its leading space); prompt + the longest label must fit
+  // the context. The cache holds prompt + every label's tokens.
+  std::vector<std::vector<TokenId>> labels;
 };
 
 enum class FinishReason {
-  kLength,  // max_new_tokens generated, or the context is full
+  kLength,  // max_new_tokens generated, the context is full, or labels scored
   kStop,    // an EOS or stop id was generated
 };
 // "length" or "stop".
 const char* FinishReasonName(FinishReason reason);
+
+// One label's score given the prompt.
+struct LabelScore {
+  std::vector<TokenId> ids;            // the tokens scored, as requested
+  std::vector<double> token_logprobs;  // log P(ids[k] | prompt, ids[0..k)), full vocabulary
+  double logprob = 0;                  // log P(ids | prompt): the sum of token_logprobs
+  double probability = 0;              // exp(logprob) renormalised over the request's labels
+};
 
 struct SequenceResult {
   SequenceId id = 0;
@@ -71,6 +91,8 @@ struct SequenceResult {
   std::vector<TokenId> generated;
   FinishReason finish_reason = FinishReason::kLength;
   std::vector<float> last_logits;  // only when requested
+  std::vector<LabelScore> labels;  // a classification sequence's, in request order
+  int64_t best_label = -1;         // index of the most likely label (first on ties); -1: none
 };
 
 // What one pass did, for progress reports, metrics and the ETA.
@@ -80,9 +102,10 @@ struct PassStats {
   uint64_t bytes_read = 0;  // checkpoint bytes the pass read from the files
   double io_seconds = 0;    // of which waiting for weights to be read
   double compute_seconds = 0;
-  int64_t sequences = 0;  // sequences in the pass
-  int64_t tokens = 0;     // tokens fed (prompts + one per decoding sequence)
-  uint64_t kv_bytes = 0;  // KV cache reserved by the sequences in flight
+  int64_t sequences = 0;   // sequences in the pass
+  int64_t tokens = 0;      // tokens fed (prompts and labels + one per decoding sequence)
+  int64_t logit_rows = 0;  // rows the LM head ran on
+  uint64_t kv_bytes = 0;   // KV cache reserved by the sequences in flight
 };
 
 class Engine {
@@ -102,7 +125,9 @@ class Engine {
 
   // Queues a sequence for the next pass. InvalidArgument for an empty prompt,
   // a prompt longer than the context (never truncated), a token id outside the
-  // vocabulary, a negative max_new_tokens or bad sampling parameters.
+  // vocabulary, a negative max_new_tokens or bad sampling parameters; for a
+  // classification sequence, an empty label, a label token outside the
+  // vocabulary, or prompt + a label longer than the context.
   StatusOr<SequenceId> Add(SequenceRequest request);
 
   // Runs one pass over all layers for every sequence in flight and returns

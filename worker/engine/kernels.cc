@@ -159,4 +159,28 @@ at::Tensor CausalMask(int64_t past, int64_t rows) {
   return key.unsqueeze(0) <= query.unsqueeze(1);
 }
 
+at::Tensor TreeMask(int64_t prompt, const std::vector<int64_t>& branches) {
+  int64_t rows = prompt;
+  for (int64_t length : branches) rows += length;
+  at::Tensor mask = at::zeros({rows, rows}, at::TensorOptions().dtype(at::kBool));
+  mask.narrow(0, 0, prompt).narrow(1, 0, prompt).copy_(CausalMask(0, prompt));
+  int64_t begin = prompt;
+  for (int64_t length : branches) {
+    at::Tensor branch = mask.narrow(0, begin, length);
+    branch.narrow(1, 0, prompt).fill_(true);
+    branch.narrow(1, begin, length).copy_(CausalMask(0, length));
+    begin += length;
+  }
+  return mask;
+}
+
+std::vector<int64_t> TreePositions(int64_t prompt, const std::vector<int64_t>& branches) {
+  std::vector<int64_t> positions;
+  for (int64_t i = 0; i < prompt; ++i) positions.push_back(i);
+  for (int64_t length : branches) {
+    for (int64_t k = 0; k < length; ++k) positions.push_back(prompt + k);
+  }
+  return positions;
+}
+
 }  // namespace nightshift::engine

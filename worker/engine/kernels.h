@@ -80,4 +80,16 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
 // [rows, past + rows], row i allowed keys 0..past + i.
 at::Tensor CausalMask(int64_t past, int64_t rows);
 
+// The tree mask of a prompt followed by several continuations fed in one
+// pass, with nothing cached before: [rows, rows] with rows = prompt +
+// sum(branches). Prompt rows are causal; row k of branch j may attend to the
+// whole prompt and to rows 0..k of its own branch, never to another branch.
+// Each branch's positions continue from the end of the prompt (see
+// TreePositions).
+at::Tensor TreeMask(int64_t prompt, const std::vector<int64_t>& branches);
+
+// The positions of those rows: 0..prompt-1, then prompt..prompt+len-1 for
+// every branch.
+std::vector<int64_t> TreePositions(int64_t prompt, const std::vector<int64_t>& branches);
+
 }  // namespace nightshift::engine

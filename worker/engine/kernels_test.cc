@@ -121,6 +121,21 @@ TEST_F(KernelsTest, CausalMaskAfterCachedTokens) {
   EXPECT_TRUE(at::equal(mask, expected));
 }
 
+TEST_F(KernelsTest, TreeMaskBranchesSeeThePromptAndTheirOwnEarlierRowsOnly) {
+  // Prompt of 2, branches of 2 and 1: rows p0 p1 | a0 a1 | b0.
+  at::Tensor mask = TreeMask(2, {2, 1});
+  at::Tensor expected = at::tensor({1, 0, 0, 0, 0,  //
+                                    1, 1, 0, 0, 0,  //
+                                    1, 1, 1, 0, 0,  //
+                                    1, 1, 1, 1, 0,  //
+                                    1, 1, 0, 0, 1},
+                                   at::kLong)
+                            .view({5, 5})
+                            .to(at::kBool);
+  EXPECT_TRUE(at::equal(mask, expected));
+  EXPECT_EQ(TreePositions(2, {2, 1}), (std::vector<int64_t>{0, 1, 2, 3, 2}));
+}
+
 // Multi-head attention written out head by head, KV head h / group for query head h.
 at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const at::Tensor& allowed, double scale) {
