@@ -1,0 +1,313 @@
+// The `nightshift` scheduler commands end to end: the real
+// nightshift-scheduler and the scripted nightshift-fake-worker on loopback,
+// the real `nightshift` binary run as a user would. submit -> watch ->
+// results checked field by field against the OpenAI Batch formats; malformed
+// files refused whole with line-numbered errors and nothing submitted; watch
+// on a non-terminal; status, list, cancel, workers and estimate with --json.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "scheduler/test_util.h"
+#include "scheduler/testing/process.h"
+
+namespace nightshift::cli {
+namespace {
+
+using json = nlohmann::json;
+using scheduler::testing::Process;
+using scheduler::testing::TempDir;
+
+std::string Env(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : fallback;
+}
+std::string Bin(const std::string& name) {
+  return Env("NIGHTSHIFT_BIN_DIR", "build/bin") + "/" + name;
+}
+std::string Data(const std::string& path) {
+  return Env("NIGHTSHIFT_TEST_DATA", "tests/data") + "/" + path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+struct Outcome {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliEndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    scheduler_ = Process::Start(
+        {Bin("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db", dir_.file("state.db"),
+         "--lease-seconds", "2", "--heartbeat-seconds", "0.2"},
+        dir_.file("scheduler.log"));
+    ASSERT_NE(scheduler_, nullptr);
+    const std::string line = scheduler_->WaitForLine("listening on", 20);
+    ASSERT_FALSE(line.empty()) << scheduler_->Log();
+    const size_t at = line.find("listening on ") + 13;
+    address_ = line.substr(at, line.find(' ', at) - at);
+    worker_ = Process::Start({Bin("nightshift-fake-worker"), "--scheduler", address_, "--id", "w1",
+                              "--model", "tiny", "--tokenizer-dir", Data("scheduler/tiny-model"),
+                              "--pass-seconds", "0.05", "--fail-custom-id", "doomed"},
+                             dir_.file("worker.log"));
+    ASSERT_NE(worker_, nullptr);
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      std::cerr << "---- scheduler log:\n" << scheduler_->Log();
+      std::cerr << "---- worker log:\n" << worker_->Log();
+    }
+  }
+
+  // Runs `nightshift ARGS --scheduler ADDRESS` with stdout on a pipe (not a
+  // terminal); the config file and environment cannot leak in.
+  Outcome Nightshift(const std::string& args) {
+    const std::string err = dir_.file("stderr.txt");
+    const std::string command =
+        "NIGHTSHIFT_CONFIG=/nonexistent NIGHTSHIFT_TOKEN= " + Bin("nightshift") + " " + args +
+        " --scheduler " + address_ + " 2>" + err;
+    Outcome run;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return run;
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
+    const int status = pclose(pipe);
+    run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.err = ReadFile(err);
+    return run;
+  }
+
+  std::string Write(const std::string& name, const std::vector<json>& lines) {
+    std::ofstream out(dir_.file(name));
+    for (const json& line : lines) out << line.dump() << "\n";
+    return dir_.file(name);
+  }
+
+  static json Completion(const std::string& id, json body) {
+    body["model"] = "tiny";
+    return {{"custom_id", id}, {"method", "POST"}, {"url", "/v1/completions"}, {"body", body}};
+  }
+
+  int64_t Submit(const std::string& file, const std::string& extra = "") {
+    Outcome run = Nightshift("submit " + file + " --json " + extra);
+    EXPECT_EQ(run.code, 0) << run.err;
+    json reply = json::parse(run.out, nullptr, false);
+    EXPECT_TRUE(reply.is_object()) << run.out;
+    return reply.is_object() ? reply.value("submission_id", int64_t{0}) : 0;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Process> scheduler_;
+  std::unique_ptr<Process> worker_;
+  std::string address_;
+};
+
+TEST_F(CliEndToEndTest, SubmitWatchResultsRoundTrip) {
+  std::vector<json> input = {
+      Completion("gen", {{"prompt", "hello gen"}, {"max_tokens", 3}, {"logprobs", 1}}),
+      Completion("cls", {{"prompt", "is it ok?"}, {"labels", {" yes", " no"}}}),
+      Completion("doomed", {{"prompt", "this one fails"}, {"max_tokens", 2}}),
+  };
+#if NIGHTSHIFT_HAVE_CHAT
+  input.push_back({{"custom_id", "chat"},
+                   {"method", "POST"},
+                   {"url", "/v1/chat/completions"},
+                   {"body",
+                    {{"model", "tiny"},
+                     {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"max_tokens", 2}}}});
+#endif
+  const int64_t id = Submit(Write("in.jsonl", input));
+  ASSERT_GT(id, 0);
+
+  Outcome watch = Nightshift("watch " + std::to_string(id) + " --utc");
+  EXPECT_EQ(watch.code, 1) << watch.err;  // one job failed
+  std::vector<std::string> lines = Lines(watch.out);
+  ASSERT_GE(lines.size(), 2u) << watch.out;
+  EXPECT_EQ(watch.out.find('\r'), std::string::npos);  // not a terminal: no bar
+  EXPECT_EQ(lines[0].rfind("submission " + std::to_string(id) + ": ", 0), 0u) << lines[0];
+  EXPECT_EQ(lines.back(), "submission " + std::to_string(id) +
+                              " done: " + std::to_string(input.size() - 1) +
+                              " succeeded, 1 failed, 0 cancelled");
+
+  const std::string out_file = dir_.file("out.jsonl");
+  Outcome results = Nightshift("results " + std::to_string(id) + " -o " + out_file);
+  ASSERT_EQ(results.code, 0) << results.err;
+  std::vector<std::string> out = Lines(ReadFile(out_file));
+  ASSERT_EQ(out.size(), input.size());
+  std::vector<json> rows;
+  for (size_t i = 0; i < out.size(); ++i) {
+    rows.push_back(json::parse(out[i]));
+    EXPECT_EQ(rows[i]["custom_id"], input[i]["custom_id"]) << "input order";
+    EXPECT_EQ(rows[i]["id"].get<std::string>().rfind("batch_req_", 0), 0u);
+    EXPECT_EQ(rows[i]["response"]["request_id"].get<std::string>().rfind("req_", 0), 0u);
+  }
+
+  const json& gen = rows[0];
+  EXPECT_TRUE(gen["error"].is_null());
+  EXPECT_EQ(gen["response"]["status_code"], 200);
+  const json& body = gen["response"]["body"];
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "tiny");
+  EXPECT_EQ(body["choices"][0]["text"], "fake output for gen");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][0]["logprobs"]["tokens"], json({"t1", "t2", "t3"}));
+  EXPECT_EQ(body["choices"][0]["logprobs"]["token_logprobs"], json({-0.5, -0.5, -0.5}));
+  EXPECT_EQ(body["choices"][0]["logprobs"]["top_logprobs"][0], json({{"t1", -0.5}}));
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 9);  // one byte a token in the tiny tokenizer
+  EXPECT_EQ(body["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(body["usage"]["total_tokens"], 12);
+
+  const json& cls = rows[1]["response"]["body"];
+  EXPECT_EQ(cls["choices"][0]["text"], " yes");  // the best label
+  EXPECT_EQ(cls["choices"][0]["finish_reason"], "label");
+  ASSERT_EQ(cls["labels"].size(), 2u);
+  EXPECT_EQ(cls["labels"][0]["label"], " yes");
+  EXPECT_EQ(cls["labels"][0]["logprob"], -0.5);
+  EXPECT_EQ(cls["labels"][1]["logprob"], -1.0);
+  EXPECT_NEAR(cls["labels"][0]["prob"].get<double>() + cls["labels"][1]["prob"].get<double>(), 1,
+              1e-9);
+
+  const json& doomed = rows[2];
+  EXPECT_EQ(doomed["response"]["status_code"], 500);
+  EXPECT_TRUE(doomed["response"]["body"].is_null());
+  EXPECT_EQ(doomed["error"]["code"], "job_failed");
+  EXPECT_EQ(doomed["error"]["message"], "fake failure for doomed");
+
+#if NIGHTSHIFT_HAVE_CHAT
+  const json& chat = rows[3]["response"]["body"];
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], "fake output for chat");
+  EXPECT_TRUE(chat["choices"][0]["logprobs"].is_null());
+#endif
+
+  Outcome status = Nightshift("status " + std::to_string(id) + " --json");
+  ASSERT_EQ(status.code, 0) << status.err;
+  json submission = json::parse(status.out);
+  EXPECT_TRUE(submission["done"].get<bool>());
+  EXPECT_EQ(submission["counts"]["failed"], "1");  // proto3 JSON: int64 as a string
+}
+
+TEST_F(CliEndToEndTest, EveryMalformedLineIsListedAndNothingIsSubmitted) {
+  Outcome run = Nightshift("submit " + Data("cli/invalid.jsonl"));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(run.out.empty()) << run.out;
+  for (const char* expected :
+       {"line 2: not valid JSON", "line 3: not a JSON object but a list",
+        "line 4: custom_id is missing", "line 5: duplicate custom_id 'ok-1' (first on line 1)",
+        "line 6: method is 'GET', not POST", "line 7: url '/v1/embeddings' is not supported",
+        "line 8: max_tokens must be an integer, not a string",
+        "line 9: temperature 3 is out of range [0, 2]",
+        "line 10: /v1/chat/completions needs body.messages",
+        "line 11: labels together with max_tokens"}) {
+    EXPECT_NE(run.err.find(expected), std::string::npos) << expected << "\n" << run.err;
+  }
+  EXPECT_EQ(run.err.find("line 1:"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("nothing was submitted"), std::string::npos) << run.err;
+
+  Outcome list = Nightshift("list --json --limit 0");
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_EQ(list.out, "");  // no job at all reached the scheduler
+}
+
+TEST_F(CliEndToEndTest, ModelOverridePriorityListWorkersEstimate) {
+  const std::string file =
+      Write("m.jsonl", {{{"custom_id", "a"},
+                         {"method", "POST"},
+                         {"url", "/v1/completions"},
+                         {"body", {{"model", "not-served"}, {"prompt", "x"}, {"max_tokens", 1}}}}});
+  const int64_t id = Submit(file, "--model tiny --priority 5");
+  ASSERT_GT(id, 0);
+  EXPECT_EQ(Nightshift("watch " + std::to_string(id)).code, 0);
+
+  Outcome list = Nightshift("list --json --submission " + std::to_string(id));
+  ASSERT_EQ(list.code, 0) << list.err;
+  json job = json::parse(list.out);
+  EXPECT_EQ(job["model"], "tiny");
+  EXPECT_EQ(job["priority"], 5);
+  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED");
+  Outcome table = Nightshift("list --submission " + std::to_string(id));
+  ASSERT_EQ(Lines(table.out).size(), 2u) << table.out;
+  EXPECT_NE(Lines(table.out)[1].find("SUCCEEDED"), std::string::npos) << table.out;
+
+  Outcome workers = Nightshift("workers --json");
+  ASSERT_EQ(workers.code, 0) << workers.err;
+  json w = json::parse(workers.out);
+  ASSERT_EQ(w["workers"].size(), 1u);
+  EXPECT_EQ(w["workers"][0]["id"], "w1");
+  EXPECT_TRUE(w["workers"][0]["connected"].get<bool>());
+  EXPECT_NE(Nightshift("workers").out.find("w1"), std::string::npos);
+
+  Outcome estimate = Nightshift("estimate tiny --jobs 10 --json");
+  ASSERT_EQ(estimate.code, 0) << estimate.err;
+  json e = json::parse(estimate.out);
+  EXPECT_EQ(e["model"], "tiny");
+  ASSERT_EQ(e["workers"].size(), 1u);
+  EXPECT_EQ(e["workers"][0]["worker_id"], "w1");
+  EXPECT_TRUE(e.contains("seconds")) << estimate.out;
+}
+
+TEST_F(CliEndToEndTest, LargeFilesGoInChunksOfOneSubmission) {
+  std::vector<json> input;
+  for (int i = 0; i < 5; ++i) {
+    input.push_back(Completion("j" + std::to_string(i), {{"prompt", "x"}, {"max_tokens", 1}}));
+  }
+  const int64_t id = Submit(Write("five.jsonl", input), "--chunk-jobs 2");
+  ASSERT_GT(id, 0);
+  EXPECT_EQ(Nightshift("watch " + std::to_string(id)).code, 0);
+  Outcome results = Nightshift("results " + std::to_string(id));
+  ASSERT_EQ(results.code, 0) << results.err;
+  std::vector<std::string> rows = Lines(results.out);
+  ASSERT_EQ(rows.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(json::parse(rows[i])["custom_id"], "j" + std::to_string(i));
+  }
+}
+
+TEST_F(CliEndToEndTest, CancelEndsWatchWithFailureAndResultsSayCancelled) {
+  const int64_t id =
+      Submit(Write("long.jsonl", {Completion("long", {{"prompt", "x"}, {"max_tokens", 4000}})}));
+  ASSERT_GT(id, 0);
+  Outcome cancel = Nightshift("cancel " + std::to_string(id) + " --json");
+  ASSERT_EQ(cancel.code, 0) << cancel.err;
+  EXPECT_EQ(Nightshift("watch " + std::to_string(id)).code, 1);
+  Outcome results = Nightshift("results " + std::to_string(id));
+  ASSERT_EQ(results.code, 0) << results.err;
+  json row = json::parse(results.out);
+  EXPECT_EQ(row["custom_id"], "long");
+  EXPECT_EQ(row["response"]["status_code"], 409);
+  EXPECT_EQ(row["error"]["code"], "job_cancelled");
+}
+
+TEST_F(CliEndToEndTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(Nightshift("watch not-a-number").code, 2);
+  EXPECT_EQ(Nightshift("submit").code, 2);
+  EXPECT_EQ(Nightshift("list --state sleeping").code, 2);
+  EXPECT_EQ(Nightshift("status 999").code, 1);  // the scheduler says NOT_FOUND
+}
+
+}  // namespace
+}  // namespace nightshift::cli

@@ -1,0 +1,102 @@
+// `nightshift watch SUBMISSION`: follows a submission until it is done.
+//
+// On a terminal a one-line progress bar is redrawn in place (jobs done/total,
+// each running batch's pass and seconds per pass, the ETA as a duration and a
+// clock time); otherwise one plain line per change. Ends with the outcome
+// line and exits 0 when every job succeeded, 1 when any failed or was
+// cancelled (or the stream broke).
+#if NIGHTSHIFT_HAVE_CLI_CLIENT
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "cli/client/command_util.h"
+#include "cli/client/connection.h"
+#include "cli/client/progress.h"
+#include "cli/command.h"
+
+namespace nightshift::cli {
+namespace {
+
+constexpr const char* kName = "watch";
+
+struct WatchFlags {
+  ConnectionFlags connection;
+  bool json = false;
+  bool utc = false;
+  bool plain = false;
+};
+
+int TerminalWidth() {
+  winsize size{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
+}
+
+// Prints one event the way the flags and the terminal ask; `last` is the
+// previous plain line, so unchanged lines are not repeated.
+void Show(const v1::SubmissionEvent& event, const WatchFlags& f, bool terminal, std::string* last) {
+  const v1::Submission& s = event.submission();
+  if (f.json) {
+    std::cout << MessageJson(event) << std::endl;
+    return;
+  }
+  if (terminal) {
+    std::cout << "\r" << RenderProgressBar(s, TerminalWidth() - 1, NowMs(), f.utc) << "\x1b[K"
+              << std::flush;
+    return;
+  }
+  std::string line = RenderProgressLine(s, NowMs(), f.utc);
+  if (line != *last) std::cout << line << std::endl;
+  *last = std::move(line);
+}
+
+int RunWatch(int argc, char** argv) {
+  WatchFlags f;
+  FlagSet flags("nightshift watch SUBMISSION [--json] [--plain] [--utc]",
+                std::string("Follows a submission until every job has finished: a live progress "
+                            "bar on a terminal, one line per change otherwise. Exits 0 when every "
+                            "job succeeded, 1 when some failed or were cancelled.\n") +
+                    kConnectionHelp);
+  AddConnectionFlags(flags, &f.connection);
+  flags.Bool("json", &f.json, "print each event (a Submission snapshot and its changes) as JSON");
+  flags.Bool("plain", &f.plain, "plain lines even on a terminal");
+  flags.Bool("utc", &f.utc, "show the ETA's clock time in UTC, not local time");
+  if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  auto text = OnePositional(flags.positional(), "SUBMISSION");
+  if (!text.ok()) return Fail(kName, text.status());
+  auto id = ParseId(*text, "SUBMISSION");
+  if (!id.ok()) return Fail(kName, id.status());
+  auto client = Dial(flags, f.connection);
+  if (!client.ok()) return Fail(kName, client.status());
+
+  const bool terminal = !f.plain && !f.json && isatty(STDOUT_FILENO);
+  v1::WatchSubmissionRequest request;
+  request.set_submission_id(*id);
+  auto context = client->Context(0);
+  auto reader = client->stub->WatchSubmission(context.get(), request);
+  v1::SubmissionEvent event;
+  v1::Submission last_seen;
+  std::string last_line;
+  while (reader->Read(&event)) {
+    Show(event, f, terminal, &last_line);
+    last_seen = event.submission();
+  }
+  if (terminal) std::cout << "\n";
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return CallFailed(kName, "submission " + *text, status);
+  if (!last_seen.done()) {
+    return Fail(kName, Unavailable("the watch stream ended before submission " + *text +
+                                   " was done; run watch again"));
+  }
+  if (!f.json) std::cout << RenderOutcome(last_seen) << std::endl;
+  return OutcomeExitCode(last_seen);
+}
+
+}  // namespace
+
+NS_REGISTER_COMMAND("watch", "follow a submission's progress until it is done", RunWatch);
+
+}  // namespace nightshift::cli
+#endif  // NIGHTSHIFT_HAVE_CLI_CLIENT
