@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -441,6 +442,20 @@ std::string FormatLineErrors(const std::vector<LineError>& errors) {
   for (const LineError& e : errors)
     text += "line " + std::to_string(e.line) + ": " + e.reason + "\n";
   return text;
+}
+
+std::string ServerErrorsByLine(const std::string& message, const std::vector<int64_t>& lines) {
+  static const std::regex kJob("(?:^|; )job (\\d+): ");
+  std::string out;
+  size_t copied = 0;
+  for (auto it = std::sregex_iterator(message.begin(), message.end(), kJob);
+       it != std::sregex_iterator(); ++it) {
+    const size_t index = std::stoull((*it)[1].str());
+    out += message.substr(copied, it->position() - copied);
+    out += index < lines.size() ? "\nline " + std::to_string(lines[index]) + ": " : it->str();
+    copied = it->position() + it->length();
+  }
+  return out + message.substr(copied);
 }
 
 }  // namespace nightshift::cli

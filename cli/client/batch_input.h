@@ -67,4 +67,9 @@ bool ParseBatchLine(const std::string& text, int64_t line, const BatchInputOptio
 // "line 3: reason" lines, one per error, each ending in a newline.
 std::string FormatLineErrors(const std::vector<LineError>& errors);
 
+// The scheduler's refusal of a chunk, "job K: reason; job M: reason" (K
+// counted within the chunk whose jobs came from `lines`), as
+// "\nline L: reason\nline N: reason". Text that names no job is kept.
+std::string ServerErrorsByLine(const std::string& message, const std::vector<int64_t>& lines);
+
 }  // namespace nightshift::cli

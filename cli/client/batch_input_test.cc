@@ -193,6 +193,13 @@ TEST(BatchInputTest, ASinkTakesTheJobsAndCanStopTheRead) {
   EXPECT_EQ(calls, 2);
 }
 
+TEST(BatchInputTest, ServerErrorsNameTheLines) {
+  EXPECT_EQ(ServerErrorsByLine("job 0: prompt is empty; job 2: top_k -1 is negative", {3, 5, 9}),
+            "\nline 3: prompt is empty\nline 9: top_k -1 is negative");
+  EXPECT_EQ(ServerErrorsByLine("job 7: x", {1}), "job 7: x");  // not in this chunk: kept
+  EXPECT_EQ(ServerErrorsByLine("the request has no jobs", {}), "the request has no jobs");
+}
+
 TEST(BatchInputTest, BlankLinesAreSkippedButCounted) {
   BatchInput input = Parse("\n" + Completion("") + "\n\n{bad\n");
   ASSERT_EQ(input.errors.size(), 1u);

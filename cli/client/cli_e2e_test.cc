@@ -57,15 +57,7 @@ struct Outcome {
 class CliEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    scheduler_ = Process::Start(
-        {Bin("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db", dir_.file("state.db"),
-         "--lease-seconds", "2", "--heartbeat-seconds", "0.2"},
-        dir_.file("scheduler.log"));
-    ASSERT_NE(scheduler_, nullptr);
-    const std::string line = scheduler_->WaitForLine("listening on", 20);
-    ASSERT_FALSE(line.empty()) << scheduler_->Log();
-    const size_t at = line.find("listening on ") + 13;
-    address_ = line.substr(at, line.find(' ', at) - at);
+    StartScheduler({});
     worker_ = Process::Start({Bin("nightshift-fake-worker"), "--scheduler", address_, "--id", "w1",
                               "--model", "tiny", "--tokenizer-dir", Data("scheduler/tiny-model"),
                               "--pass-seconds", "0.05", "--fail-custom-id", "doomed"},
@@ -73,20 +65,46 @@ class CliEndToEndTest : public ::testing::Test {
     ASSERT_NE(worker_, nullptr);
   }
 
+  // Starts the scheduler on a free loopback port and sets address_.
+  void StartScheduler(const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {Bin("nightshift-scheduler"),
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--db",
+                                     dir_.file("state.db"),
+                                     "--lease-seconds",
+                                     "2",
+                                     "--heartbeat-seconds",
+                                     "0.2"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    scheduler_ = Process::Start(argv, dir_.file("scheduler.log"));
+    ASSERT_NE(scheduler_, nullptr);
+    const std::string line = scheduler_->WaitForLine("listening on", 20);
+    ASSERT_FALSE(line.empty()) << scheduler_->Log();
+    const size_t at = line.find("listening on ") + 13;
+    address_ = line.substr(at, line.find(' ', at) - at);
+  }
+
   void TearDown() override {
     if (HasFailure()) {
       std::cerr << "---- scheduler log:\n" << scheduler_->Log();
-      std::cerr << "---- worker log:\n" << worker_->Log();
+      if (worker_ != nullptr) std::cerr << "---- worker log:\n" << worker_->Log();
     }
   }
 
-  // Runs `nightshift ARGS --scheduler ADDRESS` with stdout on a pipe (not a
-  // terminal); the config file and environment cannot leak in.
-  Outcome Nightshift(const std::string& args) {
+  // Runs `ENV nightshift ARGS --scheduler ADDRESS` with stdout on a pipe
+  // (not a terminal). Unless `env` says otherwise, no config file or token
+  // from the environment leaks in.
+  Outcome Nightshift(const std::string& args, const std::string& env = kCleanEnv,
+                     bool with_address = true) {
+    return Shell(env + " " + Bin("nightshift") + " " + args +
+                 (with_address ? " --scheduler " + address_ : ""));
+  }
+
+  // Runs a shell command line; stdout and stderr are captured apart.
+  Outcome Shell(const std::string& command_line) {
     const std::string err = dir_.file("stderr.txt");
-    const std::string command =
-        "NIGHTSHIFT_CONFIG=/nonexistent NIGHTSHIFT_TOKEN= " + Bin("nightshift") + " " + args +
-        " --scheduler " + address_ + " 2>" + err;
+    const std::string command = command_line + " 2>" + err;
     Outcome run;
     FILE* pipe = popen(command.c_str(), "r");
     if (pipe == nullptr) return run;
@@ -98,6 +116,8 @@ class CliEndToEndTest : public ::testing::Test {
     run.err = ReadFile(err);
     return run;
   }
+
+  static constexpr const char* kCleanEnv = "NIGHTSHIFT_CONFIG=/nonexistent NIGHTSHIFT_TOKEN=";
 
   std::string Write(const std::string& name, const std::vector<json>& lines) {
     std::ofstream out(dir_.file(name));
@@ -302,11 +322,68 @@ TEST_F(CliEndToEndTest, CancelEndsWatchWithFailureAndResultsSayCancelled) {
   EXPECT_EQ(row["error"]["code"], "job_cancelled");
 }
 
+TEST_F(CliEndToEndTest, WatchDrawsABarOnATerminal) {
+  if (access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/script to make a terminal";
+  const int64_t id =
+      Submit(Write("t.jsonl", {Completion("t", {{"prompt", "x"}, {"max_tokens", 5}})}));
+  ASSERT_GT(id, 0);
+  // script(1) runs the command on a pseudo-terminal and keeps its exit code.
+  Outcome run = Shell(std::string(kCleanEnv) + " /usr/bin/script -qec '" + Bin("nightshift") +
+                      " watch " + std::to_string(id) + " --scheduler " + address_ + "' /dev/null");
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("\r[####################] 1/1 done"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\x1b[K"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("submission " + std::to_string(id) + " done: 1 succeeded"),
+            std::string::npos)
+      << run.out;
+  EXPECT_EQ(run.out.find("submission " + std::to_string(id) + ": "), std::string::npos)
+      << "no plain lines on a terminal:\n"
+      << run.out;
+}
+
 TEST_F(CliEndToEndTest, UsageErrorsExitTwo) {
   EXPECT_EQ(Nightshift("watch not-a-number").code, 2);
   EXPECT_EQ(Nightshift("submit").code, 2);
   EXPECT_EQ(Nightshift("list --state sleeping").code, 2);
   EXPECT_EQ(Nightshift("status 999").code, 1);  // the scheduler says NOT_FOUND
+}
+
+// A scheduler with TLS and a client token (no worker: none is needed to
+// list jobs or estimate).
+class CliSecureTest : public CliEndToEndTest {
+ protected:
+  void SetUp() override {
+    StartScheduler({"--tls-cert", tls_ + "cert.pem", "--tls-key", tls_ + "key.pem",
+                    "--client-token", "secret", "--worker-token", "w"});
+  }
+  const std::string tls_ = Data("scheduler/tls/");
+};
+
+TEST_F(CliSecureTest, TokenFromFlagEnvironmentOrConfigFileAndTls) {
+  const std::string ca = " --tls-ca " + tls_ + "cert.pem";
+  Outcome none = Nightshift("list" + ca);
+  EXPECT_EQ(none.code, 1);
+  EXPECT_EQ(none.err.rfind("nightshift list: listing jobs: ", 0), 0u) << none.err;
+  EXPECT_EQ(Nightshift("list --token wrong" + ca).code, 1);
+  Outcome flag = Nightshift("list --token secret" + ca);
+  EXPECT_EQ(flag.code, 0) << flag.err;
+  EXPECT_EQ(Nightshift("list --token secret").code, 1);  // plaintext to a TLS port
+  Outcome env = Nightshift("list" + ca, "NIGHTSHIFT_CONFIG=/nonexistent NIGHTSHIFT_TOKEN=secret");
+  EXPECT_EQ(env.code, 0) << env.err;
+
+  std::ofstream(dir_.file("config.toml"))
+      << "# test\nscheduler = \"" << address_ << "\"\ntoken = \"secret\"\ntls_ca = \"" << tls_
+      << "cert.pem\"\n";
+  Outcome config =
+      Nightshift("list --json", "NIGHTSHIFT_TOKEN= NIGHTSHIFT_CONFIG=" + dir_.file("config.toml"),
+                 /*with_address=*/false);
+  EXPECT_EQ(config.code, 0) << config.err;
+  std::ofstream(dir_.file("config.toml"), std::ios::app) << "token = \"wrong\"\n";
+  EXPECT_EQ(
+      Nightshift("list --json", "NIGHTSHIFT_TOKEN= NIGHTSHIFT_CONFIG=" + dir_.file("config.toml"),
+                 /*with_address=*/false)
+          .code,
+      1);
 }
 
 }  // namespace

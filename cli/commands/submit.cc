@@ -10,7 +10,6 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -34,22 +33,6 @@ struct SubmitFlags {
   bool strict = false;
   bool json = false;
 };
-
-// The scheduler's "job K: reason; job M: reason" (K counted within the
-// chunk whose jobs came from `lines`) as "line L: reason" lines.
-std::string WithLineNumbers(const std::string& message, const std::vector<int64_t>& lines) {
-  static const std::regex kJob("(?:^|; )job (\\d+): ");
-  std::string out;
-  size_t copied = 0;
-  for (auto it = std::sregex_iterator(message.begin(), message.end(), kJob);
-       it != std::sregex_iterator(); ++it) {
-    const size_t index = std::stoull((*it)[1].str());
-    out += message.substr(copied, it->position() - copied);
-    out += index < lines.size() ? "\nline " + std::to_string(lines[index]) + ": " : it->str();
-    copied = it->position() + it->length();
-  }
-  return out + message.substr(copied);
-}
 
 // Sends jobs in chunks of one submission: the last chunk (by the count of
 // the checking pass) seals it. When a call fails, the open submission is
@@ -98,8 +81,9 @@ class ChunkSender {
         client_.stub->SubmitJobs(client_.Context(120).get(), request_, &response_);
     if (!status.ok()) {
       Abort();
+      const std::string reasons = ServerErrorsByLine(status.error_message(), lines_);
       std::cerr << "nightshift submit: the scheduler refused the file; nothing was submitted:"
-                << WithLineNumbers(status.error_message(), lines_) << "\n";
+                << (reasons.rfind('\n', 0) == 0 ? "" : " ") << reasons << "\n";
       failed_ = true;
       return false;
     }
