@@ -313,7 +313,26 @@ TEST_F(CliEndToEndTest, CancelEndsWatchWithFailureAndResultsSayCancelled) {
   ASSERT_GT(id, 0);
   Outcome cancel = Nightshift("cancel " + std::to_string(id) + " --json");
   ASSERT_EQ(cancel.code, 0) << cancel.err;
-  EXPECT_EQ(Nightshift("watch " + std::to_string(id)).code, 1);
+  EXPECT_EQ(json::parse(cancel.out)["id"], std::to_string(id)) << cancel.out;
+  Outcome watch = Nightshift("watch " + std::to_string(id) + " --json");
+  EXPECT_EQ(watch.code, 1);
+  std::vector<std::string> events = Lines(watch.out);
+  ASSERT_FALSE(events.empty());
+  const json last = json::parse(events.back());
+  EXPECT_TRUE(last["submission"]["done"].get<bool>()) << events.back();
+  EXPECT_EQ(last["submission"]["counts"]["cancelled"], "1");
+
+  // One job alone: cancel --job, then status --job shows it.
+  const int64_t other =
+      Submit(Write("one.jsonl", {Completion("one", {{"prompt", "x"}, {"max_tokens", 4000}})}));
+  Outcome list = Nightshift("list --json --submission " + std::to_string(other));
+  ASSERT_EQ(list.code, 0) << list.err;
+  const std::string job_id = json::parse(list.out)["id"];
+  EXPECT_EQ(Nightshift("cancel --job " + job_id).out, "job " + job_id + ": CANCELLED\n");
+  Outcome status = Nightshift("status --job " + job_id + " --json");
+  ASSERT_EQ(status.code, 0) << status.err;
+  EXPECT_EQ(json::parse(status.out)["state"], "JOB_STATE_CANCELLED");
+  EXPECT_NE(Nightshift("status --job " + job_id).out.find("state:   CANCELLED"), std::string::npos);
   Outcome results = Nightshift("results " + std::to_string(id));
   ASSERT_EQ(results.code, 0) << results.err;
   json row = json::parse(results.out);
