@@ -6,6 +6,8 @@
 // on a non-terminal; status, list, cancel, workers and estimate with --json.
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -65,11 +67,13 @@ class CliEndToEndTest : public ::testing::Test {
     ASSERT_NE(worker_, nullptr);
   }
 
-  // Starts the scheduler on a free loopback port and sets address_.
-  void StartScheduler(const std::vector<std::string>& extra) {
+  // Starts the scheduler (by default on a free loopback port) and sets
+  // address_.
+  void StartScheduler(const std::vector<std::string>& extra,
+                      const std::string& listen = "127.0.0.1:0") {
     std::vector<std::string> argv = {Bin("nightshift-scheduler"),
                                      "--listen",
-                                     "127.0.0.1:0",
+                                     listen,
                                      "--db",
                                      dir_.file("state.db"),
                                      "--lease-seconds",
@@ -358,6 +362,35 @@ TEST_F(CliEndToEndTest, WatchDrawsABarOnATerminal) {
   EXPECT_EQ(run.out.find("submission " + std::to_string(id) + ": "), std::string::npos)
       << "no plain lines on a terminal:\n"
       << run.out;
+}
+
+TEST_F(CliEndToEndTest, WatchRidesOutASchedulerRestart) {
+  const int64_t id =
+      Submit(Write("r.jsonl", {Completion("r", {{"prompt", "x"}, {"max_tokens", 40}})}));
+  ASSERT_GT(id, 0);
+  setenv("NIGHTSHIFT_CONFIG", "/nonexistent", 1);
+  auto watch = Process::Start({Bin("nightshift"), "watch", std::to_string(id), "--scheduler",
+                               address_, "--reconnect-seconds", "30"},
+                              dir_.file("watch.log"));
+  ASSERT_NE(watch, nullptr);
+  ASSERT_FALSE(watch->WaitForLine("submission " + std::to_string(id) + ":", 10).empty());
+
+  scheduler_->Signal(SIGKILL);
+  scheduler_->Wait(10);
+  const std::string address = address_;
+  StartScheduler({}, address);  // same port, same database
+  ASSERT_EQ(address_, address);
+  auto worker = Process::Start(
+      {Bin("nightshift-fake-worker"), "--scheduler", address_, "--id", "w2", "--model", "tiny",
+       "--tokenizer-dir", Data("scheduler/tiny-model"), "--pass-seconds", "0.05"},
+      dir_.file("worker2.log"));
+  ASSERT_NE(worker, nullptr);
+
+  EXPECT_FALSE(
+      watch->WaitForLine("submission " + std::to_string(id) + " done: 1 succeeded", 60).empty())
+      << watch->Log();
+  EXPECT_EQ(watch->Wait(10), 0) << watch->Log();
+  EXPECT_NE(watch->Log().find("lost the scheduler"), std::string::npos) << watch->Log();
 }
 
 TEST_F(CliEndToEndTest, UsageErrorsExitTwo) {
