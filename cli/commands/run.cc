@@ -1,5 +1,6 @@
 // `nightshift run`: runs the engine directly on a checkpoint, no scheduler.
 // Every --ids prompt joins one batch; greedy unless sampling is asked for.
+// With --labels, every prompt instead scores the same label set in one pass.
 // Also built into the standalone `nightshift-engine`.
 #include <algorithm>
 #include <cstdint>
@@ -33,6 +34,7 @@ struct RunFlags {
   double top_p = 1.0;
   int64_t seed = 0;
   std::string stop_ids;
+  std::string labels;
   bool logits = false;
   bool json = false;
 };
@@ -48,10 +50,43 @@ StatusOr<std::vector<TokenId>> ParseTokenIds(const std::string& text, const std:
   return ids;
 }
 
-// One request per --ids, sequence i seeded with seed + i.
+// "5,6;7;8,9,10": labels separated by ';', each a comma-separated id list.
+StatusOr<std::vector<std::vector<TokenId>>> ParseLabels(const std::string& text) {
+  std::vector<std::vector<TokenId>> labels;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = text.find(';', begin);
+    const std::string item = text.substr(begin, end == std::string::npos ? end : end - begin);
+    const std::string what = "--labels: label " + std::to_string(labels.size());
+    if (item.empty()) return InvalidArgument(what + " is empty");
+    NS_ASSIGN_OR_RETURN(std::vector<TokenId> label, ParseTokenIds(item, what));
+    labels.push_back(std::move(label));
+    if (end == std::string::npos) return labels;
+    begin = end + 1;
+  }
+}
+
+// Generation flags mean nothing to a classification run: refuse them by name.
+Status CheckClassificationFlags(const FlagSet& flags) {
+  for (const char* name : {"max-new-tokens", "temperature", "top-k", "top-p", "seed", "stop-ids"}) {
+    if (flags.Seen(name)) {
+      return InvalidArgument(std::string("--") + name +
+                             " is for generation; --labels scores labels and generates nothing");
+    }
+  }
+  return Status::Ok();
+}
+
+// One request per --ids, sequence i seeded with seed + i; each with the
+// --labels set when given.
 StatusOr<std::vector<SequenceRequest>> BuildRequests(const RunFlags& f, const FlagSet& flags) {
   if (f.model_dir.empty()) return InvalidArgument("--model-dir is required");
   if (f.ids.empty()) return InvalidArgument("at least one --ids is required");
+  std::vector<std::vector<TokenId>> labels;
+  if (flags.Seen("labels")) {
+    NS_RETURN_IF_ERROR(CheckClassificationFlags(flags));
+    NS_ASSIGN_OR_RETURN(labels, ParseLabels(f.labels));
+  }
   // Sampling is asked for by a positive --temperature, or by --top-k/--top-p
   // (at temperature 1 unless given).
   const bool sampling_flag = flags.Seen("top-k") || flags.Seen("top-p");
@@ -69,6 +104,7 @@ StatusOr<std::vector<SequenceRequest>> BuildRequests(const RunFlags& f, const Fl
     r.sampling = {temperature, f.top_k, f.top_p, seed + i};
     r.stop_ids = stop_ids;
     r.return_last_logits = f.logits;
+    r.labels = labels;
     NS_RETURN_IF_ERROR(engine::ValidateSamplingParams(r.sampling).Prefixed("--ids " + f.ids[i]));
     requests.push_back(std::move(r));
   }
@@ -103,12 +139,28 @@ uint64_t TotalBytes(const RunOutput& out) {
   return bytes;
 }
 
+nlohmann::json LabelsJson(const std::vector<engine::LabelScore>& labels) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const engine::LabelScore& l : labels) {
+    out.push_back({{"ids", l.ids},
+                   {"logprob", l.logprob},
+                   {"token_logprobs", l.token_logprobs},
+                   {"probability", l.probability}});
+  }
+  return out;
+}
+
 void PrintJson(const RunOutput& out, bool logits) {
   nlohmann::json sequences = nlohmann::json::array();
   for (const SequenceResult& r : out.sequences) {
-    nlohmann::json s = {{"prompt_ids", r.prompt},
-                        {"generated_ids", r.generated},
-                        {"finish_reason", engine::FinishReasonName(r.finish_reason)}};
+    nlohmann::json s = {{"prompt_ids", r.prompt}};
+    if (r.labels.empty()) {
+      s["generated_ids"] = r.generated;
+      s["finish_reason"] = engine::FinishReasonName(r.finish_reason);
+    } else {
+      s["labels"] = LabelsJson(r.labels);
+      s["best"] = r.best_label;
+    }
     if (logits) s["last_logits"] = r.last_logits;
     sequences.push_back(std::move(s));
   }
@@ -132,8 +184,18 @@ void PrintText(const RunOutput& out, bool logits) {
   for (const PassStats& p : out.passes) seconds += p.seconds;
   for (size_t i = 0; i < out.sequences.size(); ++i) {
     const SequenceResult& r = out.sequences[i];
-    std::cout << "sequence " << i << ": prompt " << JoinIds(r.prompt) << " -> "
-              << JoinIds(r.generated) << " (" << engine::FinishReasonName(r.finish_reason) << ")\n";
+    std::cout << "sequence " << i << ": prompt " << JoinIds(r.prompt) << " -> ";
+    if (r.labels.empty()) {
+      std::cout << JoinIds(r.generated) << " (" << engine::FinishReasonName(r.finish_reason)
+                << ")\n";
+    } else {
+      std::cout << "label " << r.best_label << "\n";
+      for (size_t j = 0; j < r.labels.size(); ++j) {
+        const engine::LabelScore& l = r.labels[j];
+        std::cout << "  label " << j << " (" << JoinIds(l.ids) << "): logprob " << l.logprob
+                  << ", probability " << l.probability << "\n";
+      }
+    }
     if (logits) {
       std::cout << "  last_logits:";
       for (float v : r.last_logits) std::cout << " " << v;
@@ -148,11 +210,15 @@ int Run(int argc, char** argv) {
   RunFlags f;
   FlagSet flags(
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
-      "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--logits] [--json]",
+      "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
+      "[--logits] [--json]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
       "Generation stops at the model's EOS ids, at --stop-ids, or after --max-new-tokens.\n"
+      "With --labels, every prompt instead scores each label (a continuation of the prompt, as\n"
+      "token ids) in one pass and prints its log-probability, its probability renormalised over\n"
+      "the labels, and the best label.\n"
       "A prompt longer than the model's context is an error, never truncated.");
   flags.String("model-dir", &f.model_dir, "checkpoint directory (config.json, *.safetensors)",
                "DIR");
@@ -163,6 +229,8 @@ int Run(int argc, char** argv) {
   flags.Double("top-p", &f.top_p, "sample from the smallest set with probability >= P", "P");
   flags.Int("seed", &f.seed, "seed of sequence 0; sequence i uses seed + i", "S");
   flags.String("stop-ids", &f.stop_ids, "comma-separated token ids that end a sequence", "IDS");
+  flags.String("labels", &f.labels,
+               "classify: labels separated by ';', each comma-separated token ids", "IDS;IDS");
   flags.Bool("logits", &f.logits,
              "also print the full-vocabulary logits at the last prompt position");
   flags.Bool("json", &f.json, "print one JSON document");

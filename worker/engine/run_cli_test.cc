@@ -1,12 +1,14 @@
 // `nightshift run` and `nightshift-engine run` as a user runs them: the JSON
 // shape, the reference tokens and logits, and a short one-line error with a
-// non-zero exit (never a crash or a hang) for every kind of corrupt checkpoint.
+// non-zero exit (never a crash or a hang) for every kind of corrupt checkpoint;
+// --labels classification against --logits runs of each label prefix.
 #include <sys/wait.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -370,6 +372,117 @@ TEST_P(CorruptCheckpointTest, ShortClearErrorAndNonZeroExit) {
 
 INSTANTIATE_TEST_SUITE_P(Rules, CorruptCheckpointTest, ::testing::ValuesIn(Corruptions()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// ---- Classification ----------------------------------------------------------
+
+// Per label, log P(label[k] | prompt, label[0..k)) for each k, from one
+// `--logits` run of every label prefix as a plain causal sequence; the
+// log-softmax is taken here.
+std::vector<std::vector<double>> TeacherForced(const std::string& model_dir,
+                                               const std::vector<TokenId>& prompt,
+                                               const std::vector<std::vector<TokenId>>& labels) {
+  std::vector<std::vector<TokenId>> prefixes;
+  for (const auto& label : labels) {
+    for (size_t k = 0; k < label.size(); ++k) {
+      prefixes.push_back(prompt);
+      prefixes.back().insert(prefixes.back().end(), label.begin(), label.begin() + k);
+    }
+  }
+  Outcome o = RunBinary("nightshift-engine", "run --model-dir " + model_dir + IdsFlags(prefixes) +
+                                                 " --max-new-tokens 0 --logits --json");
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  json sequences = json::parse(o.out)["sequences"];
+  std::vector<std::vector<double>> logprobs;
+  size_t next = 0;
+  for (const auto& label : labels) {
+    logprobs.emplace_back();
+    for (TokenId token : label) {
+      std::vector<float> logits = sequences[next++]["last_logits"].get<std::vector<float>>();
+      double top = *std::max_element(logits.begin(), logits.end()), sum = 0;
+      for (float v : logits) sum += std::exp(v - top);
+      logprobs.back().push_back(logits[static_cast<size_t>(token)] - top - std::log(sum));
+    }
+  }
+  return logprobs;
+}
+
+TEST(RunLabelsTest, JsonScoresEveryLabelOfEveryPromptInOnePass) {
+  const std::string fixture = "qwen2-bias";
+  Golden golden = LoadGolden(fixture);
+  const std::vector<std::vector<TokenId>> labels = {{5, 9}, {5}, {17, 3, 11}};
+  Outcome o =
+      RunBinary("nightshift", "run --model-dir " + FixtureDir(fixture) + IdsFlags(golden.prompts) +
+                                  " --labels \"5,9;5;17,3,11\" --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  json doc = json::parse(o.out);
+  EXPECT_EQ(doc["passes"], 1);
+  ASSERT_EQ(doc["sequences"].size(), golden.prompts.size());
+  for (size_t i = 0; i < golden.prompts.size(); ++i) {
+    const json& s = doc["sequences"][i];
+    EXPECT_EQ(s["prompt_ids"].get<std::vector<TokenId>>(), golden.prompts[i]);
+    EXPECT_FALSE(s.contains("generated_ids"));
+    ASSERT_EQ(s["labels"].size(), labels.size());
+    std::vector<std::vector<double>> teacher =
+        TeacherForced(FixtureDir(fixture), golden.prompts[i], labels);
+    double best = -INFINITY, total = 0;
+    for (size_t j = 0; j < labels.size(); ++j) {
+      SCOPED_TRACE("prompt " + std::to_string(i) + " label " + std::to_string(j));
+      const json& l = s["labels"][j];
+      EXPECT_EQ(l["ids"].get<std::vector<TokenId>>(), labels[j]);
+      const std::vector<double>& expected = teacher[j];
+      std::vector<double> got = l["token_logprobs"].get<std::vector<double>>();
+      ASSERT_EQ(got.size(), expected.size());
+      double sum = 0;
+      for (size_t k = 0; k < got.size(); ++k) {
+        EXPECT_NEAR(got[k], expected[k], 2 * golden.atol) << "token " << k;
+        sum += got[k];
+      }
+      EXPECT_NEAR(l["logprob"].get<double>(), sum, 1e-9);
+      best = std::max(best, sum);
+      total += l["probability"].get<double>();
+    }
+    EXPECT_NEAR(total, 1.0, 1e-9);
+    EXPECT_EQ(s["labels"][s["best"].get<size_t>()]["logprob"].get<double>(), best);
+  }
+}
+
+TEST(RunLabelsTest, TextNamesTheBestLabel) {
+  Outcome o = RunBinary("nightshift-engine", "run --model-dir " + FixtureDir("stories260k") +
+                                                 " --ids 1,2,3 --labels \"5;6,7\"");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("sequence 0: prompt 1,2,3 -> label "));
+  EXPECT_THAT(o.out, HasSubstr("  label 1 (6,7): logprob "));
+  EXPECT_THAT(o.out, HasSubstr("1 passes in "));
+}
+
+TEST(RunLabelsTest, BadLabelsExitTwoWithTheReason) {
+  TempDir tmp;
+  const std::string dir = tmp / "model";
+  CopyFixture("llama-gqa-sharded", dir);  // vocabulary 384
+  EditJson(dir + "/config.json", [](json& c) { c["max_position_embeddings"] = 8; });
+  const std::string run = "run --model-dir " + dir + " --ids 1,2,3,4,5";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --labels \"5;;6\"", "--labels: label 1 is empty"},
+      {" --labels \"5;\"", "--labels: label 1 is empty"},
+      {" --labels \"\"", "--labels: label 0 is empty"},
+      {" --labels \"5,x\"", "--labels: label 0"},
+      {" --labels \"5;6,384\"", "label 1: token id 384 is outside the vocabulary [0, 384)"},
+      {" --labels \"5;6,7,8,9\"",
+       "prompt of 5 tokens + label 1 of 4 tokens is longer than the context of 8 tokens"},
+      {" --labels 5 --max-new-tokens 2", "--max-new-tokens is for generation"},
+      {" --labels 5 --temperature 0.5", "--temperature is for generation"},
+  };
+  for (const auto& [args, expect] : cases) {
+    Outcome o = RunBinary("nightshift-engine", run + args);
+    EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
+    EXPECT_THAT(o.err, StartsWith("nightshift run: ")) << args;
+    EXPECT_THAT(o.err, HasSubstr(expect)) << args;
+  }
+  // Three labels of 3 fit beside a 5-token prompt: each is positioned after the prompt.
+  Outcome o = RunBinary("nightshift-engine", run + " --labels \"5,6,7;8,9,10;11,12,13\" --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(json::parse(o.out)["passes"], 1);
+}
 
 }  // namespace
 }  // namespace nightshift::engine
