@@ -315,6 +315,15 @@ TEST_F(CliEndToEndTest, CancelEndsWatchWithFailureAndResultsSayCancelled) {
   const int64_t id =
       Submit(Write("long.jsonl", {Completion("long", {{"prompt", "x"}, {"max_tokens", 4000}})}));
   ASSERT_GT(id, 0);
+  Outcome early = Nightshift("results " + std::to_string(id) + " -o " + dir_.file("early.jsonl"));
+  EXPECT_EQ(early.code, 1);
+  EXPECT_NE(early.err.find("is not finished (0/1 jobs done)"), std::string::npos) << early.err;
+  EXPECT_FALSE(std::ifstream(dir_.file("early.jsonl")).good());
+  Outcome partial = Nightshift("results --partial " + std::to_string(id));
+  EXPECT_EQ(partial.code, 0) << partial.err;
+  EXPECT_EQ(partial.out, "");
+  EXPECT_NE(partial.err.find("1 not finished, left out"), std::string::npos) << partial.err;
+
   Outcome cancel = Nightshift("cancel " + std::to_string(id) + " --json");
   ASSERT_EQ(cancel.code, 0) << cancel.err;
   EXPECT_EQ(json::parse(cancel.out)["id"], std::to_string(id)) << cancel.out;

@@ -3,6 +3,7 @@
 // input order, failed and cancelled jobs in the same file with their error
 // (as vLLM's run_batch does). See cli/client/batch_output.h for the shape.
 #if NIGHTSHIFT_HAVE_CLI_CLIENT
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -95,13 +96,19 @@ int RunResults(int argc, char** argv) {
   std::ofstream file;
   const bool to_file = !f.output.empty() && f.output != "-";
   if (to_file) {
-    file.open(f.output, std::ios::binary | std::ios::trunc);
-    if (!file) return Fail(kName, NotFound(f.output + ": cannot open for writing"));
+    file.open(f.output + ".partial", std::ios::binary | std::ios::trunc);
+    if (!file) return Fail(kName, NotFound(f.output + ".partial: cannot open for writing"));
   }
   Tally tally;
   status = WriteResults(*client, *id, to_file ? file : std::cout, &tally);
   if (!status.ok()) return CallFailed(kName, "submission " + *text, status);
-  if (to_file && !file.flush()) return Fail(kName, DataLoss(f.output + ": write failed"));
+  if (to_file) {
+    // Written beside the target and renamed, so FILE is never half-written.
+    file.close();
+    if (!file || std::rename((f.output + ".partial").c_str(), f.output.c_str()) != 0) {
+      return Fail(kName, DataLoss(f.output + ": write failed"));
+    }
+  }
   std::cerr << "wrote " << tally.succeeded + tally.failed + tally.cancelled << " results ("
             << tally.succeeded << " succeeded, " << tally.failed << " failed, " << tally.cancelled
             << " cancelled"
