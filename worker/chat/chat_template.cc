@@ -14,7 +14,7 @@
 namespace nightshift::chat {
 
 StatusOr<ChatTemplate> ChatTemplate::Compile(std::string_view source) {
-  NS_RETURN_IF_ERROR(pystr::ValidateUtf8(source).Prefixed("chat template"));
+  NS_RETURN_IF_ERROR(ValidateUtf8(source).Prefixed("chat template"));
   NS_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(source));
   NS_ASSIGN_OR_RETURN(std::unique_ptr<ast::Program> program, Parse(std::move(tokens)));
   return ChatTemplate(std::shared_ptr<const ast::Program>(std::move(program)),

@@ -80,7 +80,7 @@ class Lexer {
   size_t SkipWhitespace(size_t at) const {
     while (at < src_.size()) {
       size_t next = at;
-      if (!pystr::IsSpace(pystr::NextCodePoint(src_, &next))) break;
+      if (!pystr::IsSpace(NextUtf8(src_, &next))) break;
       at = next;
     }
     return at;
@@ -230,7 +230,7 @@ class Lexer {
         }
       }
       size_t next = p;
-      if (pystr::IsSpace(pystr::NextCodePoint(src_, &next))) {
+      if (pystr::IsSpace(NextUtf8(src_, &next))) {
         size_t end = SkipWhitespace(p);
         line_ += CountNewlines(std::string_view(src_).substr(p, end - p));
         p = end;
@@ -348,7 +348,7 @@ class Lexer {
     bool first = true;
     while (at < src_.size()) {
       size_t next = at;
-      if (!pystr::IsIdentifierChar(pystr::NextCodePoint(src_, &next), first)) break;
+      if (!pystr::IsIdentifierChar(NextUtf8(src_, &next), first)) break;
       at = next;
       first = false;
     }
@@ -446,7 +446,7 @@ class Lexer {
           if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
             return Error("string literal escape names an invalid code point");
           }
-          pystr::AppendCodePoint(cp, &out);
+          AppendUtf8(cp, &out);
           break;
         }
         case 'N':
@@ -457,10 +457,10 @@ class Lexer {
             for (int i = 0; i < 2 && at < body.size() && body[at] >= '0' && body[at] <= '7'; ++i) {
               cp = cp * 8 + static_cast<char32_t>(body[at++] - '0');
             }
-            pystr::AppendCodePoint(cp, &out);
+            AppendUtf8(cp, &out);
           } else if (static_cast<unsigned char>(c) >= 0x80) {
             size_t cp_at = at - 1;
-            char32_t cp = pystr::NextCodePoint(body, &cp_at);
+            char32_t cp = NextUtf8(body, &cp_at);
             at = cp_at;
             out.push_back('\\');
             AppendBackslashReplaced(cp, &out);
@@ -484,7 +484,7 @@ class Lexer {
     char c = src_[p];
     if (std::string_view("+-/*%~[](){}><=.:|,;").find(c) == std::string_view::npos) {
       size_t end = p;
-      pystr::NextCodePoint(src_, &end);
+      NextUtf8(src_, &end);
       return Error("unexpected char '" + src_.substr(p, end - p) + "'");
     }
     NS_RETURN_IF_ERROR(Balance(c));

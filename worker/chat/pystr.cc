@@ -8,33 +8,6 @@
 namespace nightshift::chat::pystr {
 namespace {
 
-// Length of the UTF-8 sequence that starts with `lead`, 0 for a byte that
-// cannot start one.
-int SequenceLength(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) return 2;
-  if (lead >= 0xE0 && lead <= 0xEF) return 3;
-  if (lead >= 0xF0 && lead <= 0xF4) return 4;
-  return 0;
-}
-
-}  // namespace
-
-char32_t NextCodePoint(std::string_view text, size_t* pos) {
-  auto lead = static_cast<unsigned char>(text[*pos]);
-  int n = SequenceLength(lead);
-  if (n <= 1) {
-    ++*pos;
-    return lead;
-  }
-  char32_t cp = lead & (0xFF >> (n + 1));
-  for (int i = 1; i < n; ++i) cp = (cp << 6) | (static_cast<unsigned char>(text[*pos + i]) & 0x3F);
-  *pos += n;
-  return cp;
-}
-
-namespace {
-
 utf8proc_category_t Category(char32_t cp) {
   return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
 }
@@ -63,7 +36,7 @@ template <typename Pred>
 bool AllOf(std::string_view text, Pred pred) {
   if (text.empty()) return false;
   for (size_t pos = 0; pos < text.size();) {
-    if (!pred(NextCodePoint(text, &pos))) return false;
+    if (!pred(NextUtf8(text, &pos))) return false;
   }
   return true;
 }
@@ -79,7 +52,7 @@ std::vector<size_t> Boundaries(std::string_view text) {
   at.reserve(text.size() + 1);
   for (size_t pos = 0; pos < text.size();) {
     at.push_back(pos);
-    NextCodePoint(text, &pos);
+    NextUtf8(text, &pos);
   }
   at.push_back(text.size());
   return at;
@@ -129,58 +102,18 @@ std::vector<std::string> RSplitOnWhitespace(std::string_view text, int64_t maxsp
 
 }  // namespace
 
-Status ValidateUtf8(std::string_view text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    auto lead = static_cast<unsigned char>(text[pos]);
-    int n = SequenceLength(lead);
-    bool ok = n > 0 && pos + n <= text.size();
-    for (int i = 1; ok && i < n; ++i) {
-      ok = (static_cast<unsigned char>(text[pos + i]) & 0xC0) == 0x80;
-    }
-    if (ok && n >= 3) {
-      auto second = static_cast<unsigned char>(text[pos + 1]);
-      if (lead == 0xE0) ok = second >= 0xA0;  // overlong
-      if (lead == 0xED) ok = second < 0xA0;   // surrogates
-      if (lead == 0xF0) ok = second >= 0x90;  // overlong
-      if (lead == 0xF4) ok = second < 0x90;   // past U+10FFFF
-    }
-    if (!ok) return InvalidArgument("invalid UTF-8 at byte " + std::to_string(pos));
-    pos += n;
-  }
-  return Status::Ok();
-}
-
 std::u32string Decode(std::string_view text) {
   std::u32string out;
   out.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) out.push_back(NextCodePoint(text, &pos));
+  for (size_t pos = 0; pos < text.size();) out.push_back(NextUtf8(text, &pos));
   return out;
 }
 
 std::string Encode(std::u32string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (char32_t cp : text) AppendCodePoint(cp, &out);
+  for (char32_t cp : text) AppendUtf8(cp, &out);
   return out;
-}
-
-void AppendCodePoint(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 size_t Length(std::string_view text) {
@@ -275,7 +208,7 @@ std::vector<std::string> SplitLines(std::string_view text, bool keepends) {
   size_t start = 0, pos = 0;
   while (pos < text.size()) {
     size_t before = pos;
-    char32_t cp = NextCodePoint(text, &pos);
+    char32_t cp = NextUtf8(text, &pos);
     if (!IsLineBreak(cp)) continue;
     if (cp == '\r' && pos < text.size() && text[pos] == '\n') ++pos;
     lines.emplace_back(text.substr(start, (keepends ? pos : before) - start));
@@ -363,7 +296,7 @@ void AppendUpper(char32_t cp, std::string* out) {
   if (special) {
     out->append(special->upper);
   } else {
-    AppendCodePoint(ToUpper(cp), out);
+    AppendUtf8(ToUpper(cp), out);
   }
 }
 
@@ -372,7 +305,7 @@ void AppendTitle(char32_t cp, std::string* out) {
   if (special) {
     out->append(special->title);
   } else {
-    AppendCodePoint(ToTitle(cp), out);
+    AppendUtf8(ToTitle(cp), out);
   }
 }
 
@@ -408,7 +341,7 @@ bool IsFinalSigma(const std::u32string& cps, size_t i) {
 std::string Upper(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) AppendUpper(NextCodePoint(text, &pos), &out);
+  for (size_t pos = 0; pos < text.size();) AppendUpper(NextUtf8(text, &pos), &out);
   return out;
 }
 
@@ -422,7 +355,7 @@ std::string Lower(std::string_view text) {
     } else if (cps[i] == 0x03A3 && IsFinalSigma(cps, i)) {
       out.append("\u03C2");  // ς
     } else {
-      AppendCodePoint(ToLower(cps[i]), &out);
+      AppendUtf8(ToLower(cps[i]), &out);
     }
   }
   return out;
@@ -431,7 +364,7 @@ std::string Lower(std::string_view text) {
 std::string Capitalize(std::string_view text) {
   std::string out;
   size_t pos = 0;
-  if (pos < text.size()) AppendTitle(NextCodePoint(text, &pos), &out);
+  if (pos < text.size()) AppendTitle(NextUtf8(text, &pos), &out);
   return out + Lower(text.substr(pos));
 }
 
@@ -439,9 +372,9 @@ std::string Title(std::string_view text) {
   std::string out;
   bool previous_cased = false;
   for (size_t pos = 0; pos < text.size();) {
-    char32_t cp = NextCodePoint(text, &pos);
+    char32_t cp = NextUtf8(text, &pos);
     if (previous_cased) {
-      AppendCodePoint(ToLower(cp), &out);
+      AppendUtf8(ToLower(cp), &out);
     } else {
       AppendTitle(cp, &out);
     }
@@ -460,7 +393,7 @@ bool IsSpaceString(std::string_view text) { return AllOf(text, IsSpace); }
 bool IsLower(std::string_view text) {
   bool cased = false;
   for (size_t pos = 0; pos < text.size();) {
-    char32_t cp = NextCodePoint(text, &pos);
+    char32_t cp = NextUtf8(text, &pos);
     utf8proc_category_t c = Category(cp);
     if (c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LT) return false;
     cased = cased || c == UTF8PROC_CATEGORY_LL;
@@ -471,7 +404,7 @@ bool IsLower(std::string_view text) {
 bool IsUpper(std::string_view text) {
   bool cased = false;
   for (size_t pos = 0; pos < text.size();) {
-    char32_t cp = NextCodePoint(text, &pos);
+    char32_t cp = NextUtf8(text, &pos);
     utf8proc_category_t c = Category(cp);
     if (c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT) return false;
     cased = cased || c == UTF8PROC_CATEGORY_LU;
@@ -485,7 +418,7 @@ std::string Repr(std::string_view text) {
   char quote = has_single && !has_double ? '"' : '\'';
   std::string out(1, quote);
   for (size_t pos = 0; pos < text.size();) {
-    char32_t cp = NextCodePoint(text, &pos);
+    char32_t cp = NextUtf8(text, &pos);
     char buf[16];
     if (cp == static_cast<char32_t>(quote) || cp == '\\') {
       out.push_back('\\');
@@ -501,7 +434,7 @@ std::string Repr(std::string_view text) {
       std::snprintf(buf, sizeof(buf), format, static_cast<unsigned>(cp));
       out.append(buf);
     } else {
-      AppendCodePoint(cp, &out);
+      AppendUtf8(cp, &out);
     }
   }
   out.push_back(quote);

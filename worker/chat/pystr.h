@@ -19,18 +19,13 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/utf8.h"  // ValidateUtf8, NextUtf8, AppendUtf8
 
 namespace nightshift::chat::pystr {
-
-// OK for well-formed UTF-8; InvalidArgument naming the byte offset otherwise.
-Status ValidateUtf8(std::string_view text);
 
 // Code points of valid UTF-8 text, and back.
 std::u32string Decode(std::string_view text);
 std::string Encode(std::u32string_view text);
-void AppendCodePoint(char32_t cp, std::string* out);
-// Decodes the code point at text[*pos] and advances *pos past it.
-char32_t NextCodePoint(std::string_view text, size_t* pos);
 
 // Number of code points (Python len()).
 size_t Length(std::string_view text);

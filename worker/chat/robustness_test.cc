@@ -48,8 +48,13 @@ std::string Mutate(std::string text, std::mt19937& rng) {
 TEST(Robustness, MutatedTemplatesFailCleanly) {
   const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
   const std::string root = std::string(data ? data : "tests/data") + "/chat-templates";
-  const char* templates[] = {"qwen3", "mistral_nemo", "jinja2/llama3_1", "jinja2/hermes_tool_use",
-                             "jinja2/command_r_tools", "jinja2/gemma3", "jinja2/misc_models"};
+  const char* templates[] = {"qwen3",
+                             "mistral_nemo",
+                             "jinja2/llama3_1",
+                             "jinja2/hermes_tool_use",
+                             "jinja2/command_r_tools",
+                             "jinja2/gemma3",
+                             "jinja2/misc_models"};
   Json context = Json::parse(R"({
     "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"},
                  {"role": "assistant", "content": "<think>x</think>Yo", "tool_calls": [

@@ -138,7 +138,7 @@ std::string FormatChar(const Value& value, const Spec& spec) {
     int64_t cp = value.AsInteger();
     if (cp < 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
       ThrowError("%c arg not in range(0x110000)");
-    pystr::AppendCodePoint(static_cast<char32_t>(cp), &body);
+    AppendUtf8(static_cast<char32_t>(cp), &body);
   } else {
     ThrowError("%c requires int or char");
   }

@@ -511,7 +511,7 @@ void AppendJsonString(std::string_view text, bool ensure_ascii, std::string* out
       }
       out->append(buf);
     } else {
-      pystr::AppendCodePoint(cp, out);
+      AppendUtf8(cp, out);
     }
   }
   out->push_back('"');

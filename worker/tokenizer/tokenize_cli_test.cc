@@ -137,7 +137,7 @@ TEST_F(TokenizeCli, InvalidUtf8IsRefusedWithTheOffset) {
   std::string path = WriteFile("bad.txt", "ok\xC3(");
   Outcome o = Run({"--model-dir", Fixture("gpt2"), "--file", path});
   EXPECT_EQ(o.exit_code, 2);
-  EXPECT_NE(o.err.find("not valid UTF-8"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("invalid UTF-8"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("byte 2"), std::string::npos) << o.err;
 }
 

@@ -14,22 +14,13 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "common/utf8.h"
 
 namespace nightshift::tokenizer {
 
 inline constexpr char32_t kReplacementChar = 0xFFFD;
 
-// OK when `text` is well-formed UTF-8 (no overlongs, surrogates or code
-// points past U+10FFFF); otherwise InvalidArgument naming the byte offset of
-// the first bad sequence.
-Status ValidateUtf8(std::string_view text);
-
-// Decodes the character starting at text[pos] of valid UTF-8 text and stores
-// its byte length in *length.
-char32_t DecodeUtf8(std::string_view text, size_t pos, size_t* length);
-
-// Appends the UTF-8 encoding of `cp` (a Unicode scalar value).
-void AppendUtf8(char32_t cp, std::string* out);
+// ValidateUtf8, DecodeUtf8 and AppendUtf8 come from common/utf8.h.
 
 // Arbitrary bytes to valid UTF-8: each maximal ill-formed subsequence becomes
 // one U+FFFD, exactly like Rust's String::from_utf8_lossy (and the WHATWG
