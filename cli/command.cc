@@ -18,10 +18,9 @@ const std::vector<Command>& Commands() { return Table(); }
 
 bool RegisterCommand(Command command) {
   std::vector<Command>& table = Table();
-  auto at = std::lower_bound(table.begin(), table.end(), command, [](const Command& a,
-                                                                     const Command& b) {
-    return std::strcmp(a.name, b.name) < 0;
-  });
+  auto at = std::lower_bound(
+      table.begin(), table.end(), command,
+      [](const Command& a, const Command& b) { return std::strcmp(a.name, b.name) < 0; });
   table.insert(at, command);
   return true;
 }

@@ -50,6 +50,6 @@ int Fail(const char* command, const Status& status);
 
 }  // namespace nightshift::cli
 
-#define NS_REGISTER_COMMAND(name, summary, fn)                            \
-  static const bool ns_command_registered_##fn [[maybe_unused]] =         \
+#define NS_REGISTER_COMMAND(name, summary, fn)                    \
+  static const bool ns_command_registered_##fn [[maybe_unused]] = \
       ::nightshift::cli::RegisterCommand({name, summary, fn})

@@ -43,8 +43,7 @@ void FlagSet::String(const std::string& name, std::string* out, std::string help
        }});
 }
 
-void FlagSet::Int(const std::string& name, int64_t* out, std::string help,
-                  std::string value_name) {
+void FlagSet::Int(const std::string& name, int64_t* out, std::string help, std::string value_name) {
   Add({name, std::move(help), std::move(value_name), false, [out, name](const std::string& v) {
          StatusOr<int64_t> parsed = ParseInt(v, name);
          if (!parsed.ok()) return parsed.status();
@@ -76,8 +75,8 @@ void FlagSet::Bool(const std::string& name, bool* out, std::string help) {
        }});
 }
 
-void FlagSet::StringList(const std::string& name, std::vector<std::string>* out,
-                         std::string help, std::string value_name) {
+void FlagSet::StringList(const std::string& name, std::vector<std::string>* out, std::string help,
+                         std::string value_name) {
   Add({name, std::move(help), std::move(value_name) + " (repeatable)", false,
        [out](const std::string& v) {
          out->push_back(v);
@@ -180,7 +179,8 @@ StatusOr<std::vector<int64_t>> ParseIntList(const std::string& text, const std::
   std::string item;
   while (std::getline(ss, item, ',')) {
     StatusOr<int64_t> v = ParseInt(item, what);
-    if (!v.ok()) return InvalidArgument(what + ": '" + item + "' in '" + text + "' is not an integer");
+    if (!v.ok())
+      return InvalidArgument(what + ": '" + item + "' in '" + text + "' is not an integer");
     out.push_back(*v);
   }
   if (!text.empty() && text.back() == ',') {

@@ -28,8 +28,7 @@ class FlagSet {
   void String(const std::string& name, std::string* out, std::string help,
               std::string value_name = "VALUE");
   void Int(const std::string& name, int64_t* out, std::string help, std::string value_name = "N");
-  void Double(const std::string& name, double* out, std::string help,
-              std::string value_name = "X");
+  void Double(const std::string& name, double* out, std::string help, std::string value_name = "X");
   void Bool(const std::string& name, bool* out, std::string help);
   // Repeatable: each occurrence appends.
   void StringList(const std::string& name, std::vector<std::string>* out, std::string help,

@@ -19,17 +19,17 @@ namespace nightshift {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the caller's input is wrong (bad flag, malformed file)
-  kNotFound,           // a named thing does not exist
-  kAlreadyExists,      // insert-once violated (e.g. a second result for a job)
-  kFailedPrecondition, // the system is not in a state that allows it
-  kOutOfRange,         // a value outside what the system supports
-  kUnimplemented,      // a feature we refuse by name rather than approximate
-  kResourceExhausted,  // a budget (memory, KV cache) does not allow it
-  kDataLoss,           // stored data is corrupt (checkpoint, database)
-  kUnavailable,        // transient; retrying may succeed
+  kInvalidArgument,     // the caller's input is wrong (bad flag, malformed file)
+  kNotFound,            // a named thing does not exist
+  kAlreadyExists,       // insert-once violated (e.g. a second result for a job)
+  kFailedPrecondition,  // the system is not in a state that allows it
+  kOutOfRange,          // a value outside what the system supports
+  kUnimplemented,       // a feature we refuse by name rather than approximate
+  kResourceExhausted,   // a budget (memory, KV cache) does not allow it
+  kDataLoss,            // stored data is corrupt (checkpoint, database)
+  kUnavailable,         // transient; retrying may succeed
   kCancelled,
-  kInternal,           // a bug: an invariant of ours broke
+  kInternal,  // a bug: an invariant of ours broke
 };
 
 // Stable lower-case name of a code, e.g. "invalid_argument".
@@ -57,7 +57,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
@@ -78,7 +80,7 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     assert(!status_.ok() && "StatusOr built from an OK status without a value");
     if (status_.ok()) status_ = Internal("StatusOr built from an OK status without a value");
@@ -112,10 +114,10 @@ class [[nodiscard]] StatusOr {
 }  // namespace nightshift
 
 // Returns from the enclosing function when `expr` (a Status) is not OK.
-#define NS_RETURN_IF_ERROR(expr)            \
-  do {                                      \
-    ::nightshift::Status _ns_st = (expr);   \
-    if (!_ns_st.ok()) return _ns_st;        \
+#define NS_RETURN_IF_ERROR(expr)          \
+  do {                                    \
+    ::nightshift::Status _ns_st = (expr); \
+    if (!_ns_st.ok()) return _ns_st;      \
   } while (0)
 
 #define NS_CONCAT_INNER_(a, b) a##b
