@@ -22,13 +22,15 @@
 //   }
 //
 // This header is libtorch-free, so callers (the CLI, the worker) compile
-// without ATen. CPU, computing in float32. An Engine is not thread-safe: one
+// without ATen. CPU computes in float32. An Engine is not thread-safe: one
 // thread drives it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -40,17 +42,6 @@ namespace nightshift::engine {
 using TokenId = int32_t;
 using SequenceId = int64_t;
 
-struct EngineOptions {
-  // The longest sequence (prompt + generated tokens) the engine runs. 0: the
-  // model's max_position_embeddings, or its sliding window when that is
-  // shorter. An explicit value above max_position_embeddings is refused, and
-  // so is one longer than a sliding window (windowed attention is not
-  // implemented; below the window it equals full attention).
-  int64_t max_context = 0;
-  // Compute threads; 0: one per core. Open sets ATen's process-wide count.
-  int threads = 0;
-};
-
 struct SequenceRequest {
   std::vector<TokenId> prompt;  // at least one token, each < vocab_size
   int64_t max_new_tokens = 16;  // >= 0; 0 runs the prompt only (for last_logits)
@@ -61,6 +52,11 @@ struct SequenceRequest {
   bool ignore_eos = false;
   // Return the full-vocabulary logits at the last prompt position.
   bool return_last_logits = false;
+  // Return the log-probability of each generated token (log-softmax of the
+  // model's logits, before temperature) and of the `top_logprobs` most likely
+  // tokens at that step (0..20).
+  bool logprobs = false;
+  int top_logprobs = 0;
   // Classification: when non-empty, the sequence scores each label as a
   // continuation of the prompt in one pass and generates nothing
   // (max_new_tokens, sampling and stop ids are not used). Each label is at
@@ -85,28 +81,72 @@ struct LabelScore {
   double probability = 0;              // exp(logprob) renormalised over the request's labels
 };
 
+// One generated token's log-probability and the step's most likely tokens.
+struct TokenLogprob {
+  TokenId token = 0;
+  double logprob = 0;
+  std::vector<std::pair<TokenId, double>> top;  // most likely first; top_logprobs entries
+};
+
 struct SequenceResult {
   SequenceId id = 0;
   std::vector<TokenId> prompt;
   std::vector<TokenId> generated;
   FinishReason finish_reason = FinishReason::kLength;
-  std::vector<float> last_logits;  // only when requested
-  std::vector<LabelScore> labels;  // a classification sequence's, in request order
-  int64_t best_label = -1;         // index of the most likely label (first on ties); -1: none
+  std::vector<float> last_logits;      // only when requested
+  std::vector<LabelScore> labels;      // a classification sequence's, in request order
+  int64_t best_label = -1;             // index of the most likely label (first on ties); -1: none
+  std::vector<TokenLogprob> logprobs;  // one per generated token, when requested
 };
+
+// How the engine holds the checkpoint's layers.
+enum class Residency {
+  kStream,    // every pass reads each layer and releases its memory after use
+  kResident,  // each layer stays in memory after its first load (the checkpoint must fit)
+};
+// "streaming" or "resident".
+const char* ResidencyName(Residency residency);
 
 // What one pass did, for progress reports, metrics and the ETA.
 struct PassStats {
   int64_t index = 0;        // 0 for the engine's first pass
   double seconds = 0;       // wall time of the pass
   uint64_t bytes_read = 0;  // checkpoint bytes the pass read from the files
-  double io_seconds = 0;    // of which waiting for weights to be read
+  double io_seconds = 0;    // of which the compute thread waited for weights
+  double load_seconds = 0;  // seconds spent reading layers (overlaps compute when prefetching)
   double compute_seconds = 0;
   int64_t sequences = 0;   // sequences in the pass
   int64_t tokens = 0;      // tokens fed (prompts and labels + one per decoding sequence)
   int64_t logit_rows = 0;  // rows the LM head ran on
   uint64_t kv_bytes = 0;   // KV cache reserved by the sequences in flight
+  Residency residency = Residency::kStream;
 };
+
+struct EngineOptions {
+  // The longest sequence (prompt + generated tokens) the engine runs. 0: the
+  // model's max_position_embeddings, or its sliding window when that is
+  // shorter. An explicit value above max_position_embeddings is refused, and
+  // so is one longer than a sliding window (windowed attention is not
+  // implemented; below the window it equals full attention).
+  int64_t max_context = 0;
+  // Compute threads; 0: one per core. Open sets ATen's process-wide count.
+  int threads = 0;
+  Residency residency = Residency::kStream;
+  // Read the next layer on an I/O thread while this one computes.
+  bool prefetch = true;
+  // Parallel reads in flight while loading a layer; 0: the engine's default.
+  int read_streams = 0;
+  // KV cache bytes the sequences in flight may reserve together; 0: no limit.
+  uint64_t kv_budget_bytes = 0;
+  // "cpu", or "cuda" / "cuda:N" when the linked libtorch has CUDA.
+  std::string device = "cpu";
+  // Called at the end of every pass, on the thread calling Step, with the
+  // figures Step returns (before it returns).
+  std::function<void(const PassStats&)> on_pass;
+};
+
+// Whether the linked libtorch was built with CUDA and sees a GPU.
+bool CudaAvailable();
 
 class Engine {
  public:
@@ -116,7 +156,8 @@ class Engine {
   // model_type, rope type, dtype or a context longer than the sliding window;
   // DataLoss for a missing config field, bad config values (zero heads,
   // heads not divisible by KV heads), missing, unexpected or misshapen
-  // tensors; InvalidArgument for a bad option.
+  // tensors; InvalidArgument for a bad option; Unimplemented for a CUDA
+  // device when the linked libtorch has no CUDA or sees no GPU.
   static StatusOr<std::unique_ptr<Engine>> Open(const std::string& dir,
                                                 const EngineOptions& options = {});
   ~Engine();
@@ -128,7 +169,26 @@ class Engine {
   // vocabulary, a negative max_new_tokens or bad sampling parameters; for a
   // classification sequence, an empty label, a label token outside the
   // vocabulary, or prompt + a label longer than the context.
+  // ResourceExhausted when its KV bytes (KvBytesFor) do not fit the KV budget
+  // left by the sequences in flight.
   StatusOr<SequenceId> Add(SequenceRequest request);
+
+  // The KV cache bytes `request` reserves while in flight (its prompt, labels
+  // and max_new_tokens, within the context). Does not validate it.
+  uint64_t KvBytesFor(const SequenceRequest& request) const;
+  // KV bytes reserved by the sequences in flight.
+  uint64_t kv_bytes_in_use() const;
+
+  // The tokens sequence `id` generated so far. NotFound when it is not in
+  // flight.
+  StatusOr<std::vector<TokenId>> Generated(SequenceId id) const;
+  // Ends sequence `id` now with `reason` (e.g. when the caller matched a stop
+  // string); its result comes with the next TakeFinished. NotFound when it is
+  // not in flight.
+  Status Finish(SequenceId id, FinishReason reason);
+  // Drops sequence `id` without a result, freeing its KV budget. NotFound
+  // when it is not in flight.
+  Status Cancel(SequenceId id);
 
   // Runs one pass over all layers for every sequence in flight and returns
   // its figures. FailedPrecondition when nothing is in flight. Any other
