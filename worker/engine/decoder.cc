@@ -99,6 +99,11 @@ KVCache::KVCache(const ModelConfig& config, int64_t capacity)
       keys_(static_cast<size_t>(config.num_layers)),
       values_(static_cast<size_t>(config.num_layers)) {}
 
+uint64_t KvBytesPerPosition(const ModelConfig& config) {
+  return 2 * static_cast<uint64_t>(config.num_layers * config.num_kv_heads * config.head_dim) *
+         sizeof(float);
+}
+
 uint64_t KVCache::bytes() const {
   return 2 * keys_.size() * static_cast<uint64_t>(kv_heads_ * capacity_ * head_dim_) *
          sizeof(float);

@@ -22,6 +22,10 @@
 
 namespace nightshift::engine {
 
+// KV cache bytes of one position across all layers: K and V x layers x
+// kv_heads x head_dim x float32.
+uint64_t KvBytesPerPosition(const ModelConfig& config);
+
 // One sequence's keys and values for every layer: [kv_heads, capacity,
 // head_dim] float32 per layer, allocated when a layer first writes.
 class KVCache {

@@ -1,13 +1,17 @@
 #include "worker/engine/engine.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <new>
+#include <numeric>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -43,6 +47,7 @@ struct Sequence {
   std::vector<float> last_logits;
   std::vector<LabelScore> labels;
   int64_t best_label = -1;
+  std::vector<TokenLogprob> logprobs;
   std::optional<FinishReason> finished;
 
   bool classifying() const { return !request.labels.empty(); }
@@ -168,6 +173,73 @@ auto Guarded(Fn fn) -> decltype(fn()) {
   }
 }
 
+// The KV cache positions `request` reserves: its prompt and max_new_tokens
+// within `context` (the last generated token is never fed back, so it needs
+// no slot); a classification sequence's prompt and every label's tokens.
+int64_t CachePositions(const SequenceRequest& request, int64_t context) {
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  if (request.labels.empty()) {
+    return std::min(prompt + std::max<int64_t>(request.max_new_tokens - 1, 0), context);
+  }
+  int64_t positions = prompt;
+  for (const std::vector<TokenId>& label : request.labels) {
+    positions += static_cast<int64_t>(label.size());
+  }
+  return positions;
+}
+
+// Log-softmax in double of logits[0..vocab): `token`'s log-probability and
+// the `top` most likely tokens, most likely first (lower id first on ties).
+// NaN logits count as impossible.
+TokenLogprob LogprobsOf(const float* logits, int64_t vocab, TokenId token, int top) {
+  auto value = [logits](int64_t i) {
+    const double v = logits[i];
+    return std::isnan(v) ? -std::numeric_limits<double>::infinity() : v;
+  };
+  double max = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < vocab; ++i) max = std::max(max, value(i));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(value(i) - max);
+  const double log_z = max + std::log(sum);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = value(token) - log_z;
+  const int64_t k = std::min<int64_t>(top, vocab);
+  std::vector<TokenId> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](TokenId a, TokenId b) {
+    return value(a) > value(b) || (value(a) == value(b) && a < b);
+  });
+  for (int64_t j = 0; j < k; ++j) {
+    out.top.emplace_back(ids[static_cast<size_t>(j)], value(ids[static_cast<size_t>(j)]) - log_z);
+  }
+  return out;
+}
+
+// True for "cuda" and "cuda:N".
+bool IsCudaDevice(const std::string& device) {
+  if (device == "cuda") return true;
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return false;
+  return std::all_of(device.begin() + 5, device.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+Status ValidateOptions(const EngineOptions& options) {
+  if (options.max_context < 0) return InvalidArgument("max_context must be >= 0");
+  if (options.threads < 0) return InvalidArgument("threads must be >= 0");
+  if (options.read_streams < 0 || options.read_streams > 64) {
+    return InvalidArgument("read_streams must be in 0..64");
+  }
+  if (options.device == "cpu") return Status::Ok();
+  if (!IsCudaDevice(options.device)) {
+    return InvalidArgument("device '" + options.device + "': expected cpu, cuda or cuda:N");
+  }
+  if (!CudaAvailable()) {
+    return Unimplemented("device '" + options.device +
+                         "': the linked libtorch has no CUDA or sees no GPU");
+  }
+  return Unimplemented("device '" + options.device + "': CUDA compute is not implemented yet");
+}
+
 std::vector<const checkpoint::TensorInfo*> PresentTensors(const LayerTensors& layer) {
   std::vector<const checkpoint::TensorInfo*> out;
   for (const checkpoint::TensorInfo* t : layer.weights) {
@@ -182,8 +254,15 @@ const char* FinishReasonName(FinishReason reason) {
   return reason == FinishReason::kStop ? "stop" : "length";
 }
 
+const char* ResidencyName(Residency residency) {
+  return residency == Residency::kResident ? "resident" : "streaming";
+}
+
+bool CudaAvailable() { return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0; }
+
 struct Engine::Impl {
   checkpoint::Checkpoint checkpoint;
+  EngineOptions options;
   ModelConfig config;
   ModelTensors tensors;  // points into `checkpoint`
   std::unique_ptr<MappedCheckpoint> mapped;
@@ -236,6 +315,9 @@ struct Engine::Impl {
   void Classify(Sequence& s, const at::Tensor& rows);
   // Moves finished sequences from `active` to `finished`.
   void RetireFinished();
+  // The sequence `id` in flight, or null.
+  Sequence* Find(SequenceId id) const;
+  uint64_t KvBytesInUse() const;
 };
 
 Status Engine::Impl::Validate(const SequenceRequest& r) const {
@@ -248,6 +330,12 @@ Status Engine::Impl::Validate(const SequenceRequest& r) const {
   }
   NS_RETURN_IF_ERROR(ValidateTokens(r.prompt));
   if (r.max_new_tokens < 0) return InvalidArgument("max_new_tokens must be >= 0");
+  if (r.top_logprobs < 0 || r.top_logprobs > 20) {
+    return InvalidArgument("top_logprobs must be in 0..20");
+  }
+  if (r.top_logprobs > 0 && !r.logprobs) {
+    return InvalidArgument("top_logprobs needs logprobs");
+  }
   NS_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));
   return ValidateLabels(r);
 }
@@ -299,6 +387,9 @@ void Engine::Impl::Advance(Sequence& s, const float* logits) {
   }
   TokenId token = s.sampler.Sample(logits, config.vocab_size);
   s.generated.push_back(token);
+  if (s.request.logprobs) {
+    s.logprobs.push_back(LogprobsOf(logits, config.vocab_size, token, s.request.top_logprobs));
+  }
   const auto& stops = s.request.stop_ids;
   bool stop = std::find(stops.begin(), stops.end(), token) != stops.end() ||
               (!s.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end());
@@ -348,6 +439,7 @@ void Engine::Impl::Load(const std::vector<const checkpoint::TensorInfo*>& list,
   const Clock::time_point start = Clock::now();
   stats->bytes_read += mapped->Load(list);
   stats->io_seconds += SecondsSince(start);
+  stats->load_seconds += SecondsSince(start);
 }
 
 at::Tensor Engine::Impl::RunLayers(const PassPlan& plan, PassStats* stats) const {
@@ -389,15 +481,30 @@ void Engine::Impl::RetireFinished() {
   for (auto it = done; it != active.end(); ++it) {
     Sequence& s = **it;
     finished.push_back({s.id, std::move(s.request.prompt), std::move(s.generated), *s.finished,
-                        std::move(s.last_logits), std::move(s.labels), s.best_label});
+                        std::move(s.last_logits), std::move(s.labels), s.best_label,
+                        std::move(s.logprobs)});
   }
   active.erase(done, active.end());
+}
+
+Sequence* Engine::Impl::Find(SequenceId id) const {
+  for (const std::unique_ptr<Sequence>& s : active) {
+    if (s->id == id) return s.get();
+  }
+  return nullptr;
+}
+
+uint64_t Engine::Impl::KvBytesInUse() const {
+  uint64_t bytes = 0;
+  for (const std::unique_ptr<Sequence>& s : active) bytes += s->cache.bytes();
+  return bytes;
 }
 
 StatusOr<PassStats> Engine::Impl::RunPass() {
   const Clock::time_point pass_start = Clock::now();
   PassStats stats;
   stats.index = passes++;
+  stats.residency = options.residency;
   const PassPlan plan = PlanPass(&stats);
   at::Tensor logits = RunHead(RunLayers(plan, &stats), plan.logit_rows, &stats);
 
@@ -423,9 +530,9 @@ Engine::~Engine() = default;
 
 StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
                                                const EngineOptions& options) {
-  if (options.max_context < 0) return InvalidArgument("max_context must be >= 0");
-  if (options.threads < 0) return InvalidArgument("threads must be >= 0");
+  NS_RETURN_IF_ERROR(ValidateOptions(options));
   auto impl = std::make_unique<Impl>();
+  impl->options = options;
   NS_ASSIGN_OR_RETURN(impl->checkpoint, checkpoint::ReadCheckpoint(dir));
   Status st = [&]() -> Status {
     NS_ASSIGN_OR_RETURN(impl->config, ParseModelConfig(impl->checkpoint.config));
@@ -445,17 +552,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
 StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
   if (!impl_->broken.ok()) return impl_->broken;
   NS_RETURN_IF_ERROR(impl_->Validate(request));
-  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
-  // The last generated token is never fed back, so it needs no cache slot; a
-  // classification sequence caches its prompt and every label's tokens.
-  int64_t capacity =
-      std::min(prompt + std::max<int64_t>(request.max_new_tokens - 1, 0), impl_->max_context);
-  if (!request.labels.empty()) {
-    capacity = prompt;
-    for (const std::vector<TokenId>& label : request.labels) {
-      capacity += static_cast<int64_t>(label.size());
-    }
+  const uint64_t budget = impl_->options.kv_budget_bytes;
+  const uint64_t need = KvBytesFor(request);
+  const uint64_t in_use = impl_->KvBytesInUse();
+  if (budget > 0 && need > budget - std::min(budget, in_use)) {
+    return ResourceExhausted("sequence needs " + std::to_string(need) + " KV bytes; " +
+                             std::to_string(in_use) + " of the budget of " +
+                             std::to_string(budget) + " are in use");
   }
+  const int64_t capacity = CachePositions(request, impl_->max_context);
   SequenceId id = impl_->next_id++;
   return Guarded([&]() -> StatusOr<SequenceId> {
     impl_->active.push_back(
@@ -468,8 +573,41 @@ StatusOr<PassStats> Engine::Step() {
   if (!impl_->broken.ok()) return impl_->broken;
   if (impl_->active.empty()) return FailedPrecondition("no sequences in flight");
   StatusOr<PassStats> stats = Guarded([this] { return impl_->RunPass(); });
-  if (!stats.ok()) impl_->broken = stats.status();
+  if (!stats.ok()) {
+    impl_->broken = stats.status();
+  } else if (impl_->options.on_pass) {
+    impl_->options.on_pass(*stats);
+  }
   return stats;
+}
+
+uint64_t Engine::KvBytesFor(const SequenceRequest& request) const {
+  return static_cast<uint64_t>(CachePositions(request, impl_->max_context)) *
+         KvBytesPerPosition(impl_->config);
+}
+
+uint64_t Engine::kv_bytes_in_use() const { return impl_->KvBytesInUse(); }
+
+StatusOr<std::vector<TokenId>> Engine::Generated(SequenceId id) const {
+  const Sequence* s = impl_->Find(id);
+  if (s == nullptr) return NotFound("sequence " + std::to_string(id) + " is not in flight");
+  return s->generated;
+}
+
+Status Engine::Finish(SequenceId id, FinishReason reason) {
+  Sequence* s = impl_->Find(id);
+  if (s == nullptr) return NotFound("sequence " + std::to_string(id) + " is not in flight");
+  s->finished = reason;
+  impl_->RetireFinished();
+  return Status::Ok();
+}
+
+Status Engine::Cancel(SequenceId id) {
+  std::vector<std::unique_ptr<Sequence>>& active = impl_->active;
+  auto it = std::find_if(active.begin(), active.end(), [id](const auto& s) { return s->id == id; });
+  if (it == active.end()) return NotFound("sequence " + std::to_string(id) + " is not in flight");
+  active.erase(it);
+  return Status::Ok();
 }
 
 std::vector<SequenceResult> Engine::TakeFinished() {

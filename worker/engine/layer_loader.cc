@@ -1,0 +1,310 @@
+#include "worker/engine/layer_loader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace nightshift::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Buffer positions keep each span's file offset modulo this, so tensors keep
+// the alignment they have in the file.
+constexpr uint64_t kAlign = 64;
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// A run of bytes of one file that a group reads with consecutive preads.
+struct Span {
+  int file = 0;
+  uint64_t offset = 0;  // in the file
+  uint64_t size = 0;
+  uint64_t dst = 0;  // in the group's buffer
+};
+
+struct GroupLayout {
+  std::vector<Span> spans;
+  std::vector<uint64_t> tensor_dst;  // per tensor of the group: its position in the buffer
+  uint64_t buffer_bytes = 0;
+  uint64_t tensor_bytes = 0;
+};
+
+// Merges the group's tensors into spans of adjacent bytes and places them in
+// a buffer.
+GroupLayout Layout(const TensorList& group) {
+  GroupLayout layout;
+  std::vector<size_t> order(group.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::make_pair(group[a]->file, group[a]->offset) <
+           std::make_pair(group[b]->file, group[b]->offset);
+  });
+  layout.tensor_dst.resize(group.size());
+  for (size_t i : order) {
+    const checkpoint::TensorInfo& t = *group[i];
+    layout.tensor_bytes += t.size;
+    const bool extends = !layout.spans.empty() && layout.spans.back().file == t.file &&
+                         layout.spans.back().offset + layout.spans.back().size == t.offset;
+    if (!extends) {
+      const uint64_t dst = RoundUp(layout.buffer_bytes, kAlign) + t.offset % kAlign;
+      layout.spans.push_back({t.file, t.offset, 0, dst});
+    }
+    Span& span = layout.spans.back();
+    layout.tensor_dst[i] = span.dst + (t.offset - span.offset);
+    span.size += t.size;
+    layout.buffer_bytes = span.dst + span.size;
+  }
+  return layout;
+}
+
+struct FreeDeleter {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char[], FreeDeleter>;
+
+Buffer AllocateBuffer(uint64_t bytes) {
+  void* p = std::aligned_alloc(4096, RoundUp(std::max<uint64_t>(bytes, 1), 4096));
+  if (p == nullptr) throw std::bad_alloc();
+  return Buffer(static_cast<unsigned char*>(p));
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+struct LayerLoader::Impl {
+  enum class State { kIdle, kReading, kReady };
+
+  struct Group {
+    TensorList tensors;
+    GroupLayout layout;
+    State state = State::kIdle;
+    int slot = -1;       // buffer holding it while reading or ready
+    size_t pending = 0;  // chunks not yet read
+    bool fresh = false;  // read since it was last acquired
+    Status status;       // the first failed read's
+    std::optional<Clock::time_point> first_read;
+    Clock::time_point last_read;
+  };
+
+  struct Chunk {
+    size_t group;
+    int fd;
+    const std::string* path;
+    uint64_t offset;
+    uint64_t size;
+    unsigned char* dst;
+  };
+
+  LayerLoaderOptions options;
+  std::vector<int> fds;
+  std::vector<std::string> paths;
+  std::vector<Group> groups;
+  std::vector<Buffer> slots;    // streaming: 1 or 2 buffers; resident: one per group
+  std::vector<int> free_slots;  // streaming only
+  uint64_t largest_buffer = 0;
+  uint64_t largest_tensor_bytes = 0;
+  size_t next = 0;  // the group Acquire expects
+  std::optional<size_t> held;
+  Status broken;
+
+  std::mutex mu;
+  std::condition_variable work;  // chunks queued or stopping
+  std::condition_variable done;  // a group finished reading
+  std::deque<Chunk> queue;
+  bool stopping = false;
+  std::vector<std::thread> threads;
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+      queue.clear();
+    }
+    work.notify_all();
+    for (std::thread& t : threads) t.join();
+    for (int fd : fds) close(fd);
+  }
+
+  void ReadLoop() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      work.wait(lock, [this] { return stopping || !queue.empty(); });
+      if (stopping) return;
+      Chunk chunk = queue.front();
+      queue.pop_front();
+      Group& g = groups[chunk.group];
+      if (!g.first_read) g.first_read = Clock::now();
+      lock.unlock();
+      Status st = ReadChunk(chunk);
+      lock.lock();
+      if (!st.ok() && g.status.ok()) g.status = st;
+      if (--g.pending == 0) {
+        g.last_read = Clock::now();
+        g.state = State::kReady;
+        g.fresh = true;
+        done.notify_all();
+      }
+    }
+  }
+
+  static Status ReadChunk(const Chunk& c) {
+    uint64_t done_bytes = 0;
+    while (done_bytes < c.size) {
+      ssize_t n = pread(c.fd, c.dst + done_bytes, c.size - done_bytes,
+                        static_cast<off_t>(c.offset + done_bytes));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        return DataLoss(*c.path + ": read at offset " + std::to_string(c.offset + done_bytes) +
+                        " failed: " + std::strerror(errno));
+      }
+      if (n == 0) {
+        return DataLoss(*c.path + ": file ends before offset " + std::to_string(c.offset + c.size));
+      }
+      done_bytes += static_cast<uint64_t>(n);
+    }
+    // The bytes are ours now: the page cache need not keep them.
+    posix_fadvise(c.fd, static_cast<off_t>(c.offset), static_cast<off_t>(c.size),
+                  POSIX_FADV_DONTNEED);
+    return Status::Ok();
+  }
+
+  unsigned char* SlotData(int slot) {
+    Buffer& b = slots[static_cast<size_t>(slot)];
+    if (!b)
+      b = AllocateBuffer(options.resident ? groups[static_cast<size_t>(slot)].layout.buffer_bytes
+                                          : largest_buffer);
+    return b.get();
+  }
+
+  // Starts reading group `index` when it is idle and a buffer is free.
+  void Request(size_t index) {
+    std::lock_guard<std::mutex> lock(mu);
+    Group& g = groups[index];
+    if (g.state != State::kIdle) return;
+    int slot;
+    if (options.resident) {
+      slot = static_cast<int>(index);
+    } else {
+      if (free_slots.empty()) return;
+      slot = free_slots.back();
+      free_slots.pop_back();
+    }
+    unsigned char* base = SlotData(slot);
+    g.slot = slot;
+    g.state = State::kReading;
+    g.status = Status::Ok();
+    g.first_read.reset();
+    for (const Span& span : g.layout.spans) {
+      for (uint64_t at = 0; at < span.size; at += options.chunk_bytes) {
+        const uint64_t n = std::min(options.chunk_bytes, span.size - at);
+        queue.push_back({index, fds[static_cast<size_t>(span.file)],
+                         &paths[static_cast<size_t>(span.file)], span.offset + at, n,
+                         base + span.dst + at});
+        ++g.pending;
+      }
+    }
+    work.notify_all();
+  }
+};
+
+LayerLoader::LayerLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LayerLoader::~LayerLoader() = default;
+
+StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Checkpoint& checkpoint,
+                                                         std::vector<TensorList> groups,
+                                                         const LayerLoaderOptions& options) {
+  if (groups.empty()) return InvalidArgument("no tensor groups to load");
+  if (options.read_streams < 1 || options.read_streams > 64) {
+    return InvalidArgument("read_streams must be in 1..64");
+  }
+  if (options.chunk_bytes == 0) return InvalidArgument("chunk_bytes must be > 0");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  for (TensorList& tensors : groups) {
+    if (tensors.empty()) return InvalidArgument("empty tensor group");
+    Impl::Group& g = impl->groups.emplace_back();
+    g.layout = Layout(tensors);
+    g.tensors = std::move(tensors);
+    impl->largest_buffer = std::max(impl->largest_buffer, g.layout.buffer_bytes);
+    impl->largest_tensor_bytes = std::max(impl->largest_tensor_bytes, g.layout.tensor_bytes);
+  }
+  for (const checkpoint::FileInfo& file : checkpoint.files) {
+    int fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return DataLoss(file.path + ": cannot open: " + std::strerror(errno));
+    impl->fds.push_back(fd);
+    impl->paths.push_back(file.path);
+  }
+  const size_t slots = options.resident ? impl->groups.size() : (options.prefetch ? 2 : 1);
+  impl->slots.resize(slots);
+  if (!options.resident) {
+    for (size_t s = slots; s > 0; --s) impl->free_slots.push_back(static_cast<int>(s - 1));
+  }
+  for (int i = 0; i < options.read_streams; ++i) {
+    impl->threads.emplace_back([p = impl.get()] { p->ReadLoop(); });
+  }
+  return std::unique_ptr<LayerLoader>(new LayerLoader(std::move(impl)));
+}
+
+StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
+  Impl& d = *impl_;
+  if (!d.broken.ok()) return d.broken;
+  if (index != d.next || d.held) {
+    return FailedPrecondition("layer group " + std::to_string(index) + " acquired out of order");
+  }
+  d.Request(index);
+  if (d.options.prefetch) d.Request((index + 1) % d.groups.size());
+
+  const Clock::time_point start = Clock::now();
+  Impl::Group& g = d.groups[index];
+  std::unique_lock<std::mutex> lock(d.mu);
+  if (g.state == Impl::State::kIdle)
+    return Internal("no buffer free for layer group " + std::to_string(index));
+  d.done.wait(lock, [&g] { return g.state == Impl::State::kReady; });
+  LoadedGroup out;
+  out.wait_seconds = Seconds(Clock::now() - start);
+  if (!g.status.ok()) {
+    d.broken = g.status;
+    return d.broken;
+  }
+  if (g.fresh) {
+    out.bytes_read = g.layout.tensor_bytes;
+    out.load_seconds = Seconds(g.last_read - *g.first_read);
+    g.fresh = false;
+  }
+  const unsigned char* base = d.slots[static_cast<size_t>(g.slot)].get();
+  for (uint64_t dst : g.layout.tensor_dst) out.data.push_back(base + dst);
+  d.held = index;
+  d.next = (index + 1) % d.groups.size();
+  return out;
+}
+
+void LayerLoader::Release(size_t index) {
+  Impl& d = *impl_;
+  if (d.held != index) return;
+  d.held.reset();
+  if (d.options.resident) return;
+  Impl::Group& g = d.groups[index];
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.free_slots.push_back(g.slot);
+  g.slot = -1;
+  g.state = Impl::State::kIdle;
+}
+
+size_t LayerLoader::groups() const { return impl_->groups.size(); }
+uint64_t LayerLoader::largest_group_bytes() const { return impl_->largest_tensor_bytes; }
+
+}  // namespace nightshift::engine

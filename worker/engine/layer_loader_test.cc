@@ -1,0 +1,217 @@
+#include "worker/engine/layer_loader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/test_util.h"
+
+namespace nightshift::engine {
+namespace {
+
+using checkpoint::testing::CopyFixture;
+using checkpoint::testing::FixtureDir;
+using checkpoint::testing::ReadFileBytes;
+using checkpoint::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr char kFixture[] = "llama-gqa-sharded";  // two files, two layers
+
+checkpoint::Checkpoint ReadOrDie(const std::string& dir) {
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  return ckpt.ok() ? std::move(ckpt).value() : checkpoint::Checkpoint();
+}
+
+TensorList Tensors(const checkpoint::Checkpoint& ckpt, const checkpoint::TensorGroup& group) {
+  TensorList out;
+  for (int i : group.tensors) out.push_back(&ckpt.tensors[static_cast<size_t>(i)]);
+  return out;
+}
+
+// Every layer, then the head: what the engine streams.
+std::vector<TensorList> Groups(const checkpoint::Checkpoint& ckpt) {
+  std::vector<TensorList> groups;
+  for (const checkpoint::TensorGroup& layer : ckpt.layers) groups.push_back(Tensors(ckpt, layer));
+  groups.push_back(Tensors(ckpt, ckpt.head));
+  return groups;
+}
+
+uint64_t Bytes(const TensorList& list) {
+  uint64_t bytes = 0;
+  for (const checkpoint::TensorInfo* t : list) bytes += t->size;
+  return bytes;
+}
+
+struct Case {
+  const char* name;
+  LayerLoaderOptions options;
+};
+
+class LayerLoaderModes : public ::testing::TestWithParam<Case> {};
+
+// Small chunks and several streams, so a tensor arrives in many pieces read
+// by different threads.
+LayerLoaderOptions Small(bool resident, bool prefetch, int streams) {
+  LayerLoaderOptions o;
+  o.resident = resident;
+  o.prefetch = prefetch;
+  o.read_streams = streams;
+  o.chunk_bytes = 1000;
+  return o;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, LayerLoaderModes,
+                         ::testing::Values(Case{"StreamPrefetch", Small(false, true, 3)},
+                                           Case{"StreamSync", Small(false, false, 2)},
+                                           Case{"StreamOneReader", Small(false, true, 1)},
+                                           Case{"Resident", Small(true, true, 4)}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
+TEST_P(LayerLoaderModes, DeliversTheFilesBytesPassAfterPass) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  std::vector<std::string> files;
+  for (const checkpoint::FileInfo& f : ckpt.files) files.push_back(ReadFileBytes(f.path));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  ASSERT_EQ(groups.size(), 3u);
+
+  StatusOr<std::unique_ptr<LayerLoader>> loader =
+      LayerLoader::Open(ckpt, groups, GetParam().options);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  EXPECT_EQ((*loader)->groups(), 3u);
+  for (int pass = 0; pass < 3; ++pass) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      StatusOr<LoadedGroup> loaded = (*loader)->Acquire(g);
+      ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+      ASSERT_EQ(loaded->data.size(), groups[g].size());
+      for (size_t t = 0; t < groups[g].size(); ++t) {
+        const checkpoint::TensorInfo& info = *groups[g][t];
+        const std::string& file = files[static_cast<size_t>(info.file)];
+        ASSERT_EQ(std::memcmp(loaded->data[t], file.data() + info.offset, info.size), 0)
+            << info.name << " pass " << pass;
+        // Tensors keep the alignment they have in the file.
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(loaded->data[t]) % 64, info.offset % 64);
+      }
+      const bool reads = !GetParam().options.resident || pass == 0;
+      EXPECT_EQ(loaded->bytes_read, reads ? Bytes(groups[g]) : 0u) << g << " pass " << pass;
+      if (reads) {
+        EXPECT_GT(loaded->load_seconds, 0);
+      }
+      EXPECT_GE(loaded->wait_seconds, 0);
+      (*loader)->Release(g);
+    }
+  }
+}
+
+TEST(LayerLoaderTest, LargestGroupIsTheLargestTensorBytes) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, {});
+  ASSERT_TRUE(loader.ok());
+  uint64_t largest = 0;
+  for (const TensorList& g : groups) largest = std::max(largest, Bytes(g));
+  EXPECT_EQ((*loader)->largest_group_bytes(), largest);
+}
+
+TEST(LayerLoaderTest, GroupsAreAcquiredInOrderOneAtATime) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, Groups(ckpt), {});
+  ASSERT_TRUE(loader.ok());
+  LayerLoader& l = **loader;
+  EXPECT_EQ(l.Acquire(1).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(l.Acquire(0).ok());
+  EXPECT_EQ(l.Acquire(1).status().code(), StatusCode::kFailedPrecondition);  // 0 still held
+  l.Release(2);                                                              // not held: ignored
+  l.Release(0);
+  ASSERT_TRUE(l.Acquire(1).ok());
+  l.Release(1);
+  ASSERT_TRUE(l.Acquire(2).ok());
+  l.Release(2);
+  EXPECT_TRUE(l.Acquire(0).ok());  // wraps to the next pass
+}
+
+TEST(LayerLoaderTest, BadOptionsAreRefused) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  LayerLoaderOptions o;
+  o.read_streams = 0;
+  EXPECT_THAT(LayerLoader::Open(ckpt, Groups(ckpt), o).status().message(),
+              HasSubstr("read_streams"));
+  o = {};
+  o.chunk_bytes = 0;
+  EXPECT_EQ(LayerLoader::Open(ckpt, Groups(ckpt), o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LayerLoader::Open(ckpt, {}, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LayerLoader::Open(ckpt, {TensorList()}, {}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(LayerLoaderTest, AShortFileIsDataLossNamingItAndTheLoaderStaysFailed) {
+  TempDir tmp;
+  const std::string dir = tmp / "model";
+  CopyFixture(kFixture, dir);
+  checkpoint::Checkpoint ckpt = ReadOrDie(dir);
+  StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, Groups(ckpt), {});
+  ASSERT_TRUE(loader.ok());
+  for (const checkpoint::FileInfo& f : ckpt.files) {
+    ASSERT_EQ(truncate(f.path.c_str(), static_cast<off_t>(f.data_offset)), 0);
+  }
+  StatusOr<LoadedGroup> loaded = (*loader)->Acquire(0);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(loaded.status().message(), HasSubstr(dir));
+  EXPECT_THAT(loaded.status().message(), HasSubstr("file ends before offset"));
+  EXPECT_EQ((*loader)->Acquire(0).status().code(), StatusCode::kDataLoss);
+}
+
+// Share of the file's data pages in the page cache.
+double CachedFraction(const checkpoint::FileInfo& file) {
+  int fd = open(file.path.c_str(), O_RDONLY);
+  void* map = mmap(nullptr, file.size, PROT_READ, MAP_SHARED, fd, 0);
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((file.size + page - 1) / page);
+  mincore(map, file.size, resident.data());
+  munmap(map, file.size);
+  close(fd);
+  // The header's pages were read by ReadCheckpoint; count the data's.
+  const size_t first = (file.data_offset + page - 1) / page;
+  size_t cached = 0;
+  for (size_t i = first; i < resident.size(); ++i) cached += resident[i] & 1;
+  return static_cast<double>(cached) / static_cast<double>(resident.size() - first);
+}
+
+TEST(LayerLoaderTest, ThePageCacheDoesNotKeepWhatWasRead) {
+  TempDir tmp;
+  const std::string dir = tmp / "model";
+  CopyFixture(kFixture, dir);
+  checkpoint::Checkpoint ckpt = ReadOrDie(dir);
+  for (const checkpoint::FileInfo& f : ckpt.files) {
+    int fd = open(f.path.c_str(), O_RDONLY);
+    fdatasync(fd);  // dirty pages cannot be dropped
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+  }
+  const std::vector<TensorList> groups = Groups(ckpt);
+  StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, {});
+  ASSERT_TRUE(loader.ok());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    ASSERT_TRUE((*loader)->Acquire(g).ok());
+    (*loader)->Release(g);
+  }
+  // The prefetch of the next pass's first group may still be in flight.
+  loader->reset();
+  for (const checkpoint::FileInfo& f : ckpt.files) {
+    // Pages shared with the header or between spans may stay; almost nothing else.
+    EXPECT_LT(CachedFraction(f), 0.1) << f.path;
+  }
+}
+
+}  // namespace
+}  // namespace nightshift::engine
