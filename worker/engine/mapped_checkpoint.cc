@@ -48,25 +48,6 @@ const unsigned char* MappedCheckpoint::Data(const checkpoint::TensorInfo& tensor
   return files_[static_cast<size_t>(tensor.file)].base + tensor.offset;
 }
 
-uint64_t MappedCheckpoint::Load(const std::vector<const checkpoint::TensorInfo*>& tensors) const {
-  const uint64_t page = PageSize();
-  uint64_t bytes = 0;
-  for (const checkpoint::TensorInfo* t : tensors) {
-    const Mapping& m = files_[static_cast<size_t>(t->file)];
-    uint64_t begin = t->offset / page * page;
-    madvise(m.base + begin, t->offset + t->size - begin, MADV_WILLNEED);
-    bytes += t->size;
-  }
-  volatile unsigned char sink = 0;
-  for (const checkpoint::TensorInfo* t : tensors) {
-    const unsigned char* data = Data(*t);
-    if (t->size == 0) continue;
-    for (uint64_t at = 0; at < t->size; at += page) sink = sink + data[at];
-    sink = sink + data[t->size - 1];
-  }
-  return bytes;
-}
-
 void MappedCheckpoint::Release(const std::vector<const checkpoint::TensorInfo*>& tensors) const {
   const uint64_t page = PageSize();
   for (const checkpoint::TensorInfo* t : tensors) {

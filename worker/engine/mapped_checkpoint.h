@@ -1,13 +1,11 @@
 // The checkpoint's safetensors files, memory-mapped read-only and read in
-// place: no copy on disk, no conversion step. The executor asks for one
-// layer's tensors at a time (Load), computes, and gives the pages back
-// (Release), so neither resident memory nor page cache grows with the
-// checkpoint.
+// place: no copy on disk, no conversion step. The engine gathers the
+// embedding rows of the tokens in a pass from the mapping (touching only
+// their pages) and gives the pages back (Release), so neither resident memory
+// nor page cache grows with the checkpoint. Layers are read by LayerLoader.
 //
 // libtorch-free. After Open the object is immutable apart from the kernel's
-// page state: Data() is thread-safe; Load/Release may run on any thread (an
-// I/O thread prefetching the next layer) and are safe to call concurrently
-// for different tensors.
+// page state: Data() and Release are thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -32,11 +30,6 @@ class MappedCheckpoint {
   // The first byte of `tensor`'s data (no alignment guarantee beyond the
   // file's). Valid while this object lives.
   const unsigned char* Data(const checkpoint::TensorInfo& tensor) const;
-
-  // Asks the kernel to read the tensors' pages (MADV_WILLNEED) and then
-  // touches every page, so that the read happens here and not in compute.
-  // Returns the bytes of the tensors.
-  uint64_t Load(const std::vector<const checkpoint::TensorInfo*>& tensors) const;
 
   // Drops the tensors' pages from this process (MADV_DONTNEED) and from the
   // page cache (POSIX_FADV_DONTNEED). Data() stays valid: a later access reads
