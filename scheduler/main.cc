@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   nightshift::FlagSet flags(
       "nightshift-scheduler [--listen HOST:PORT] [--db PATH] [--client-token T --worker-token T] "
       "[--tls-cert PEM --tls-key PEM] [--lease-seconds S] [--heartbeat-seconds S] "
-      "[--max-attempts N]",
+      "[--max-attempts N] [--metrics-port PORT]",
       "The nightshift scheduler: a durable SQLite job queue served over gRPC (JobService for "
       "clients, WorkerService for workers, grpc.health.v1, server reflection). Without tokens "
       "it listens on loopback only.\n\nExit codes: 0 stopped by SIGINT/SIGTERM, 1 failed to "
@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
                "how often workers are asked to heartbeat", "S");
   flags.Int("max-attempts", &config.max_attempts, "lost leases after which a job fails", "N");
   flags.Int("metrics-port", &config.metrics_port,
-            "reserved for the Prometheus endpoint (not served yet)", "PORT");
+            "serve Prometheus /metrics on this port (0 picks a free one; default -1: none); "
+            "on 127.0.0.1 when --listen is loopback, else on 0.0.0.0",
+            "PORT");
   Status parsed = flags.Parse(WithEnvironment(argc, argv));
   if (flags.help_requested()) {
     std::cout << flags.Help();

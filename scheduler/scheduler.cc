@@ -4,6 +4,7 @@
 
 #include "planner/estimate.h"
 #include "scheduler/eta.h"
+#include "scheduler/metrics.h"
 
 namespace nightshift::scheduler {
 
@@ -158,6 +159,7 @@ Status Scheduler::ValidateWaiting(const std::string& model) {
     NS_ASSIGN_OR_RETURN(std::vector<JobChange> failed, store_->ApplyTokenisation(outcomes));
     failures.insert(failures.end(), failed.begin(), failed.end());
   }
+  RecordFinished(failures);
   for (int64_t submission : touched) {
     std::vector<JobChange> mine;
     for (const JobChange& c : failures) {
@@ -223,6 +225,11 @@ StatusOr<SubmitReply> Scheduler::Submit(SubmitRequest request) {
   reply.job_ids = std::move(outcome.job_ids);
   reply.replayed = outcome.replayed;
   if (reply.replayed) reply.waiting_for_tokenizer = 0;
+  if (options_.metrics != nullptr && !reply.replayed) {
+    std::map<std::string, int64_t> by_model;
+    for (const NewJob& job : chunk.jobs) ++by_model[job.spec.model];
+    for (const auto& [model, jobs] : by_model) options_.metrics->JobsSubmitted(model, jobs);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   NotifySubmission(reply.submission_id, {});
   ScheduleLocked(false);
@@ -416,6 +423,7 @@ StatusOr<int64_t> Scheduler::Attach(const WorkerHello& hello, WorkerLink* link) 
   runtime->draining = false;
   NS_ASSIGN_OR_RETURN(std::vector<JobChange> ended,
                       store_->ExpireWorkerBatches(info.id, hello.running_batches));
+  RecordLostLeases(ended);
   Forget(ended);
   Notify(ended);
   runtime->batch_id = 0;
@@ -533,6 +541,7 @@ StatusOr<std::vector<Status>> Scheduler::Results(const std::string& worker_id, i
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
   for (JobResult& result : results) result.worker_id = worker_id;
   NS_ASSIGN_OR_RETURN(std::vector<ResultOutcome> outcomes, store_->InsertResults(results));
+  RecordRefused(worker_id, results, outcomes);
   std::vector<Status> statuses;
   std::vector<JobChange> changes;
   for (ResultOutcome& outcome : outcomes) {
@@ -574,6 +583,7 @@ void Scheduler::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   auto expired = store_->ExpireLeases();
   if (expired.ok()) {
+    RecordLostLeases(*expired);
     Forget(*expired);
     Notify(*expired);
   }
@@ -649,8 +659,13 @@ void Scheduler::ApplyAssignment(const Assignment& assignment) {
   batch->free_kv_bytes = std::max<int64_t>(0, batch->free_kv_bytes - assignment.kv_bytes);
   worker.batch_id = lease->batch_id;
   std::vector<JobChange> changes;
+  const int64_t now = clock_->NowMs();
   for (const Job& job : lease->jobs) {
     batch->jobs[job.id] = {job.submission_id, PassesNeeded(job.spec), 0, batch->passes_done};
+    if (options_.metrics != nullptr && job.attempt == 0) {
+      options_.metrics->JobLeased(job.spec.model,
+                                  static_cast<double>(now - job.created_at_ms) / 1e3);
+    }
     changes.push_back({job.id, job.submission_id, JobState::kQueued, JobState::kLeased,
                        lease->batch_id, worker.info.id, ""});
   }
@@ -703,6 +718,7 @@ void Scheduler::Forget(const std::vector<JobChange>& changes) {
 // ---------------------------------------------------------------- watchers and ETA
 
 void Scheduler::Notify(const std::vector<JobChange>& changes) {
+  RecordFinished(changes);
   std::map<int64_t, std::vector<JobChange>> by_submission;
   for (const JobChange& change : changes) by_submission[change.submission_id].push_back(change);
   for (auto& [submission, mine] : by_submission) NotifySubmission(submission, std::move(mine));
@@ -765,10 +781,7 @@ std::optional<double> Scheduler::EtaLocked(int64_t submission_id, const Submissi
   double worst = 0;
   // Jobs in batches: their passes left at their batch's pace.
   for (const auto& [batch_id, batch] : batches_) {
-    auto worker = workers_.find(batch->worker_id);
-    const double spp = batch->seconds_per_pass > 0 ? batch->seconds_per_pass
-                       : worker != workers_.end()  ? SecondsPerPass(*worker->second, batch->model)
-                                                   : 0;
+    const double spp = BatchSecondsPerPass(*batch);
     for (const auto& [job_id, job] : batch->jobs) {
       if (job.submission_id != submission_id) continue;
       auto seconds = RunningJobSeconds(batch->PassesLeft(job), spp);
@@ -785,16 +798,9 @@ std::optional<double> Scheduler::EtaLocked(int64_t submission_id, const Submissi
   for (const std::string& model : *models) {
     auto queue = store_->QueuedJobs(model, options_.eta_window);
     if (!queue.ok()) return std::nullopt;
-    std::vector<EtaWorker> eta_workers;
-    for (const auto& [id, w] : workers_) {
-      const ModelOffer* offer = FindModel(w->info, model);
-      if (offer == nullptr || !w->info.connected || w->draining) continue;
-      eta_workers.push_back({id, SecondsPerPass(*w, model), w->info.kv_budget_bytes,
-                             offer->kv_bytes_per_token, w->info.max_batch_jobs, BusySeconds(*w)});
-    }
     std::vector<EtaJob> eta_queue;
     for (const QueuedJob& q : *queue) eta_queue.push_back({q.kv_tokens, q.passes});
-    const auto finish = QueueFinishTimes(eta_workers, eta_queue);
+    const auto finish = QueueFinishTimes(EtaWorkersLocked(model), eta_queue);
     for (size_t i = 0; i < queue->size(); ++i) {
       if ((*queue)[i].submission_id != submission_id) continue;
       ++seen;
@@ -804,6 +810,105 @@ std::optional<double> Scheduler::EtaLocked(int64_t submission_id, const Submissi
   }
   if (seen < queued) return std::nullopt;  // some are beyond the window played out
   return worst;
+}
+
+std::vector<EtaWorker> Scheduler::EtaWorkersLocked(const std::string& model) const {
+  std::vector<EtaWorker> eta_workers;
+  for (const auto& [id, w] : workers_) {
+    const ModelOffer* offer = FindModel(w->info, model);
+    if (offer == nullptr || !w->info.connected || w->draining) continue;
+    eta_workers.push_back({id, SecondsPerPass(*w, model), w->info.kv_budget_bytes,
+                           offer->kv_bytes_per_token, w->info.max_batch_jobs, BusySeconds(*w)});
+  }
+  return eta_workers;
+}
+
+double Scheduler::BatchSecondsPerPass(const BatchRuntime& batch) const {
+  if (batch.seconds_per_pass > 0) return batch.seconds_per_pass;
+  auto worker = workers_.find(batch.worker_id);
+  return worker != workers_.end() ? SecondsPerPass(*worker->second, batch.model) : 0;
+}
+
+// The latest finish time among the model's jobs in batches and in the queue.
+std::optional<double> Scheduler::ModelEtaLocked(const std::string& model) {
+  bool any = false;
+  double worst = 0;
+  for (const auto& [batch_id, batch] : batches_) {
+    if (batch->model != model) continue;
+    const double spp = BatchSecondsPerPass(*batch);
+    for (const auto& [job_id, job] : batch->jobs) {
+      auto seconds = RunningJobSeconds(batch->PassesLeft(job), spp);
+      if (!seconds) return std::nullopt;
+      worst = std::max(worst, *seconds);
+      any = true;
+    }
+  }
+  auto queue = store_->QueuedJobs(model, options_.eta_window);
+  if (!queue.ok() || static_cast<int64_t>(queue->size()) >= options_.eta_window) {
+    return std::nullopt;  // unreadable, or longer than the window played out
+  }
+  std::vector<EtaJob> eta_queue;
+  for (const QueuedJob& q : *queue) eta_queue.push_back({q.kv_tokens, q.passes});
+  for (const std::optional<double>& finish : QueueFinishTimes(EtaWorkersLocked(model), eta_queue)) {
+    if (!finish) return std::nullopt;
+    worst = std::max(worst, *finish);
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return worst;
+}
+
+LiveGauges Scheduler::Gauges() {
+  std::lock_guard<std::mutex> lock(mu_);
+  LiveGauges gauges;
+  std::set<std::string> models;
+  for (const auto& [id, w] : workers_) {
+    if (w->info.connected) ++gauges.workers_attached;
+    for (const ModelOffer& m : w->info.models) models.insert(m.name);
+  }
+  for (const auto& [id, batch] : batches_) models.insert(batch->model);
+  for (const std::string& model : models) {
+    if (auto eta = ModelEtaLocked(model)) gauges.eta_seconds[model] = *eta;
+  }
+  return gauges;
+}
+
+// ---------------------------------------------------------------- metrics
+
+void Scheduler::RecordFinished(const std::vector<JobChange>& changes) {
+  if (options_.metrics == nullptr) return;
+  for (const JobChange& change : changes) {
+    if (!IsTerminal(change.to)) continue;
+    auto job = store_->GetJob(change.job_id);  // the model and when it was submitted
+    if (!job.ok()) continue;
+    options_.metrics->JobFinished(
+        job->spec.model, change.to,
+        static_cast<double>(job->updated_at_ms - job->created_at_ms) / 1e3);
+  }
+}
+
+void Scheduler::RecordLostLeases(const std::vector<JobChange>& changes) {
+  if (options_.metrics == nullptr) return;
+  std::set<int64_t> batches;
+  for (const JobChange& change : changes) {
+    auto batch = batches_.find(change.batch_id);
+    if (batch == batches_.end()) continue;
+    if (batches.insert(change.batch_id).second) {
+      options_.metrics->LeaseExpired(batch->second->model, batch->second->worker_id);
+    }
+    if (change.to == JobState::kQueued) options_.metrics->JobRetried(batch->second->model);
+  }
+}
+
+void Scheduler::RecordRefused(const std::string& worker_id, const std::vector<JobResult>& results,
+                              const std::vector<ResultOutcome>& outcomes) {
+  if (options_.metrics == nullptr) return;
+  for (size_t i = 0; i < outcomes.size() && i < results.size(); ++i) {
+    const StatusCode code = outcomes[i].status.code();
+    if (code != StatusCode::kAlreadyExists && code != StatusCode::kFailedPrecondition) continue;
+    auto job = store_->GetJob(results[i].job_id);
+    if (job.ok()) options_.metrics->ResultRefused(job->spec.model, worker_id);
+  }
 }
 
 }  // namespace nightshift::scheduler

@@ -25,6 +25,7 @@
 
 #include "common/status.h"
 #include "scheduler/clock.h"
+#include "scheduler/eta.h"
 #include "scheduler/policy.h"
 #include "scheduler/prompt_encoder.h"
 #include "scheduler/store.h"
@@ -32,6 +33,8 @@
 #include "scheduler/validate.h"
 
 namespace nightshift::scheduler {
+
+class SchedulerMetrics;
 
 // ---------------------------------------------------------------- to workers
 
@@ -153,6 +156,17 @@ struct SchedulerOptions {
   int eta_window = 100'000;         // queued jobs per model an ETA plays out
   std::string tokenizer_cache_dir;  // where tokenizer bundles are written
   SubmitLimits limits;
+  // Filled as jobs are submitted, leased and finished, leases lost and
+  // results refused; nullptr = no metrics. Not owned; must outlive the Scheduler.
+  SchedulerMetrics* metrics = nullptr;
+};
+
+// The live figures the metrics endpoint shows, computed on demand.
+struct LiveGauges {
+  int64_t workers_attached = 0;
+  // Seconds until the remaining jobs of each model (running and queued)
+  // finish; only models with remaining work whose ETA is known.
+  std::map<std::string, double> eta_seconds;
 };
 
 class Scheduler {
@@ -223,6 +237,10 @@ class Scheduler {
   void Tick();
 
   StoreCounters counters() const { return store_->counters(); }
+  // Workers attached now, and each model's ETA (played out as for a
+  // submission's ETA). Reads the store's queue; never fails (a model whose
+  // queue cannot be read has no ETA).
+  LiveGauges Gauges();
 
  private:
   struct BatchRuntime;
@@ -240,6 +258,16 @@ class Scheduler {
   void NotifySubmission(int64_t submission_id, std::vector<JobChange> changes);
   StatusOr<SubmissionStatus> StatusLocked(int64_t id);
   std::optional<double> EtaLocked(int64_t submission_id, const SubmissionStatus& status);
+  std::optional<double> ModelEtaLocked(const std::string& model);
+  std::vector<EtaWorker> EtaWorkersLocked(const std::string& model) const;
+  double BatchSecondsPerPass(const BatchRuntime& batch) const;
+  // Metrics (no-ops without options_.metrics): jobs that reached a terminal
+  // state; batches whose lease was lost and their jobs queued again (call
+  // before Forget); refused results.
+  void RecordFinished(const std::vector<JobChange>& changes);
+  void RecordLostLeases(const std::vector<JobChange>& changes);
+  void RecordRefused(const std::string& worker_id, const std::vector<JobResult>& results,
+                     const std::vector<ResultOutcome>& outcomes);
   double SecondsPerPass(const WorkerRuntime& worker, const std::string& model) const;
   double BusySeconds(const WorkerRuntime& worker) const;
   std::vector<WorkerSlot> Slots() const;

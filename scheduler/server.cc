@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/metrics_http.h"
+#include "scheduler/metrics.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/service.h"
 #include "scheduler/store.h"
@@ -46,6 +48,20 @@ Status SplitAddress(const std::string& address, std::string* host, std::string* 
   return Status::Ok();
 }
 
+// Sets the gauges a scrape shows from the database and the live state. A
+// count the database cannot give leaves the last one (and says why).
+void RefreshGauges(Scheduler& scheduler, JobCounter& counter, SchedulerMetrics& metrics) {
+  auto counts = counter.Count();
+  if (counts.ok()) {
+    metrics.SetJobCounts(*counts);
+  } else {
+    std::cerr << "nightshift-scheduler: metrics: " << counts.status().message() << std::endl;
+  }
+  const LiveGauges gauges = scheduler.Gauges();
+  metrics.SetWorkersAttached(gauges.workers_attached);
+  metrics.SetEtas(gauges.eta_seconds);
+}
+
 }  // namespace
 
 const char* SchedulerVersion() { return "0.1.0"; }
@@ -72,6 +88,9 @@ StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note)
     return InvalidArgument("--heartbeat-seconds must be shorter than --lease-seconds");
   }
   if (config.max_attempts < 1) return InvalidArgument("--max-attempts must be at least 1");
+  if (config.metrics_port < -1 || config.metrics_port > 65535) {
+    return InvalidArgument("--metrics-port must be a port (0 picks a free one), or -1 for none");
+  }
   if (config.client_token.empty() && !IsLoopback(config.listen)) {
     *note = "no tokens configured: listening on loopback 127.0.0.1:" + port + " only, not on " +
             config.listen + " (set --client-token and --worker-token to serve other hosts)";
@@ -96,7 +115,11 @@ Status RunServer(const ServerConfig& config) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(config.db_path, SystemClock()));
+  const bool serve_metrics = config.metrics_port >= 0;
+  auto registry = std::make_shared<metrics::Registry>();
+  SchedulerMetrics scheduler_metrics(*registry);
   SchedulerOptions options;
+  options.metrics = serve_metrics ? &scheduler_metrics : nullptr;
   options.lease_ms = static_cast<int64_t>(config.lease_seconds * 1000);
   options.heartbeat_ms = static_cast<int64_t>(config.heartbeat_seconds * 1000);
   options.max_attempts = static_cast<int32_t>(config.max_attempts);
@@ -105,11 +128,25 @@ Status RunServer(const ServerConfig& config) {
   Scheduler scheduler(store.get(), SystemClock(), options);
   NS_RETURN_IF_ERROR(scheduler.Start());
 
+  std::unique_ptr<JobCounter> counter;
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (serve_metrics) {
+    NS_ASSIGN_OR_RETURN(counter, JobCounter::Open(config.db_path));
+    metrics::MetricsServerOptions metrics_options;
+    metrics_options.address = IsLoopback(address) ? "127.0.0.1" : "0.0.0.0";
+    metrics_options.port = static_cast<int>(config.metrics_port);
+    metrics_options.before_scrape = [&] { RefreshGauges(scheduler, *counter, scheduler_metrics); };
+    NS_ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(metrics_options, registry));
+    std::cerr << "nightshift-scheduler: metrics listening on " << metrics_options.address << ":"
+              << metrics_server->port() << std::endl;
+  }
+
   ServiceOptions service_options;
   service_options.client_token = config.client_token;
   service_options.worker_token = config.worker_token;
   service_options.version = SchedulerVersion();
   service_options.schema_version = store->schema_version();
+  service_options.metrics = options.metrics;
   Service service(&scheduler, service_options);
 
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -136,11 +173,6 @@ Status RunServer(const ServerConfig& config) {
   std::cout << "nightshift-scheduler " << SchedulerVersion() << " listening on " << bound
             << " (database " << config.db_path << ", schema " << store->schema_version() << ")"
             << std::endl;
-  if (config.metrics_port != 0) {
-    std::cerr << "nightshift-scheduler: --metrics-port is reserved; the metrics endpoint is not "
-                 "built into this scheduler yet"
-              << std::endl;
-  }
 
   // Leases expire on a timer finer than the lease.
   std::mutex mu;

@@ -21,7 +21,9 @@ struct ServerConfig {
   double lease_seconds = 60;
   double heartbeat_seconds = 10;
   int64_t max_attempts = 3;
-  int64_t metrics_port = 0;  // reserved for the metrics endpoint (not served yet)
+  // Prometheus /metrics on this port (0 picks a free one; -1 = not served),
+  // on 127.0.0.1 when gRPC listens on loopback, else on 0.0.0.0.
+  int64_t metrics_port = -1;
 };
 
 // The scheduler's version string.
@@ -33,11 +35,13 @@ bool IsLoopback(const std::string& address);
 // Checks the configuration and returns the address to bind: without tokens a
 // non-loopback host is replaced by 127.0.0.1 (`note` says so). Errors:
 // InvalidArgument for one token without the other, one TLS file without the
-// other, a malformed address, or non-positive lease/heartbeat/attempts.
+// other, a malformed address, non-positive lease/heartbeat/attempts, or a
+// metrics port outside -1..65535.
 StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note);
 
 // Serves until SIGINT or SIGTERM. Prints "listening on HOST:PORT" (with the
-// real port) on stdout once it accepts calls. Returns the startup error, if
+// real port) on stdout once it accepts calls, and, with a metrics port,
+// "metrics listening on HOST:PORT" on stderr before that. Returns the startup error, if
 // any (the database is newer than this scheduler, the port is taken, ...).
 Status RunServer(const ServerConfig& config);
 

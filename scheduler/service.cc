@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "nightshift.grpc.pb.h"
+#include "scheduler/metrics.h"
 #include "scheduler/wire.h"
 
 namespace nightshift::scheduler {
@@ -312,12 +313,18 @@ class Service::Impl {
     grpc::ServerUnaryReactor* SubmitJobs(grpc::CallbackServerContext* ctx,
                                          const v1::SubmitJobsRequest* req,
                                          v1::SubmitJobsResponse* resp) override {
-      return impl_->Unary(ctx, [this, req, resp]() -> Status {
-        NS_ASSIGN_OR_RETURN(SubmitReply reply, impl_->scheduler_->Submit(wire::FromProto(*req)));
-        resp->set_submission_id(reply.submission_id);
-        resp->mutable_job_ids()->Assign(reply.job_ids.begin(), reply.job_ids.end());
-        resp->set_replayed(reply.replayed);
-        resp->set_waiting_for_tokenizer(reply.waiting_for_tokenizer);
+      const auto start = std::chrono::steady_clock::now();
+      return impl_->Unary(ctx, [this, req, resp, start]() -> Status {
+        auto reply = impl_->scheduler_->Submit(wire::FromProto(*req));
+        if (impl_->options_.metrics != nullptr) {
+          const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+          impl_->options_.metrics->SubmitAnswered(took.count());
+        }
+        if (!reply.ok()) return reply.status();
+        resp->set_submission_id(reply->submission_id);
+        resp->mutable_job_ids()->Assign(reply->job_ids.begin(), reply->job_ids.end());
+        resp->set_replayed(reply->replayed);
+        resp->set_waiting_for_tokenizer(reply->waiting_for_tokenizer);
         return Status::Ok();
       });
     }

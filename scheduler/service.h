@@ -27,6 +27,9 @@ struct ServiceOptions {
   std::string version;
   int64_t schema_version = 0;
   int threads = 4;  // for handler work that blocks (SQLite)
+  // Times each SubmitJobs call; nullptr = no metrics. Not owned; must
+  // outlive the Service.
+  SchedulerMetrics* metrics = nullptr;
 };
 
 class Service {
