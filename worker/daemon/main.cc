@@ -1,0 +1,286 @@
+// nightshift-worker: serves the checkpoints under its model roots to one
+// scheduler. See worker/daemon/worker.h for what it does with a lease and
+// session.h for the connection; this file reads the flags, sizes the machine
+// and wires the pieces together.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "common/flags.h"
+#include "common/metrics_http.h"
+#include "worker/daemon/engine_adapter.h"
+#include "worker/daemon/log.h"
+#include "worker/daemon/model_catalog.h"
+#include "worker/daemon/read_bandwidth.h"
+#include "worker/daemon/resources.h"
+#include "worker/daemon/session.h"
+#include "worker/daemon/worker.h"
+#include "worker/daemon/worker_metrics.h"
+
+namespace nightshift::worker {
+namespace {
+
+constexpr char kVersion[] = "nightshift-worker 0.1";
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+struct Flags {
+  std::string scheduler;
+  std::string token;
+  std::string id;
+  std::vector<std::string> roots;
+  std::string memory_budget;
+  std::string kv_budget;
+  std::string device;
+  std::string streaming;
+  int64_t metrics_port = -1;
+  std::string tls_ca;
+  int64_t threads = 0;
+  double read_bandwidth = 0;
+  std::string state_dir;
+  int64_t max_batch_jobs = 0;
+  double min_pass_seconds = 0;
+};
+
+std::optional<std::string> Env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "worker";
+  return name;
+}
+
+std::string DefaultStateDir() {
+  if (auto xdg = Env("XDG_CACHE_HOME"); xdg && !xdg->empty()) return *xdg + "/nightshift";
+  if (auto home = Env("HOME"); home && !home->empty()) return *home + "/.cache/nightshift";
+  return "/tmp/nightshift-cache";
+}
+
+FlagSet MakeFlags(Flags* f) {
+  FlagSet flags(
+      "nightshift-worker --scheduler HOST:PORT --model-root DIR [--model-root DIR ...] [options]",
+      "Runs the scheduler's batches of the checkpoints under its model roots (each subdirectory\n"
+      "is a model, advertised by its name), streaming them layer by layer when they do not fit.\n"
+      "SIGTERM drains: the current pass finishes, the rest is handed back, exit 0.");
+  flags.String("scheduler", &f->scheduler, "scheduler address (required)", "HOST:PORT");
+  flags.String("token", &f->token, "worker token (or NIGHTSHIFT_WORKER_TOKEN)", "T");
+  flags.String("id", &f->id, "worker id (default: the hostname)", "NAME");
+  flags.StringList("model-root", &f->roots, "a directory of checkpoints (repeatable; required)",
+                   "DIR");
+  flags.String("memory-budget", &f->memory_budget,
+               "memory the worker may use, e.g. 8G (default: free GPU memory, or 80% of RAM / the "
+               "cgroup limit)",
+               "BYTES");
+  flags.String("kv-budget", &f->kv_budget,
+               "KV cache budget (default: what the planner leaves of the memory budget)", "BYTES");
+  flags.String("device", &f->device,
+               "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
+  flags.String("streaming", &f->streaming,
+               "auto, always or never (or NIGHTSHIFT_STREAMING; the flag wins)", "MODE");
+  flags.Int("metrics-port", &f->metrics_port,
+            "serve /metrics on this port (0 = any free port, printed; -1 = off, the default)");
+  flags.String("tls-ca", &f->tls_ca, "connect with TLS, trusting this CA (PEM)", "FILE");
+  flags.Int("threads", &f->threads, "compute threads (default: one per core)");
+  flags.Double("read-bandwidth", &f->read_bandwidth,
+               "read bandwidth to advertise, skipping the measurement", "BYTES_PER_S");
+  flags.String("state-dir", &f->state_dir,
+               "where the measured bandwidth is cached (default $XDG_CACHE_HOME/nightshift or "
+               "~/.cache/nightshift)",
+               "DIR");
+  flags.Int("max-batch-jobs", &f->max_batch_jobs,
+            "most jobs per batch (0 = the KV budget decides)");
+  flags.Double("min-pass-seconds", &f->min_pass_seconds,
+               "make every pass last at least this long (test knob; or "
+               "NIGHTSHIFT_MIN_PASS_SECONDS)",
+               "S");
+  return flags;
+}
+
+// Fills defaults from the environment and checks what is required.
+Status Complete(const FlagSet& flags, Flags* f) {
+  if (f->scheduler.empty()) return InvalidArgument("--scheduler is required");
+  if (f->roots.empty()) return InvalidArgument("at least one --model-root is required");
+  if (f->metrics_port < -1 || f->metrics_port > 65535) {
+    return InvalidArgument("--metrics-port must be -1..65535");
+  }
+  if (!flags.Seen("token")) f->token = Env("NIGHTSHIFT_WORKER_TOKEN").value_or("");
+  if (f->id.empty()) f->id = Hostname();
+  if (!flags.Seen("device")) f->device = Env("NIGHTSHIFT_DEVICE").value_or("auto");
+  if (!flags.Seen("min-pass-seconds")) {
+    if (auto env = Env("NIGHTSHIFT_MIN_PASS_SECONDS"); env && !env->empty()) {
+      char* end = nullptr;
+      f->min_pass_seconds = std::strtod(env->c_str(), &end);
+      if (*end != '\0' || f->min_pass_seconds < 0) {
+        return InvalidArgument("NIGHTSHIFT_MIN_PASS_SECONDS='" + *env + "' is not a duration");
+      }
+    }
+  }
+  if (f->state_dir.empty()) f->state_dir = DefaultStateDir();
+  return Status::Ok();
+}
+
+StatusOr<std::vector<double>> Bandwidths(const Flags& f) {
+  std::vector<double> figures;
+  for (const std::string& root : f.roots) {
+    if (f.read_bandwidth > 0) {
+      figures.push_back(f.read_bandwidth);
+      continue;
+    }
+    bool cached = false;
+    NS_ASSIGN_OR_RETURN(double figure, MeasureReadBandwidth(root, {f.state_dir}, &cached));
+    std::ostringstream line;
+    line << "read bandwidth of " << root << ": " << figure / 1e9 << " GB/s ("
+         << (cached ? "cached" : "measured") << ")";
+    LogLine(line.str());
+    figures.push_back(figure);
+  }
+  return figures;
+}
+
+void LogCatalog(const Catalog& catalog) {
+  for (const ModelEntry& m : catalog.models) {
+    std::ostringstream line;
+    line << "model " << m.offer.name << " advertised: " << (m.resident ? "resident" : "streaming")
+         << ", " << m.offer.checkpoint_bytes << " bytes, " << m.offer.kv_bytes_per_token
+         << " KV bytes/token, " << m.offer.seconds_per_pass << " s/pass, context "
+         << m.offer.max_context_tokens << ", "
+         << (m.tokenizer != nullptr ? "tokenizer " + m.offer.tokenizer_hash.substr(0, 12)
+                                    : std::string("no tokenizer"));
+    LogLine(line.str());
+  }
+  for (const SkippedModel& s : catalog.skipped) {
+    LogLine("model " + s.name + " skipped (" + s.root + "): " + s.reason);
+  }
+  if (catalog.models.empty()) LogLine("no model to advertise under the model roots");
+}
+
+int Run(int argc, char** argv) {
+  Flags f;
+  FlagSet flags = MakeFlags(&f);
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return 0;
+  }
+  if (parsed.ok()) parsed = Complete(flags, &f);
+  if (!parsed.ok()) {
+    std::cerr << "nightshift-worker: " << parsed.message() << "\n";
+    return 2;
+  }
+  auto fail = [](const Status& status) {
+    LogLine("cannot start: " + status.ToString());
+    return 1;
+  };
+  StatusOr<std::string> device = ResolveDevice(f.device, engine::CudaAvailable());
+  if (!device.ok()) return fail(device.status());
+  StatusOr<planner::StreamingRequest> streaming = planner::ResolveStreamingRequest(
+      flags.Seen("streaming") ? std::optional<std::string>(f.streaming) : std::nullopt,
+      Env(planner::kStreamingEnvVar));
+  if (!streaming.ok()) return fail(streaming.status());
+  StatusOr<uint64_t> memory =
+      f.memory_budget.empty() ? DetectMemoryBudget(*device) : ParseBytes(f.memory_budget);
+  if (!memory.ok()) return fail(memory.status().Prefixed("--memory-budget"));
+  uint64_t kv_budget = 0;
+  if (!f.kv_budget.empty()) {
+    StatusOr<uint64_t> kv = ParseBytes(f.kv_budget);
+    if (!kv.ok()) return fail(kv.status().Prefixed("--kv-budget"));
+    kv_budget = *kv;
+  }
+  StatusOr<std::vector<double>> bandwidths = Bandwidths(f);
+  if (!bandwidths.ok()) return fail(bandwidths.status());
+
+  CatalogOptions catalog_options;
+  catalog_options.roots = f.roots;
+  catalog_options.read_bytes_per_second = *bandwidths;
+  catalog_options.memory_budget_bytes = *memory;
+  catalog_options.kv_budget_bytes = kv_budget;
+  catalog_options.streaming = *streaming;
+  catalog_options.device = *device == "cpu" ? planner::Device::kCpu : planner::Device::kGpu;
+  StatusOr<Catalog> catalog = ScanModelRoots(catalog_options);
+  if (!catalog.ok()) return fail(catalog.status());
+  LogCatalog(*catalog);
+
+  auto registry = std::make_shared<metrics::Registry>();
+  WorkerMetrics worker_metrics(registry, f.id);
+  double slowest = 0;
+  for (double b : *bandwidths) slowest = slowest == 0 ? b : std::min(slowest, b);
+  worker_metrics.SetReadBandwidth(slowest);
+  worker_metrics.SetKvBudget(catalog->kv_budget_bytes);
+  worker_metrics.SetKvInUse(0);
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (f.metrics_port >= 0) {
+    metrics::MetricsServerOptions options;
+    options.port = static_cast<int>(f.metrics_port);
+    auto server = metrics::MetricsServer::Start(options, registry);
+    if (!server.ok()) return fail(server.status().Prefixed("--metrics-port"));
+    metrics_server = std::move(*server);
+    LogLine("metrics listening on " + options.address + ":" +
+            std::to_string(metrics_server->port()));
+  }
+
+  const std::string engine_device = *device;
+  const int threads = static_cast<int>(f.threads);
+  EngineFactory factory = [engine_device, threads](
+                              const ModelEntry& model,
+                              uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
+    engine::EngineOptions options;
+    options.residency = model.resident ? engine::Residency::kResident : engine::Residency::kStream;
+    options.kv_budget_bytes = kv;
+    options.device = engine_device;
+    options.threads = threads;
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<EngineBatchEngine> engine,
+                        EngineBatchEngine::Open(model.dir, options));
+    return std::unique_ptr<BatchEngine>(std::move(engine));
+  };
+
+  SessionOptions session_options;
+  session_options.connect = {f.scheduler, f.token, !f.tls_ca.empty(), f.tls_ca};
+  session_options.info.id = f.id;
+  session_options.info.device = engine_device;
+  session_options.info.memory_budget_bytes = static_cast<int64_t>(*memory);
+  session_options.info.kv_budget_bytes = static_cast<int64_t>(catalog->kv_budget_bytes);
+  session_options.info.read_bytes_per_second = slowest;
+  session_options.info.max_batch_jobs = static_cast<int32_t>(f.max_batch_jobs);
+  for (const ModelEntry& m : catalog->models) {
+    session_options.info.models.push_back(m.offer);
+    if (!m.offer.tokenizer_hash.empty()) {
+      session_options.tokenizers[m.offer.tokenizer_hash] = m.tokenizer_files;
+    }
+  }
+  session_options.version = kVersion;
+
+  signal(SIGTERM, OnSignal);
+  signal(SIGINT, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  std::ostringstream line;
+  line << "worker " << f.id << " starting: device " << engine_device << ", memory budget "
+       << *memory << " bytes, KV budget " << catalog->kv_budget_bytes << " bytes, streaming "
+       << planner::StreamingRequestName(*streaming) << ", scheduler " << f.scheduler;
+  LogLine(line.str());
+
+  Worker worker(&*catalog, factory, nullptr, &worker_metrics, {f.min_pass_seconds});
+  Session session(std::move(session_options), &worker);
+  worker.SetLink(&session);
+  Status started = session.Start();
+  if (!started.ok()) return fail(started);
+  worker.Run(g_stop);
+  session.Stop(/*flush_seconds=*/10);
+  LogLine("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace nightshift::worker
+
+int main(int argc, char** argv) { return nightshift::worker::Run(argc, argv); }

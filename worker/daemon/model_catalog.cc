@@ -1,0 +1,235 @@
+#include "worker/daemon/model_catalog.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "planner/checkpoint_shape.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/engine/architecture.h"
+
+namespace nightshift::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The canonical form of `path`; NotFound when it does not exist.
+StatusOr<fs::path> Canonical(const std::string& path) {
+  std::error_code ec;
+  fs::path canonical = fs::canonical(path, ec);
+  if (ec) return NotFound(path + ": " + ec.message());
+  return canonical;
+}
+
+bool IsInside(const fs::path& root, const fs::path& path) {
+  auto r = root.begin();
+  auto p = path.begin();
+  for (; r != root.end(); ++r, ++p) {
+    if (p == path.end() || *r != *p) return false;
+  }
+  return true;
+}
+
+Status CheckName(const std::string& name) {
+  if (name.empty()) return InvalidArgument("model name is empty");
+  if (name == "." || name == "..") return InvalidArgument("model name '" + name + "' is refused");
+  if (name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+    return InvalidArgument("model name '" + name + "' is not a plain directory name");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path.string() + ": cannot be read");
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// The longest context the engine runs for this config (its rule:
+// max_position_embeddings, or the sliding window when shorter).
+int64_t MaxContext(const engine::ModelConfig& config) {
+  int64_t context = config.max_position_embeddings;
+  if (config.sliding_window && *config.sliding_window < context) context = *config.sliding_window;
+  return context;
+}
+
+// Every file the engine will read must stay inside the root.
+Status CheckFilesInsideRoot(const std::string& root, const checkpoint::Checkpoint& ckpt) {
+  NS_RETURN_IF_ERROR(CheckInsideRoot(root, (fs::path(ckpt.dir) / "config.json").string()));
+  for (const checkpoint::FileInfo& file : ckpt.files) {
+    NS_RETURN_IF_ERROR(CheckInsideRoot(root, file.path));
+  }
+  return Status::Ok();
+}
+
+// Places and prices one valid checkpoint; the reason when it cannot be served.
+StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Checkpoint& ckpt,
+                           const engine::ModelConfig& config, double read_bytes_per_second) {
+  NS_ASSIGN_OR_RETURN(planner::CheckpointShape shape, planner::ShapeOf(ckpt));
+  const int compute_bytes = planner::ComputeDtypeBytes(shape, options.device);
+  // Weights are held in the compute dtype once loaded (fp32 on a CPU).
+  const double widen = static_cast<double>(compute_bytes) / std::max(1, shape.stored_dtype_bytes);
+  const int64_t context = MaxContext(config);
+  const uint64_t activations =
+      planner::ActivationBytes(shape, compute_bytes, /*batch=*/1, /*prompt_tokens=*/0, context);
+  const uint64_t whole = static_cast<uint64_t>(shape.tensor_bytes * widen) + activations;
+  // Streaming holds the layer being computed and the one being prefetched.
+  const uint64_t streamed =
+      static_cast<uint64_t>(2 * shape.largest_group_bytes * widen) + activations;
+
+  planner::DecideInput in;
+  in.request = options.streaming;
+  in.conventional_resolved = whole <= options.memory_budget_bytes;
+  in.accelerator = options.device == planner::Device::kGpu ? planner::Accelerator::kCuda
+                                                           : planner::Accelerator::kCpu;
+  in.allow_cpu = true;  // the operator started this worker on this machine
+  in.read_gbs = read_bytes_per_second / 1e9;
+  const planner::Decision decision = planner::Decide(in);
+  if (!decision.activate && !in.conventional_resolved) {
+    return ResourceExhausted("needs " + std::to_string(whole) + " bytes resident, budget is " +
+                             std::to_string(options.memory_budget_bytes) +
+                             " and streaming is off (" + decision.reason + ")");
+  }
+  ModelEntry entry;
+  entry.resident = !decision.activate;
+  entry.footprint_bytes = entry.resident ? whole : streamed;
+  if (entry.footprint_bytes >= options.memory_budget_bytes) {
+    return ResourceExhausted("needs " + std::to_string(entry.footprint_bytes) +
+                             " bytes even streamed, leaving nothing of the memory budget of " +
+                             std::to_string(options.memory_budget_bytes) + " for the KV cache");
+  }
+  entry.dir = ckpt.dir;
+  entry.offer.kv_bytes_per_token =
+      static_cast<int64_t>(planner::KvBytesPerToken(shape, compute_bytes));
+  entry.offer.checkpoint_bytes = static_cast<int64_t>(shape.tensor_bytes);
+  entry.offer.seconds_per_pass =
+      read_bytes_per_second > 0 ? shape.tensor_bytes / read_bytes_per_second : 0;
+  entry.offer.max_context_tokens = context;
+  return entry;
+}
+
+// Reads, validates, places and prices `root/name`, with its tokenizer.
+StatusOr<ModelEntry> ScanOne(const CatalogOptions& options, const std::string& root,
+                             const std::string& name, double read_bytes_per_second) {
+  NS_ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(root, name));
+  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(dir));
+  NS_RETURN_IF_ERROR(CheckFilesInsideRoot(root, ckpt));
+  NS_ASSIGN_OR_RETURN(engine::ModelConfig config, engine::ParseModelConfig(ckpt.config));
+  NS_ASSIGN_OR_RETURN(const engine::Architecture* arch,
+                      engine::FindArchitecture(config.model_type));
+  NS_RETURN_IF_ERROR(engine::BindTensors(*arch, config, ckpt).status());
+  NS_ASSIGN_OR_RETURN(ModelEntry entry, Price(options, ckpt, config, read_bytes_per_second));
+  entry.root = root;
+  entry.offer.name = name;
+  NS_ASSIGN_OR_RETURN(entry.tokenizer_files, ReadTokenizerFiles(root, dir));
+  if (!entry.tokenizer_files.files.empty()) {
+    NS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromModelDir(dir));
+    if (tok.vocab_size() > config.vocab_size) {
+      return InvalidArgument("tokenizer.json has " + std::to_string(tok.vocab_size()) +
+                             " ids, the model only " + std::to_string(config.vocab_size));
+    }
+    entry.tokenizer_files.eos_ids = tok.eos_ids();
+    entry.tokenizer = std::make_shared<const tokenizer::Tokenizer>(std::move(tok));
+    entry.offer.tokenizer_hash = scheduler::TokenizerHash(entry.tokenizer_files);
+  }
+  return entry;
+}
+
+std::vector<std::string> SubdirectoryNames(const fs::path& root) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    std::error_code type_ec;
+    if (fs::is_directory(it->path(), type_ec)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+Status CheckInsideRoot(const std::string& root, const std::string& path) {
+  NS_ASSIGN_OR_RETURN(fs::path canonical_root, Canonical(root));
+  NS_ASSIGN_OR_RETURN(fs::path canonical, Canonical(path));
+  if (!IsInside(canonical_root, canonical)) {
+    return InvalidArgument(path + " resolves to " + canonical.string() +
+                           ", outside the model root " + canonical_root.string());
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> ResolveModelDir(const std::string& root, const std::string& name) {
+  NS_RETURN_IF_ERROR(CheckName(name));
+  if (fs::path(name).is_absolute()) return InvalidArgument("model name '" + name + "' is absolute");
+  const std::string path = (fs::path(root) / name).string();
+  NS_RETURN_IF_ERROR(CheckInsideRoot(root, path));
+  NS_ASSIGN_OR_RETURN(fs::path canonical, Canonical(path));
+  std::error_code ec;
+  if (!fs::is_directory(canonical, ec)) return NotFound(path + " is not a directory");
+  return canonical.string();
+}
+
+StatusOr<scheduler::TokenizerFiles> ReadTokenizerFiles(const std::string& root,
+                                                       const std::string& dir) {
+  static const char* const kNames[] = {"tokenizer.json", "tokenizer_config.json",
+                                       "special_tokens_map.json", "chat_template.jinja",
+                                       "chat_template.json"};
+  scheduler::TokenizerFiles files;
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "tokenizer.json", ec)) return files;
+  for (const char* name : kNames) {
+    const fs::path path = fs::path(dir) / name;
+    if (!fs::exists(path, ec)) continue;
+    NS_RETURN_IF_ERROR(CheckInsideRoot(root, path.string()));
+    NS_ASSIGN_OR_RETURN(files.files[name], ReadFile(path));
+  }
+  return files;
+}
+
+const ModelEntry* Catalog::Find(const std::string& name) const {
+  for (const ModelEntry& m : models) {
+    if (m.offer.name == name) return &m;
+  }
+  return nullptr;
+}
+
+StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options) {
+  if (options.roots.empty()) return InvalidArgument("no model root");
+  if (options.read_bytes_per_second.size() != options.roots.size()) {
+    return InvalidArgument("one read bandwidth per model root is needed");
+  }
+  Catalog catalog;
+  for (size_t i = 0; i < options.roots.size(); ++i) {
+    NS_ASSIGN_OR_RETURN(fs::path root, Canonical(options.roots[i]));
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) return NotFound(options.roots[i] + " is not a directory");
+    for (const std::string& name : SubdirectoryNames(root)) {
+      if (catalog.Find(name) != nullptr) {
+        catalog.skipped.push_back(
+            {name, root.string(), "a model of that name is in an earlier root"});
+        continue;
+      }
+      auto entry = ScanOne(options, root.string(), name, options.read_bytes_per_second[i]);
+      if (!entry.ok()) {
+        catalog.skipped.push_back({name, root.string(), entry.status().ToString()});
+        continue;
+      }
+      catalog.models.push_back(std::move(*entry));
+    }
+  }
+  catalog.kv_budget_bytes = options.kv_budget_bytes;
+  if (catalog.kv_budget_bytes == 0) {
+    uint64_t largest = 0;
+    for (const ModelEntry& m : catalog.models) largest = std::max(largest, m.footprint_bytes);
+    catalog.kv_budget_bytes = options.memory_budget_bytes - largest;  // Price kept largest below
+  }
+  return catalog;
+}
+
+}  // namespace nightshift::worker

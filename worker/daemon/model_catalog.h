@@ -1,0 +1,93 @@
+// The models a worker serves: every checkpoint directory directly under its
+// model roots, validated with the metadata reader and the architecture table,
+// priced with the planner's exact figures and the measured read bandwidth,
+// and placed (resident or streamed) by the streaming policy. What is not
+// valid or does not fit is skipped with a reason for the log.
+//
+// A worker opens only checkpoints under its roots: a model name must be a
+// plain directory name (no `/`, not `.` or `..`, not absolute), and the
+// directory and every file the worker reads from it (safetensors, config,
+// tokenizer files) must resolve, symlinks followed, to a path inside the
+// root (ResolveModelDir, CheckInsideRoot).
+//
+// Thread-safety: free functions; a Catalog is immutable after ScanModelRoots
+// and may be read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "planner/exact.h"
+#include "planner/policy.h"
+#include "scheduler/types.h"
+#include "worker/tokenizer/tokenizer.h"
+
+namespace nightshift::worker {
+
+// The directory of model `name` under `root`, canonical (symlinks resolved).
+// InvalidArgument for a name that is empty, absolute, `.`/`..` or contains
+// `/` or a NUL byte, and when the directory resolves outside the root (a
+// symlink escaping it); NotFound when it does not exist or is not a
+// directory.
+StatusOr<std::string> ResolveModelDir(const std::string& root, const std::string& name);
+
+// OK when `path` exists and resolves (symlinks followed) to `root` or a path
+// inside it; InvalidArgument naming both otherwise; NotFound when missing.
+Status CheckInsideRoot(const std::string& root, const std::string& path);
+
+struct CatalogOptions {
+  std::vector<std::string> roots;
+  // Parallel cold-read bandwidth of each root (same order as `roots`),
+  // bytes per second; prices seconds per pass.
+  std::vector<double> read_bytes_per_second;
+  uint64_t memory_budget_bytes = 0;
+  // KV cache budget; 0 = what the memory budget leaves after the largest
+  // footprint of the models advertised.
+  uint64_t kv_budget_bytes = 0;
+  planner::StreamingRequest streaming = planner::StreamingRequest::kAuto;
+  planner::Device device = planner::Device::kCpu;
+};
+
+// One advertised model.
+struct ModelEntry {
+  std::string root;                           // canonical root it was found under
+  std::string dir;                            // canonical checkpoint directory
+  bool resident = false;                      // keep every layer after its first load (else stream)
+  uint64_t footprint_bytes = 0;               // memory outside the KV cache in that mode
+  scheduler::ModelOffer offer;                // name, exact figures, tokenizer hash
+  scheduler::TokenizerFiles tokenizer_files;  // empty when the model has no tokenizer.json
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null when none
+};
+
+struct SkippedModel {
+  std::string name;
+  std::string root;
+  std::string reason;
+};
+
+struct Catalog {
+  std::vector<ModelEntry> models;  // by root, then by name
+  std::vector<SkippedModel> skipped;
+  uint64_t kv_budget_bytes = 0;  // the options' or the derived one
+  // The entry advertised as `name`, or nullptr. The first root wins when two
+  // roots hold the same name (the second is skipped as a duplicate).
+  const ModelEntry* Find(const std::string& name) const;
+};
+
+// Scans every root (its immediate subdirectories, hidden ones ignored).
+// InvalidArgument when there is no root or the bandwidth list does not match
+// the roots; NotFound when a root is not a directory. Problems with single
+// checkpoints never fail the scan: they become SkippedModel entries.
+StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options);
+
+// The tokenizer files a scheduler needs from a checkpoint directory
+// (tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+// chat_template.jinja, chat_template.json, whichever exist), each checked
+// with CheckInsideRoot. Empty when there is no tokenizer.json.
+StatusOr<scheduler::TokenizerFiles> ReadTokenizerFiles(const std::string& root,
+                                                       const std::string& dir);
+
+}  // namespace nightshift::worker

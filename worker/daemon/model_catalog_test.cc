@@ -1,0 +1,202 @@
+#include "worker/daemon/model_catalog.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "worker/daemon/test_util.h"
+
+namespace nightshift::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::MakeStoriesModel;
+using testing::TempDir;
+
+constexpr uint64_t kStoriesTensorBytes = 1040128;          // every tensor of stories260k
+constexpr int64_t kStoriesKvPerToken = 2 * 5 * 4 * 8 * 4;  // K,V x layers x kv heads x dim x fp32
+
+CatalogOptions Options(const std::string& root, uint64_t budget) {
+  CatalogOptions options;
+  options.roots = {root};
+  options.read_bytes_per_second = {1e9};
+  options.memory_budget_bytes = budget;
+  return options;
+}
+
+TEST(ResolveModelDirTest, RefusesNamesThatAreNotPlainDirectoryNames) {
+  TempDir dir;
+  MakeStoriesModel(dir.path(), "m");
+  const std::vector<std::string> names = {
+      "", ".", "..", "../m", "m/..", "/etc", std::string("m\0x", 3)};
+  for (const std::string& name : names) {
+    auto resolved = ResolveModelDir(dir.path(), name);
+    EXPECT_EQ(resolved.status().code(), StatusCode::kInvalidArgument) << "'" << name << "'";
+  }
+  EXPECT_EQ(ResolveModelDir(dir.path(), "absent").status().code(), StatusCode::kNotFound);
+  auto ok = ResolveModelDir(dir.path(), "m");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(*ok, fs::canonical(dir.file("m")).string());
+}
+
+TEST(ResolveModelDirTest, RefusesSymlinksEscapingTheRootAndAllowsOnesInside) {
+  TempDir outside;
+  TempDir root;
+  MakeStoriesModel(outside.path(), "elsewhere");
+  MakeStoriesModel(root.path(), "real");
+  fs::create_directory_symlink(outside.file("elsewhere"), root.file("escape"));
+  fs::create_directory_symlink(root.file("real"), root.file("alias"));
+  auto escape = ResolveModelDir(root.path(), "escape");
+  EXPECT_EQ(escape.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(escape.status().message().find("outside the model root"), std::string::npos);
+  auto alias = ResolveModelDir(root.path(), "alias");
+  ASSERT_TRUE(alias.ok()) << alias.status().ToString();
+  EXPECT_EQ(*alias, fs::canonical(root.file("real")).string());
+}
+
+TEST(CheckInsideRootTest, FollowsFileSymlinks) {
+  TempDir outside;
+  TempDir root;
+  { std::ofstream(outside.file("secret")) << "x"; }
+  fs::create_symlink(outside.file("secret"), root.file("link"));
+  { std::ofstream(root.file("plain")) << "x"; }
+  EXPECT_EQ(CheckInsideRoot(root.path(), root.file("link")).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckInsideRoot(root.path(), root.file("plain")).ok());
+  EXPECT_EQ(CheckInsideRoot(root.path(), root.file("none")).code(), StatusCode::kNotFound);
+  // A sibling whose name starts with the root's is not inside it.
+  TempDir sibling_parent;
+  fs::create_directory(sibling_parent.file("r"));
+  fs::create_directory(sibling_parent.file("rr"));
+  EXPECT_FALSE(CheckInsideRoot(sibling_parent.file("r"), sibling_parent.file("rr")).ok());
+}
+
+TEST(ScanModelRootsTest, AdvertisesValidCheckpointsWithExactFigures) {
+  TempDir root;
+  MakeStoriesModel(root.path(), "stories");
+  MakeStoriesModel(root.path(), "ids-only", /*with_tokenizer=*/false);
+  auto catalog = ScanModelRoots(Options(root.path(), 1ull << 30));
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  ASSERT_EQ(catalog->models.size(), 2u);
+  EXPECT_TRUE(catalog->skipped.empty());
+
+  const ModelEntry* m = catalog->Find("stories");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->offer.name, "stories");
+  EXPECT_EQ(m->offer.kv_bytes_per_token, kStoriesKvPerToken);
+  EXPECT_EQ(m->offer.checkpoint_bytes, static_cast<int64_t>(kStoriesTensorBytes));
+  EXPECT_DOUBLE_EQ(m->offer.seconds_per_pass, kStoriesTensorBytes / 1e9);
+  EXPECT_EQ(m->offer.max_context_tokens, 512);
+  EXPECT_TRUE(m->resident);  // fits the budget whole under auto
+  ASSERT_NE(m->tokenizer, nullptr);
+  EXPECT_EQ(m->tokenizer_files.files.count("tokenizer.json"), 1u);
+  EXPECT_EQ(m->tokenizer_files.files.count("tokenizer_config.json"), 1u);
+  EXPECT_EQ(m->offer.tokenizer_hash, scheduler::TokenizerHash(m->tokenizer_files));
+  EXPECT_EQ(m->dir, fs::canonical(root.file("stories")).string());
+
+  const ModelEntry* ids_only = catalog->Find("ids-only");
+  ASSERT_NE(ids_only, nullptr);
+  EXPECT_EQ(ids_only->tokenizer, nullptr);
+  EXPECT_EQ(ids_only->offer.tokenizer_hash, "");
+  // Derived KV budget: what the memory budget leaves after the footprint.
+  EXPECT_EQ(catalog->kv_budget_bytes, (1ull << 30) - m->footprint_bytes);
+}
+
+TEST(ScanModelRootsTest, SkipsInvalidAndEscapingCheckpointsWithReasons) {
+  TempDir outside;
+  TempDir root;
+  MakeStoriesModel(root.path(), "good");
+  fs::create_directory(root.file("no-config"));
+  fs::create_directory(root.file("bad-config"));
+  { std::ofstream(root.file("bad-config/config.json")) << "{not json"; }
+  MakeStoriesModel(outside.path(), "far");
+  fs::create_directory_symlink(outside.file("far"), root.file("escape"));
+  // A directory inside the root whose weights file points outside it.
+  fs::create_directory(root.file("weights-escape"));
+  fs::copy_file(outside.file("far/config.json"), root.file("weights-escape/config.json"));
+  fs::create_symlink(outside.file("far/model.safetensors"),
+                     root.file("weights-escape/model.safetensors"));
+  // Its tokenizer file points outside the root.
+  MakeStoriesModel(root.path(), "tokenizer-escape", /*with_tokenizer=*/false);
+  fs::create_symlink(outside.file("far/tokenizer.json"),
+                     root.file("tokenizer-escape/tokenizer.json"));
+  fs::create_directory(root.file(".hidden"));
+
+  auto catalog = ScanModelRoots(Options(root.path(), 1ull << 30));
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  ASSERT_EQ(catalog->models.size(), 1u);
+  EXPECT_EQ(catalog->models[0].offer.name, "good");
+  std::map<std::string, std::string> reasons;
+  for (const SkippedModel& s : catalog->skipped) reasons[s.name] = s.reason;
+  ASSERT_EQ(reasons.size(), 5u);
+  EXPECT_NE(reasons["no-config"].find("config.json"), std::string::npos) << reasons["no-config"];
+  EXPECT_NE(reasons["bad-config"].find("config.json"), std::string::npos) << reasons["bad-config"];
+  EXPECT_NE(reasons["escape"].find("outside the model root"), std::string::npos);
+  EXPECT_NE(reasons["tokenizer-escape"].find("outside the model root"), std::string::npos)
+      << reasons["tokenizer-escape"];
+  // The metadata reader already refuses a weights file linking out of its directory.
+  EXPECT_NE(reasons["weights-escape"].find("outside the checkpoint directory"), std::string::npos)
+      << reasons["weights-escape"];
+}
+
+TEST(ScanModelRootsTest, StreamingPolicyPlacesOrRefusesModels) {
+  TempDir root;
+  MakeStoriesModel(root.path(), "m");
+  // Generous budget: auto keeps it resident, always streams it.
+  CatalogOptions options = Options(root.path(), 1ull << 30);
+  options.streaming = planner::StreamingRequest::kAlways;
+  auto always = ScanModelRoots(options);
+  ASSERT_TRUE(always.ok());
+  ASSERT_EQ(always->models.size(), 1u);
+  EXPECT_FALSE(always->models[0].resident);
+  EXPECT_LT(always->models[0].footprint_bytes,
+            ScanModelRoots(Options(root.path(), 1ull << 30))->models[0].footprint_bytes);
+
+  // A budget between the streamed and the whole footprint.
+  const uint64_t streamed = always->models[0].footprint_bytes;
+  options.memory_budget_bytes = streamed + kStoriesTensorBytes / 2;
+  options.streaming = planner::StreamingRequest::kAuto;
+  auto tight_auto = ScanModelRoots(options);
+  ASSERT_TRUE(tight_auto.ok());
+  ASSERT_EQ(tight_auto->models.size(), 1u);
+  EXPECT_FALSE(tight_auto->models[0].resident);  // does not fit whole: streamed
+  options.streaming = planner::StreamingRequest::kNever;
+  auto never = ScanModelRoots(options);
+  ASSERT_TRUE(never.ok());
+  EXPECT_TRUE(never->models.empty());
+  ASSERT_EQ(never->skipped.size(), 1u);
+  EXPECT_NE(never->skipped[0].reason.find("streaming is off"), std::string::npos)
+      << never->skipped[0].reason;
+
+  // Nothing left for the KV cache even streamed.
+  options.streaming = planner::StreamingRequest::kAuto;
+  options.memory_budget_bytes = streamed;
+  auto none = ScanModelRoots(options);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->models.empty());
+}
+
+TEST(ScanModelRootsTest, FirstRootWinsAndArgumentsAreChecked) {
+  TempDir a;
+  TempDir b;
+  MakeStoriesModel(a.path(), "m");
+  MakeStoriesModel(b.path(), "m");
+  CatalogOptions options = Options(a.path(), 1ull << 30);
+  options.roots.push_back(b.path());
+  options.read_bytes_per_second.push_back(2e9);
+  auto catalog = ScanModelRoots(options);
+  ASSERT_TRUE(catalog.ok());
+  ASSERT_EQ(catalog->models.size(), 1u);
+  EXPECT_EQ(catalog->models[0].root, fs::canonical(a.path()).string());
+  ASSERT_EQ(catalog->skipped.size(), 1u);
+
+  options.read_bytes_per_second.pop_back();
+  EXPECT_EQ(ScanModelRoots(options).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScanModelRoots(Options(a.file("absent"), 1)).status().code(), StatusCode::kNotFound);
+  CatalogOptions fixed_kv = Options(a.path(), 1ull << 30);
+  fixed_kv.kv_budget_bytes = 12345;
+  EXPECT_EQ(ScanModelRoots(fixed_kv)->kv_budget_bytes, 12345u);
+}
+
+}  // namespace
+}  // namespace nightshift::worker

@@ -1,0 +1,236 @@
+#include "worker/daemon/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+#include "worker/daemon/log.h"
+#include "worker/daemon/wire.h"
+
+namespace nightshift::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Describe(const grpc::Status& status) {
+  return status.ok() ? "stream closed" : status.error_message();
+}
+
+}  // namespace
+
+Session::Session(SessionOptions options, Worker* worker)
+    : options_(std::move(options)), worker_(worker) {}
+
+Session::~Session() {
+  if (connection_thread_.joinable()) Stop(0);
+}
+
+Status Session::Start() {
+  NS_ASSIGN_OR_RETURN(channel_, scheduler::Connect(options_.connect));
+  connection_thread_ = std::thread([this] { ConnectionLoop(); });
+  return Status::Ok();
+}
+
+void Session::Stop(double flush_seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(flush_seconds);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, deadline, [this] { return queue_.empty(); });
+    if (!queue_.empty()) {
+      LogLine(std::to_string(queue_.size()) + " messages to the scheduler could not be sent");
+    }
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (stream_ != nullptr) stream_->WritesDone();
+  }
+  {
+    // The scheduler ends the stream after our WritesDone; do not wait forever.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(2), [this] { return context_ == nullptr; })) {
+      context_->TryCancel();
+    }
+  }
+  if (connection_thread_.joinable()) connection_thread_.join();
+}
+
+bool Session::connected() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return connected_;
+}
+
+void Session::ConnectionLoop() {
+  double backoff = 0.5;
+  while (true) {
+    bool attached = false;
+    const grpc::Status status = AttachOnce(&attached);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) return;
+    if (attached) backoff = 0.5;
+    std::ostringstream line;
+    line << (attached ? "connection to the scheduler lost: " : "cannot attach to the scheduler: ")
+         << Describe(status) << "; reconnecting in " << backoff << " s";
+    LogLine(line.str());
+    cv_.wait_for(lock, std::chrono::duration<double>(backoff), [this] { return stopping_; });
+    if (stopping_) return;
+    backoff = std::min(backoff * 2, options_.max_backoff_seconds);
+  }
+}
+
+grpc::Status Session::AttachOnce(bool* attached) {
+  grpc::ClientContext context;
+  scheduler::AddToken(&context, options_.connect.token);
+  auto stub = v1::WorkerService::NewStub(channel_);
+  std::unique_ptr<Stream> stream = stub->Attach(&context);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      context.TryCancel();
+      return stream->Finish();
+    }
+    context_ = &context;
+  }
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    stream_ = stream.get();
+  }
+  std::thread heartbeat;
+  v1::SchedulerMessage m;
+  if (Write(Hello()) && stream->Read(&m) && m.has_welcome()) {
+    *attached = true;
+    const v1::Welcome& welcome = m.welcome();
+    for (const std::string& hash : welcome.missing_tokenizers()) {
+      auto it = options_.tokenizers.find(hash);
+      if (it == options_.tokenizers.end()) continue;
+      v1::WorkerMessage upload;
+      wire::ToProto(it->second, upload.mutable_tokenizer());
+      Write(upload);
+      LogLine("uploaded tokenizer " + hash.substr(0, 12));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      connected_ = true;
+    }
+    LogLine("attached to " + options_.connect.address + " as " + options_.info.id + " (session " +
+            std::to_string(welcome.session()) + ")");
+    Flush();
+    const double interval = welcome.heartbeat_seconds() > 0 ? welcome.heartbeat_seconds() : 1.0;
+    heartbeat = std::thread([this, interval] { HeartbeatLoop(interval); });
+    while (stream->Read(&m)) {
+      if (m.has_assign()) {
+        worker_->Assign(wire::FromProto(m.assign()));
+      } else if (m.has_cancel()) {
+        worker_->Cancel(wire::FromProto(m.cancel()));
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    connected_ = false;
+    cv_.notify_all();
+  }
+  if (heartbeat.joinable()) heartbeat.join();
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    stream_ = nullptr;
+  }
+  context.TryCancel();  // ends the call if only our side saw the break
+  grpc::Status status = stream->Finish();
+  std::lock_guard<std::mutex> lock(mu_);
+  context_ = nullptr;
+  cv_.notify_all();
+  return status;
+}
+
+void Session::HeartbeatLoop(double interval_seconds) {
+  v1::WorkerMessage beat;
+  beat.mutable_heartbeat();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (connected_ && !stopping_) {
+    cv_.wait_for(lock, std::chrono::duration<double>(interval_seconds),
+                 [this] { return !connected_ || stopping_; });
+    if (!connected_ || stopping_) return;
+    lock.unlock();
+    Write(beat);
+    lock.lock();
+  }
+}
+
+v1::WorkerMessage Session::Hello() const {
+  scheduler::WorkerInfo info = options_.info;
+  const std::set<std::string> withdrawn = worker_->WithdrawnModels();
+  info.models.erase(
+      std::remove_if(info.models.begin(), info.models.end(),
+                     [&](const scheduler::ModelOffer& m) { return withdrawn.count(m.name) != 0; }),
+      info.models.end());
+  v1::WorkerMessage m;
+  v1::WorkerHello* hello = m.mutable_hello();
+  wire::ToProto(info, hello);
+  for (int64_t batch : worker_->RunningBatches()) hello->add_running_batches(batch);
+  hello->set_open_model(worker_->OpenModel());
+  hello->set_version(options_.version);
+  return m;
+}
+
+bool Session::Write(const v1::WorkerMessage& message) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return stream_ != nullptr && stream_->Write(message);
+}
+
+void Session::Queue(v1::WorkerMessage message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(message));
+  }
+  Flush();
+}
+
+void Session::Flush() {
+  std::lock_guard<std::mutex> flushing(flush_mu_);
+  while (true) {
+    v1::WorkerMessage next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!connected_ || queue_.empty()) return;
+      next = queue_.front();
+    }
+    if (!Write(next)) return;  // the stream broke: kept for the next attach
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.pop_front();
+    cv_.notify_all();
+  }
+}
+
+void Session::SendPass(const scheduler::PassProgress& pass) {
+  if (!connected()) return;
+  v1::WorkerMessage m;
+  wire::ToProto(pass, m.mutable_pass());
+  Write(m);
+}
+
+void Session::SendResults(std::vector<JobOutcome> results) {
+  v1::WorkerMessage m;
+  for (const JobOutcome& outcome : results)
+    wire::ToProto(outcome, m.mutable_results()->add_results());
+  Queue(std::move(m));
+}
+
+void Session::SendHandBack(int64_t batch_id, std::vector<int64_t> job_ids, bool draining) {
+  v1::WorkerMessage m;
+  v1::HandBack* back = m.mutable_hand_back();
+  back->set_batch_id(batch_id);
+  for (int64_t id : job_ids) back->add_job_ids(id);
+  back->set_draining(draining);
+  Queue(std::move(m));
+}
+
+void Session::SendWithdraw(const std::string& model, const std::string& reason) {
+  v1::WorkerMessage m;
+  m.mutable_withdraw()->set_model(model);
+  m.mutable_withdraw()->set_reason(reason);
+  Queue(std::move(m));
+}
+
+}  // namespace nightshift::worker

@@ -1,0 +1,99 @@
+// The worker's one Attach stream to the scheduler, kept up for the life of
+// the process.
+//
+// A connection thread attaches (hello: the worker's figures, its models, the
+// batch it still runs and the model it has open), reads the welcome, uploads
+// the tokenizers the welcome lists as missing, then hands every assignment
+// and cancel to the Worker. A heartbeat thread writes a heartbeat every
+// welcome interval, which extends the lease whatever a pass costs. When the
+// stream ends the session reconnects with exponential backoff (0.5 s
+// doubling, capped at `max_backoff_seconds`).
+//
+// As the Worker's SchedulerLink: pass reports are written when connected and
+// dropped otherwise; results, hand-backs and withdrawals are queued and
+// written in order as soon as a stream is attached, so results finished
+// while the scheduler was away are sent on reconnect (its lease rules decide
+// whether they count).
+//
+// Thread-safety: the SchedulerLink methods may be called from any thread;
+// Start and Stop from the owning thread, once each.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "nightshift.grpc.pb.h"
+#include "scheduler/client.h"
+#include "worker/daemon/worker.h"
+
+namespace nightshift::worker {
+
+struct SessionOptions {
+  scheduler::ConnectOptions connect;
+  // The hello's fixed part; models are filtered by the worker's withdrawn set.
+  scheduler::WorkerInfo info;
+  // Tokenizer files by hash, for the welcome's missing list.
+  std::map<std::string, scheduler::TokenizerFiles> tokenizers;
+  double max_backoff_seconds = 30;
+  std::string version;
+};
+
+class Session : public SchedulerLink {
+ public:
+  // `worker` receives the scheduler's commands and must outlive the session.
+  Session(SessionOptions options, Worker* worker);
+  ~Session() override;
+
+  // Starts the connection thread. NotFound when the TLS CA file cannot be read.
+  Status Start();
+  // Waits up to `flush_seconds` for queued messages to be written, closes
+  // the stream and joins the threads.
+  void Stop(double flush_seconds);
+
+  // True while a stream is attached (welcome received).
+  bool connected() const;
+
+  void SendPass(const scheduler::PassProgress& pass) override;
+  void SendResults(std::vector<JobOutcome> results) override;
+  void SendHandBack(int64_t batch_id, std::vector<int64_t> job_ids, bool draining) override;
+  void SendWithdraw(const std::string& model, const std::string& reason) override;
+
+ private:
+  using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::SchedulerMessage>;
+
+  void ConnectionLoop();
+  // One attach: returns when the stream ends; `attached` says whether a
+  // welcome arrived.
+  grpc::Status AttachOnce(bool* attached);
+  void HeartbeatLoop(double interval_seconds);
+  v1::WorkerMessage Hello() const;
+  void Queue(v1::WorkerMessage message);
+  // Writes queued messages in order while connected.
+  void Flush();
+  bool Write(const v1::WorkerMessage& message);
+
+  SessionOptions options_;
+  Worker* worker_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::thread connection_thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool connected_ = false;
+  grpc::ClientContext* context_ = nullptr;  // of the current stream
+  std::deque<v1::WorkerMessage> queue_;     // results, hand-backs, withdrawals
+
+  std::mutex flush_mu_;       // one flusher at a time keeps the queue's order
+  std::mutex write_mu_;       // one writer at a time on the stream
+  Stream* stream_ = nullptr;  // guarded by write_mu_
+};
+
+}  // namespace nightshift::worker

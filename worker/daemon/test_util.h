@@ -1,0 +1,61 @@
+// Test helpers for the worker daemon: temporary directories and a model
+// root holding a real trained checkpoint (stories260k) with a real tokenizer
+// (the scheduler tests' tiny byte-level BPE, 262 ids, fits its 512-row
+// vocabulary), assembled from the fixtures under NIGHTSHIFT_TEST_DATA.
+#pragma once
+
+#include <stdlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace nightshift::worker::testing {
+
+inline std::string TestData() {
+  const char* dir = std::getenv("NIGHTSHIFT_TEST_DATA");
+  return dir != nullptr ? dir : "tests/data";
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "nightshift-worker-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Writes `root/name`: stories260k's config.json and model.safetensors, plus
+// tokenizer.json and tokenizer_config.json (with a ChatML template) unless
+// `with_tokenizer` is false. Returns the directory.
+inline std::string MakeStoriesModel(const std::string& root, const std::string& name,
+                                    bool with_tokenizer = true) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(root) / name;
+  fs::create_directories(dir);
+  const fs::path model = fs::path(TestData()) / "models" / "stories260k";
+  for (const char* file : {"config.json", "model.safetensors"}) {
+    fs::copy_file(model / file, dir / file, fs::copy_options::overwrite_existing);
+  }
+  if (with_tokenizer) {
+    const fs::path tok = fs::path(TestData()) / "scheduler" / "tiny-model";
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+      fs::copy_file(tok / file, dir / file, fs::copy_options::overwrite_existing);
+    }
+  }
+  return dir.string();
+}
+
+}  // namespace nightshift::worker::testing

@@ -1,0 +1,264 @@
+#include "worker/daemon/worker.h"
+
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+#include "worker/daemon/log.h"
+
+namespace nightshift::worker {
+namespace {
+
+std::vector<int64_t> JobIds(const std::vector<JobAssignment>& jobs) {
+  std::vector<int64_t> ids;
+  for (const JobAssignment& job : jobs) ids.push_back(job.job_id);
+  return ids;
+}
+
+std::vector<JobOutcome> FailJobs(int64_t batch_id, const std::vector<JobAssignment>& jobs,
+                                 const std::string& error) {
+  std::vector<JobOutcome> failed;
+  for (const JobAssignment& job : jobs) {
+    JobOutcome outcome;
+    outcome.batch_id = batch_id;
+    outcome.job_id = job.job_id;
+    outcome.error = error;
+    failed.push_back(std::move(outcome));
+  }
+  return failed;
+}
+
+}  // namespace
+
+Worker::Worker(const Catalog* catalog, EngineFactory factory, SchedulerLink* link,
+               WorkerMetrics* metrics, WorkerOptions options)
+    : catalog_(catalog),
+      factory_(std::move(factory)),
+      link_(link),
+      metrics_(metrics),
+      options_(options) {}
+
+Worker::~Worker() = default;
+
+void Worker::Assign(BatchAssignment assignment) {
+  std::lock_guard<std::mutex> lock(mu_);
+  commands_.push_back(std::move(assignment));
+  cv_.notify_all();
+}
+
+void Worker::Cancel(CancelRequest cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  commands_.push_back(std::move(cancel));
+  cv_.notify_all();
+}
+
+std::vector<int64_t> Worker::RunningBatches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_batch_ == 0) return {};
+  return {running_batch_};
+}
+
+std::string Worker::OpenModel() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_model_;
+}
+
+std::set<std::string> Worker::WithdrawnModels() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return withdrawn_;
+}
+
+std::deque<Worker::Command> Worker::TakeCommands() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::deque<Command> commands;
+  commands.swap(commands_);
+  return commands;
+}
+
+void Worker::Run(const std::atomic<bool>& stop) {
+  while (!stop) {
+    if (RunOnce()) continue;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop || !commands_.empty(); });
+  }
+  Drain();
+}
+
+bool Worker::RunOnce() {
+  std::deque<Command> commands = TakeCommands();
+  for (Command& command : commands) {
+    if (auto* assign = std::get_if<BatchAssignment>(&command)) {
+      Handle(std::move(*assign));
+    } else {
+      Handle(std::get<CancelRequest>(command));
+    }
+  }
+  if (batch_ == nullptr || batch_->empty()) return !commands.empty();
+  RunPass();
+  return true;
+}
+
+void Worker::Drain() {
+  for (Command& command : TakeCommands()) {
+    if (auto* assign = std::get_if<BatchAssignment>(&command)) {
+      link_->SendHandBack(assign->batch_id, JobIds(assign->jobs), /*draining=*/true);
+    }
+  }
+  const int64_t batch_id = batch_ != nullptr ? batch_->batch_id() : 0;
+  std::vector<int64_t> unfinished;
+  if (batch_ != nullptr) unfinished = batch_->TakeUnfinished();
+  LogLine("draining: handing back " + std::to_string(unfinished.size()) + " jobs of batch " +
+          std::to_string(batch_id));
+  link_->SendHandBack(batch_id, std::move(unfinished), /*draining=*/true);
+  batch_.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  running_batch_ = 0;
+}
+
+void Worker::Handle(BatchAssignment assignment) {
+  const int64_t batch_id = assignment.batch_id;
+  if (batch_ == nullptr || batch_->batch_id() != batch_id) {
+    if (batch_ != nullptr && !batch_->empty()) {
+      LogLine("batch " + std::to_string(batch_->batch_id()) + " superseded by batch " +
+              std::to_string(batch_id) + "; dropping its " + std::to_string(batch_->size()) +
+              " jobs");
+      (void)batch_->TakeUnfinished();
+    }
+    batch_.reset();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_batch_ = 0;
+    }
+    Status open = EnsureOpen(assignment.model);
+    if (!open.ok()) {
+      FailModel(assignment.model, open.ToString(),
+                FailJobs(batch_id, assignment.jobs, open.ToString()));
+      return;
+    }
+    batch_ = std::make_unique<BatchRunner>(batch_id, engine_.get(), model_->tokenizer.get(),
+                                           catalog_->kv_budget_bytes);
+    batch_model_ = assignment.model;
+    std::lock_guard<std::mutex> lock(mu_);
+    running_batch_ = batch_id;
+  }
+  BatchRunner::AddResult added = batch_->Add(assignment.jobs);
+  LogLine(std::string(assignment.top_up ? "top-up of batch " : "batch ") +
+          std::to_string(batch_id) + " started: model " + assignment.model + ", " +
+          std::to_string(assignment.jobs.size()) + " jobs, mode " +
+          (model_->resident ? "resident" : "streaming"));
+  if (!added.failed.empty()) link_->SendResults(std::move(added.failed));
+  if (!added.handed_back.empty()) {
+    LogLine("handing back " + std::to_string(added.handed_back.size()) +
+            " jobs: no room in the KV budget");
+    link_->SendHandBack(batch_id, std::move(added.handed_back), /*draining=*/false);
+  }
+}
+
+void Worker::Handle(const CancelRequest& cancel) {
+  if (batch_ == nullptr || batch_->batch_id() != cancel.batch_id) return;
+  batch_->Cancel(cancel.job_ids);
+  LogLine("cancelled " + std::to_string(cancel.job_ids.size()) + " jobs of batch " +
+          std::to_string(cancel.batch_id) + (cancel.reason.empty() ? "" : ": " + cancel.reason));
+}
+
+Status Worker::EnsureOpen(const std::string& model) {
+  if (model_ != nullptr && model_->offer.name == model && engine_ != nullptr) return Status::Ok();
+  const ModelEntry* entry = catalog_->Find(model);
+  if (entry == nullptr) return NotFound("model " + model + " is not served by this worker");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (withdrawn_.count(model) != 0)
+      return FailedPrecondition("model " + model + " was withdrawn");
+  }
+  engine_.reset();
+  model_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_model_.clear();
+  }
+  // Checked again at open: the directory may have changed since the scan.
+  NS_RETURN_IF_ERROR(ResolveModelDir(entry->root, model).status());
+  StatusOr<std::unique_ptr<BatchEngine>> engine = factory_(*entry, catalog_->kv_budget_bytes);
+  if (!engine.ok()) return engine.status().Prefixed("cannot open model " + model);
+  engine_ = std::move(*engine);
+  model_ = entry;
+  LogLine("opened model " + model + " (" + (entry->resident ? "resident" : "streaming") + ")");
+  std::lock_guard<std::mutex> lock(mu_);
+  open_model_ = model;
+  return Status::Ok();
+}
+
+void Worker::FailModel(const std::string& model, const std::string& reason,
+                       std::vector<JobOutcome> failed) {
+  LogLine("model " + model + " failed, withdrawing it: " + reason);
+  if (!failed.empty()) link_->SendResults(std::move(failed));
+  if (catalog_->Find(model) != nullptr) {
+    link_->SendWithdraw(model, reason);
+    std::lock_guard<std::mutex> lock(mu_);
+    withdrawn_.insert(model);
+  }
+  batch_.reset();
+  engine_.reset();
+  model_ = nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  running_batch_ = 0;
+  open_model_.clear();
+}
+
+void Worker::RunPass() {
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<PassOutcome> pass = batch_->RunPass();
+  if (!pass.ok()) {
+    const std::string reason = pass.status().ToString();
+    FailModel(batch_model_, reason, batch_->FailAll(reason));
+    return;
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (elapsed < options_.min_pass_seconds) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(options_.min_pass_seconds - elapsed));
+    pass->stats.seconds = std::max(pass->stats.seconds, options_.min_pass_seconds);
+  }
+  ReportPass(*pass);
+  if (batch_->empty()) {
+    LogLine("batch " + std::to_string(batch_->batch_id()) + " done after " +
+            std::to_string(batch_->passes()) + " passes");
+    batch_.reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    running_batch_ = 0;
+  }
+}
+
+void Worker::ReportPass(const PassOutcome& pass) {
+  const engine::PassStats& s = pass.stats;
+  scheduler::PassProgress p;
+  p.batch_id = batch_->batch_id();
+  p.pass_index = batch_->passes() - 1;
+  p.seconds = s.seconds;
+  p.bytes_read = static_cast<int64_t>(s.bytes_read);
+  p.io_wait_seconds = s.io_seconds;
+  p.sequences = static_cast<int32_t>(s.sequences);
+  p.tokens = s.tokens;
+  p.mode = ModeName(s.residency);
+  p.generated = pass.generated;
+  p.free_kv_bytes = static_cast<int64_t>(batch_->free_kv_bytes());
+  p.want_top_up = p.free_kv_bytes > 0;
+  link_->SendPass(p);
+  if (metrics_ != nullptr) {
+    metrics_->OnPass(batch_model_, s, pass.prompt_tokens, pass.generated_tokens,
+                     engine_->kv_bytes_in_use());
+  }
+  std::ostringstream line;
+  line << "batch " << p.batch_id << " pass " << p.pass_index << ": " << p.seconds << " s, "
+       << p.bytes_read << " bytes read, io wait " << p.io_wait_seconds << " s, " << p.sequences
+       << " sequences, " << p.tokens << " tokens, mode " << p.mode << ", " << pass.finished.size()
+       << " finished";
+  LogLine(line.str());
+  if (!pass.finished.empty()) {
+    LogLine("results sent: " + std::to_string(pass.finished.size()) + " jobs of batch " +
+            std::to_string(p.batch_id));
+    link_->SendResults(pass.finished);
+  }
+}
+
+}  // namespace nightshift::worker

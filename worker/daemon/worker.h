@@ -1,0 +1,125 @@
+// The worker's runner: takes the scheduler's batch leases, top-ups and
+// cancels, runs the batch a pass at a time on the open checkpoint, and
+// reports each pass, each pass's finished jobs (as one message) and what it
+// hands back. The checkpoint stays open across batches of the same model.
+//
+// The scheduler side is a SchedulerLink (the gRPC Session in production, a
+// recording fake in tests) and engines come from an EngineFactory, so the
+// whole lease-to-results path is tested without gRPC or libtorch.
+//
+// Errors: a checkpoint that fails to open, or a pass that fails, fails every
+// job of the batch with the reason, withdraws the model (the scheduler sends
+// no more of it here) and closes the engine; the worker goes on.
+//
+// Thread-safety: Assign, Cancel, RunningBatches and OpenModel may be called
+// from any thread (the session's reader); Run/RunOnce/Drain from one runner
+// thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/daemon/batch_runner.h"
+#include "worker/daemon/model_catalog.h"
+#include "worker/daemon/types.h"
+#include "worker/daemon/worker_metrics.h"
+
+namespace nightshift::worker {
+
+// What the runner tells the scheduler. Implementations must not block for
+// long (they queue).
+class SchedulerLink {
+ public:
+  virtual ~SchedulerLink() = default;
+  // Progress of one pass; may be dropped while disconnected.
+  virtual void SendPass(const scheduler::PassProgress& pass) = 0;
+  // Jobs finished together; kept until delivered (across reconnects).
+  virtual void SendResults(std::vector<JobOutcome> results) = 0;
+  // Jobs this worker will not run; `draining`: it is shutting down.
+  virtual void SendHandBack(int64_t batch_id, std::vector<int64_t> job_ids, bool draining) = 0;
+  // The model failed here; no more of it should be sent.
+  virtual void SendWithdraw(const std::string& model, const std::string& reason) = 0;
+};
+
+// Opens the engine for a model with the given KV budget.
+using EngineFactory = std::function<StatusOr<std::unique_ptr<BatchEngine>>(
+    const ModelEntry& model, uint64_t kv_budget_bytes)>;
+
+struct WorkerOptions {
+  // Each pass lasts at least this long (a test knob: fault tests kill a
+  // worker mid-batch deterministically).
+  double min_pass_seconds = 0;
+};
+
+class Worker {
+ public:
+  // `catalog`, `link` and `metrics` (may be null) must outlive the Worker.
+  // `link` may be set later with SetLink, before the first Run or RunOnce.
+  Worker(const Catalog* catalog, EngineFactory factory, SchedulerLink* link, WorkerMetrics* metrics,
+         WorkerOptions options);
+  ~Worker();
+  void SetLink(SchedulerLink* link) { link_ = link; }
+
+  // Queue commands for the runner thread.
+  void Assign(BatchAssignment assignment);
+  void Cancel(CancelRequest cancel);
+
+  // The batch running now (empty or one id), for a reconnect's hello.
+  std::vector<int64_t> RunningBatches() const;
+  // The model whose checkpoint is open, "" when none.
+  std::string OpenModel() const;
+  // Models withdrawn after a failure (not advertised again on reconnect).
+  std::set<std::string> WithdrawnModels() const;
+
+  // Handles queued commands and runs passes until `stop` is set, then
+  // drains (see Drain). Wakes at least every 100 ms to look at `stop`.
+  void Run(const std::atomic<bool>& stop);
+  // One step: handles every queued command, then runs one pass when a
+  // batch has jobs. False when there was nothing to do.
+  bool RunOnce();
+  // Hands back every job not finished (the running batch's and any queued
+  // assignment's) with draining set.
+  void Drain();
+
+ private:
+  using Command = std::variant<BatchAssignment, CancelRequest>;
+
+  void Handle(BatchAssignment assignment);
+  void Handle(const CancelRequest& cancel);
+  Status EnsureOpen(const std::string& model);
+  void FailModel(const std::string& model, const std::string& reason,
+                 std::vector<JobOutcome> failed);
+  void RunPass();
+  void ReportPass(const PassOutcome& pass);
+  std::deque<Command> TakeCommands();
+
+  const Catalog* catalog_;
+  EngineFactory factory_;
+  SchedulerLink* link_;
+  WorkerMetrics* metrics_;
+  WorkerOptions options_;
+
+  // Runner-thread state.
+  const ModelEntry* model_ = nullptr;  // of the open engine
+  std::unique_ptr<BatchEngine> engine_;
+  std::unique_ptr<BatchRunner> batch_;
+  std::string batch_model_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> commands_;
+  int64_t running_batch_ = 0;  // mirrors batch_ for other threads
+  std::string open_model_;     // mirrors model_
+  std::set<std::string> withdrawn_;
+};
+
+}  // namespace nightshift::worker

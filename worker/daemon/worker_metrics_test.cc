@@ -1,0 +1,65 @@
+#include "worker/daemon/worker_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include "common/metric_names.h"
+
+namespace nightshift::worker {
+namespace {
+
+std::string Scrape(const metrics::Registry& registry) {
+  return metrics::TextSerializer().Serialize(registry.Collect());
+}
+
+bool Has(const std::string& text, const std::string& line) {
+  return text.find(line + "\n") != std::string::npos;
+}
+
+TEST(WorkerMetricsTest, RegistersEveryWorkerFamily) {
+  auto registry = std::make_shared<metrics::Registry>();
+  WorkerMetrics m(registry, "w1");
+  const std::string text = Scrape(*registry);
+  for (const metrics::MetricDef& def : metrics::Catalogue()) {
+    const bool present = text.find("# TYPE " + std::string(def.name) + " ") != std::string::npos;
+    EXPECT_EQ(present, def.exporter == metrics::Exporter::kWorker) << def.name;
+  }
+}
+
+TEST(WorkerMetricsTest, FillsTheFamiliesFromPassesAndBudgets) {
+  auto registry = std::make_shared<metrics::Registry>();
+  WorkerMetrics m(registry, "w1");
+  m.SetReadBandwidth(2e9);
+  m.SetKvBudget(4096);
+  engine::PassStats stats;
+  stats.seconds = 0.5;
+  stats.bytes_read = 1000;
+  stats.io_seconds = 0.125;
+  stats.load_seconds = 0.25;
+  stats.compute_seconds = 0.375;
+  stats.sequences = 3;
+  stats.tokens = 20;
+  stats.residency = engine::Residency::kResident;
+  m.OnPass("llama", stats, /*prompt_tokens=*/17, /*generated_tokens=*/3, /*kv_in_use=*/512);
+  m.OnPass("llama", stats, 0, 3, 256);
+  const std::string text = Scrape(*registry);
+  const std::string mw = "{model=\"llama\",worker=\"w1\"}";
+  EXPECT_TRUE(Has(text, "nightshift_read_bandwidth_bytes_per_second{worker=\"w1\"} 2e+09")) << text;
+  EXPECT_TRUE(Has(text, "nightshift_kv_budget_bytes{worker=\"w1\"} 4096"));
+  EXPECT_TRUE(Has(text, "nightshift_kv_in_use_bytes{worker=\"w1\"} 256"));
+  EXPECT_TRUE(Has(text,
+                  "nightshift_pass_duration_seconds_count{mode=\"resident\",model=\"llama\","
+                  "worker=\"w1\"} 2"))
+      << text;
+  EXPECT_TRUE(Has(text, "nightshift_layer_load_seconds_total" + mw + " 0.5"));
+  EXPECT_TRUE(Has(text, "nightshift_layer_compute_seconds_total" + mw + " 0.75"));
+  EXPECT_TRUE(Has(text, "nightshift_io_wait_seconds_total" + mw + " 0.25"));
+  EXPECT_TRUE(Has(text, "nightshift_checkpoint_read_bytes_total" + mw + " 2000"));
+  EXPECT_TRUE(Has(text, "nightshift_read_throughput_bytes_per_second" + mw + " 2000"));
+  EXPECT_TRUE(Has(text, "nightshift_pass_sequences_sum" + mw + " 6"));
+  EXPECT_TRUE(Has(text, "nightshift_pass_tokens_sum" + mw + " 40"));
+  EXPECT_TRUE(Has(text, "nightshift_prompt_tokens_total" + mw + " 17"));
+  EXPECT_TRUE(Has(text, "nightshift_generated_tokens_total" + mw + " 6"));
+}
+
+}  // namespace
+}  // namespace nightshift::worker

@@ -1,0 +1,252 @@
+#include "worker/daemon/worker.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "worker/daemon/fake_engine.h"
+#include "worker/daemon/test_util.h"
+
+namespace nightshift::worker {
+namespace {
+
+using testing::FakeEngine;
+using testing::MakeStoriesModel;
+using testing::TempDir;
+
+// Records what the runner sends.
+class RecordingLink : public SchedulerLink {
+ public:
+  void SendPass(const scheduler::PassProgress& pass) override { passes.push_back(pass); }
+  void SendResults(std::vector<JobOutcome> r) override { results.push_back(std::move(r)); }
+  void SendHandBack(int64_t batch_id, std::vector<int64_t> ids, bool draining) override {
+    hand_backs.push_back({batch_id, std::move(ids), draining});
+  }
+  void SendWithdraw(const std::string& model, const std::string& reason) override {
+    withdrawals.push_back({model, reason});
+  }
+
+  struct HandBack {
+    int64_t batch_id;
+    std::vector<int64_t> ids;
+    bool draining;
+  };
+  std::vector<scheduler::PassProgress> passes;
+  std::vector<std::vector<JobOutcome>> results;
+  std::vector<HandBack> hand_backs;
+  std::vector<std::pair<std::string, std::string>> withdrawals;
+
+  std::map<int64_t, JobOutcome> Outcomes() const {
+    std::map<int64_t, JobOutcome> all;
+    for (const auto& batch : results) {
+      for (const JobOutcome& o : batch) {
+        EXPECT_EQ(all.count(o.job_id), 0u) << "job " << o.job_id << " reported twice";
+        all[o.job_id] = o;
+      }
+    }
+    return all;
+  }
+};
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeStoriesModel(root_.path(), "alpha");
+    MakeStoriesModel(root_.path(), "beta");
+    CatalogOptions options;
+    options.roots = {root_.path()};
+    options.read_bytes_per_second = {1e9};
+    options.memory_budget_bytes = 1ull << 30;
+    options.kv_budget_bytes = 1 << 20;
+    auto catalog = ScanModelRoots(options);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+    catalog_ = std::move(*catalog);
+  }
+
+  std::unique_ptr<Worker> MakeWorker(WorkerOptions options = {}) {
+    EngineFactory factory = [this](const ModelEntry& model,
+                                   uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
+      opened_.push_back(model.offer.name);
+      if (!open_error_.ok()) return open_error_;
+      auto engine = std::make_unique<FakeEngine>();
+      engine->kv_budget = kv;
+      engine->step_error = step_error_;
+      return std::unique_ptr<BatchEngine>(std::move(engine));
+    };
+    return std::make_unique<Worker>(&catalog_, factory, &link_, nullptr, options);
+  }
+
+  static BatchAssignment Batch(int64_t id, const std::string& model, std::vector<int64_t> jobs,
+                               int32_t max_new_tokens = 2, bool top_up = false) {
+    BatchAssignment batch;
+    batch.batch_id = id;
+    batch.model = model;
+    batch.top_up = top_up;
+    for (int64_t job_id : jobs) {
+      JobAssignment job;
+      job.job_id = job_id;
+      job.prompt = {1, 2, 3};
+      job.max_new_tokens = max_new_tokens;
+      batch.jobs.push_back(job);
+    }
+    return batch;
+  }
+
+  static void RunUntilIdle(Worker& worker) {
+    for (int i = 0; i < 100 && worker.RunOnce(); ++i) {
+    }
+  }
+
+  TempDir root_;
+  Catalog catalog_;
+  RecordingLink link_;
+  std::vector<std::string> opened_;
+  Status open_error_;
+  Status step_error_;
+};
+
+TEST_F(WorkerTest, RunsABatchReportingEveryPassAndEachPassesResults) {
+  auto worker = MakeWorker();
+  worker->Assign(Batch(10, "alpha", {1, 2}, /*max_new_tokens=*/3));
+  ASSERT_TRUE(worker->RunOnce());
+  EXPECT_EQ(worker->RunningBatches(), std::vector<int64_t>{10});
+  EXPECT_EQ(worker->OpenModel(), "alpha");
+  RunUntilIdle(*worker);
+
+  ASSERT_EQ(link_.passes.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const scheduler::PassProgress& p = link_.passes[i];
+    EXPECT_EQ(p.batch_id, 10);
+    EXPECT_EQ(p.pass_index, i);
+    EXPECT_EQ(p.mode, "streaming");
+    EXPECT_EQ(p.sequences, 2);
+    EXPECT_EQ(p.bytes_read, 1000);
+    EXPECT_EQ(p.generated, (std::map<int64_t, int64_t>{{1, i + 1}, {2, i + 1}}));
+  }
+  EXPECT_TRUE(link_.passes[0].want_top_up);
+  EXPECT_EQ(link_.passes[0].free_kv_bytes, (1 << 20) - 2 * (3 + 3) * 8);
+  ASSERT_EQ(link_.results.size(), 1u);  // both finished in the last pass: one message
+  EXPECT_EQ(link_.results[0].size(), 2u);
+  EXPECT_TRUE(link_.Outcomes()[1].ok);
+  EXPECT_EQ(link_.Outcomes()[1].output.token_ids.size(), 3u);
+  EXPECT_TRUE(worker->RunningBatches().empty());
+  EXPECT_TRUE(link_.withdrawals.empty());
+}
+
+TEST_F(WorkerTest, KeepsTheCheckpointOpenAcrossBatchesOfTheSameModel) {
+  auto worker = MakeWorker();
+  worker->Assign(Batch(1, "alpha", {1}));
+  RunUntilIdle(*worker);
+  worker->Assign(Batch(2, "alpha", {2}));
+  RunUntilIdle(*worker);
+  EXPECT_EQ(opened_, std::vector<std::string>{"alpha"});
+  worker->Assign(Batch(3, "beta", {3}));
+  RunUntilIdle(*worker);
+  EXPECT_EQ(opened_, (std::vector<std::string>{"alpha", "beta"}));
+  EXPECT_EQ(worker->OpenModel(), "beta");
+  EXPECT_EQ(link_.Outcomes().size(), 3u);
+}
+
+TEST_F(WorkerTest, TopUpsJoinTheRunningBatchAndCancelsDropJobs) {
+  auto worker = MakeWorker();
+  worker->Assign(Batch(4, "alpha", {1, 2}, /*max_new_tokens=*/4));
+  worker->RunOnce();
+  worker->Assign(Batch(4, "alpha", {3}, /*max_new_tokens=*/1, /*top_up=*/true));
+  worker->Cancel({4, {2}, "cancelled by the client"});
+  worker->RunOnce();
+  const scheduler::PassProgress& second = link_.passes.back();
+  EXPECT_EQ(second.pass_index, 1);
+  EXPECT_EQ(second.sequences, 2);  // 1 and the top-up 3
+  EXPECT_EQ(second.generated.count(3), 1u);
+  EXPECT_EQ(second.generated.count(2), 0u);
+  RunUntilIdle(*worker);
+  auto outcomes = link_.Outcomes();
+  EXPECT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes.count(2), 0u);
+  EXPECT_EQ(outcomes[1].output.token_ids.size(), 4u);
+  EXPECT_EQ(outcomes[3].output.token_ids.size(), 1u);
+  // A cancel for another batch changes nothing.
+  worker->Assign(Batch(5, "alpha", {6}));
+  worker->Cancel({99, {6}, ""});
+  RunUntilIdle(*worker);
+  EXPECT_TRUE(link_.Outcomes()[6].ok);
+}
+
+TEST_F(WorkerTest, ACheckpointFailingToOpenFailsTheBatchAndWithdrawsTheModel) {
+  open_error_ = DataLoss("model.safetensors: header length past the file");
+  auto worker = MakeWorker();
+  worker->Assign(Batch(1, "alpha", {1, 2}));
+  RunUntilIdle(*worker);
+  auto outcomes = link_.Outcomes();
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_FALSE(outcomes[1].ok);
+  EXPECT_NE(outcomes[1].error.find("header length past the file"), std::string::npos);
+  ASSERT_EQ(link_.withdrawals.size(), 1u);
+  EXPECT_EQ(link_.withdrawals[0].first, "alpha");
+  EXPECT_EQ(worker->WithdrawnModels(), std::set<std::string>{"alpha"});
+  EXPECT_TRUE(worker->RunningBatches().empty());
+
+  // Another assignment of it fails without another open; other models still open.
+  open_error_ = Status::Ok();
+  worker->Assign(Batch(2, "alpha", {3}));
+  worker->Assign(Batch(3, "beta", {4}));
+  RunUntilIdle(*worker);
+  EXPECT_EQ(opened_, (std::vector<std::string>{"alpha", "beta"}));
+  EXPECT_FALSE(link_.Outcomes()[3].ok);
+  EXPECT_TRUE(link_.Outcomes()[4].ok);
+}
+
+TEST_F(WorkerTest, AFailingPassFailsTheBatchAndTheWorkerGoesOn) {
+  step_error_ = DataLoss("layer 3: short read");
+  auto worker = MakeWorker();
+  worker->Assign(Batch(1, "alpha", {1}));
+  RunUntilIdle(*worker);
+  EXPECT_FALSE(link_.Outcomes()[1].ok);
+  EXPECT_NE(link_.Outcomes()[1].error.find("short read"), std::string::npos);
+  EXPECT_EQ(link_.withdrawals.size(), 1u);
+  step_error_ = Status::Ok();
+  worker->Assign(Batch(2, "beta", {2}));
+  RunUntilIdle(*worker);
+  EXPECT_TRUE(link_.Outcomes()[2].ok);
+}
+
+TEST_F(WorkerTest, UnknownModelFailsItsJobsWithoutAWithdrawal) {
+  auto worker = MakeWorker();
+  worker->Assign(Batch(1, "../alpha", {1}));
+  RunUntilIdle(*worker);
+  EXPECT_FALSE(link_.Outcomes()[1].ok);
+  EXPECT_NE(link_.Outcomes()[1].error.find("not served"), std::string::npos);
+  EXPECT_TRUE(link_.withdrawals.empty());
+  EXPECT_TRUE(opened_.empty());
+}
+
+TEST_F(WorkerTest, DrainHandsBackTheRestWithDraining) {
+  auto worker = MakeWorker();
+  worker->Assign(Batch(8, "alpha", {1, 2}, /*max_new_tokens=*/10));
+  worker->RunOnce();
+  worker->Assign(Batch(8, "alpha", {3}, 10, /*top_up=*/true));
+  std::atomic<bool> stop{true};
+  worker->Run(stop);  // stop already set: drains at once
+  ASSERT_EQ(link_.hand_backs.size(), 2u);
+  EXPECT_EQ(link_.hand_backs[0].ids, std::vector<int64_t>{3});  // the queued top-up
+  EXPECT_EQ(link_.hand_backs[1].batch_id, 8);
+  EXPECT_EQ(link_.hand_backs[1].ids, (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(link_.hand_backs[1].draining);
+  EXPECT_TRUE(link_.results.empty());
+  EXPECT_TRUE(worker->RunningBatches().empty());
+}
+
+TEST_F(WorkerTest, MinPassSecondsSlowsPasses) {
+  auto worker = MakeWorker({/*min_pass_seconds=*/0.05});
+  worker->Assign(Batch(1, "alpha", {1}, /*max_new_tokens=*/2));
+  const auto start = std::chrono::steady_clock::now();
+  RunUntilIdle(*worker);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(elapsed, 0.1);
+  ASSERT_EQ(link_.passes.size(), 2u);
+  EXPECT_GE(link_.passes[0].seconds, 0.05);
+}
+
+}  // namespace
+}  // namespace nightshift::worker
