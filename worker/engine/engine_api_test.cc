@@ -14,6 +14,7 @@ namespace nightshift::engine {
 namespace {
 
 using checkpoint::testing::FixtureDir;
+using testing::Drain;
 using testing::Golden;
 using ::testing::HasSubstr;
 using testing::LoadGolden;
@@ -40,17 +41,6 @@ SequenceRequest Request(const std::vector<TokenId>& prompt, int64_t max_new_toke
   r.max_new_tokens = max_new_tokens;
   r.ignore_eos = true;
   return r;
-}
-
-std::vector<SequenceResult> Drain(Engine& engine) {
-  std::vector<SequenceResult> results;
-  while (engine.active() > 0) {
-    StatusOr<PassStats> stats = engine.Step();
-    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
-    if (!stats.ok()) break;
-    for (SequenceResult& r : engine.TakeFinished()) results.push_back(std::move(r));
-  }
-  return results;
 }
 
 // Log-softmax in double of `logits`.

@@ -17,6 +17,7 @@ using checkpoint::testing::FixtureDir;
 using checkpoint::testing::ReadFileBytes;
 using checkpoint::testing::TempDir;
 using checkpoint::testing::WriteFileBytes;
+using testing::Drain;
 using testing::Golden;
 using ::testing::HasSubstr;
 using testing::LoadGolden;
@@ -47,19 +48,6 @@ SequenceRequest Request(const std::vector<TokenId>& prompt, int64_t max_new_toke
   r.ignore_eos = true;
   r.return_last_logits = true;
   return r;
-}
-
-// Steps until nothing is in flight; returns every result by id.
-std::vector<SequenceResult> Drain(Engine& engine, std::vector<PassStats>* passes = nullptr) {
-  std::vector<SequenceResult> results;
-  while (engine.active() > 0) {
-    StatusOr<PassStats> stats = engine.Step();
-    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
-    if (!stats.ok()) break;
-    if (passes) passes->push_back(*stats);
-    for (SequenceResult& r : engine.TakeFinished()) results.push_back(std::move(r));
-  }
-  return results;
 }
 
 // Edits the config.json of the checkpoint copy in `dir`.

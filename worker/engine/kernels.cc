@@ -19,6 +19,16 @@ bool IsZeroCopy(const Weight& w) {
 
 at::TensorOptions FloatOptions() { return at::TensorOptions().dtype(at::kFloat); }
 
+// The calling thread's conversion block of [rows, columns] floats: one
+// buffer grown as needed and kept, so that a pass does not allocate and free
+// megabytes per projection (which leaves glibc's heap holding freed blocks).
+at::Tensor ConversionScratch(int64_t rows, int64_t columns) {
+  thread_local std::vector<float> buffer;
+  const size_t floats = static_cast<size_t>(rows * columns);
+  if (buffer.size() < floats) buffer.resize(floats);
+  return at::from_blob(buffer.data(), {rows, columns}, FloatOptions());
+}
+
 }  // namespace
 
 at::Tensor ToFloat(const Weight& w) {
@@ -40,7 +50,7 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
   const int64_t block = std::clamp<int64_t>(block_bytes / (in_features * 4), 1, out_features);
   // y^T = W x^T, block by block: each block of weight rows fills contiguous rows of y^T.
   at::Tensor yt = at::empty({out_features, x.size(0)}, FloatOptions());
-  at::Tensor scratch = at::empty({block, in_features}, FloatOptions());
+  at::Tensor scratch = ConversionScratch(block, in_features);
   const at::Tensor xt = x.t();
   for (int64_t row = 0; row < out_features; row += block) {
     const int64_t n = std::min(block, out_features - row);

@@ -1,5 +1,8 @@
 #include "worker/engine/test_fixtures.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -48,6 +51,20 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
     worst = std::max(worst, d);
   }
   return worst;
+}
+
+std::vector<SequenceResult> Drain(Engine& engine, std::vector<PassStats>* passes) {
+  std::vector<SequenceResult> results;
+  while (engine.active() > 0) {
+    StatusOr<PassStats> stats = engine.Step();
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    if (!stats.ok()) break;
+    if (passes != nullptr) passes->push_back(*stats);
+    for (SequenceResult& r : engine.TakeFinished()) results.push_back(std::move(r));
+  }
+  std::sort(results.begin(), results.end(),
+            [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
+  return results;
 }
 
 }  // namespace nightshift::engine::testing

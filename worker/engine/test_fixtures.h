@@ -25,6 +25,10 @@ Golden LoadGolden(const std::string& name);
 // The fixture's config.json "model_type".
 std::string FixtureModelType(const std::string& name);
 
+// Steps `engine` until nothing is in flight (failing the test on an error)
+// and returns every result, by id; appends each pass's figures to `passes`.
+std::vector<SequenceResult> Drain(Engine& engine, std::vector<PassStats>* passes = nullptr);
+
 // Largest |a[i] - b[i]|; infinity when the sizes differ.
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 

@@ -1,0 +1,251 @@
+// Streaming a generated checkpoint: resident memory bounded by the planner's
+// footprint, not by the checkpoint; continuous batching; and every way of
+// holding the layers (prefetch on or off, resident) giving the same results.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/checkpoint_shape.h"
+#include "planner/exact.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/test_util.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/test_fixtures.h"
+#include "worker/generator/generator.h"
+
+namespace nightshift::engine {
+namespace {
+
+using checkpoint::testing::TempDir;
+using testing::MaxAbsDiff;
+
+generator::CheckpointSpec Spec(int64_t hidden, int64_t layers, int64_t intermediate,
+                               int64_t vocab) {
+  generator::CheckpointSpec spec;
+  spec.arch = "llama";
+  spec.hidden = hidden;
+  spec.layers = layers;
+  spec.heads = 8;
+  spec.kv_heads = 2;
+  spec.intermediate = intermediate;
+  spec.vocab = vocab;
+  spec.dtype = checkpoint::DType::kF16;
+  spec.seed = 11;
+  return spec;
+}
+
+checkpoint::Checkpoint Write(const generator::CheckpointSpec& spec, const std::string& dir) {
+  StatusOr<generator::WriteReport> wrote = generator::WriteCheckpoint(spec, dir);
+  EXPECT_TRUE(wrote.ok()) << wrote.status().ToString();
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  return ckpt.ok() ? std::move(ckpt).value() : checkpoint::Checkpoint();
+}
+
+// What a streaming pass feeding `tokens` tokens reads: every tensor but the
+// embedding, plus the embedding rows of those tokens (untied checkpoints).
+uint64_t StreamedBytes(const checkpoint::Checkpoint& ckpt, int64_t tokens) {
+  const checkpoint::TensorInfo* embedding = ckpt.Find("model.embed_tokens.weight");
+  const uint64_t row = embedding->size / static_cast<uint64_t>(embedding->shape[0]);
+  return ckpt.total_bytes - embedding->size + static_cast<uint64_t>(tokens) * row;
+}
+
+// Runs bin/engine-stream-run with `args` and parses its JSON.
+nlohmann::json RunChild(const std::string& args) {
+  const char* bin = std::getenv("NIGHTSHIFT_BIN_DIR");
+  EXPECT_NE(bin, nullptr) << "NIGHTSHIFT_BIN_DIR is not set (run through ctest)";
+  if (bin == nullptr) return nullptr;
+  const std::string command = std::string(bin) + "/engine-stream-run " + args;
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buffer[1 << 16];
+  size_t n;
+  while (pipe != nullptr && (n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  const int rc = pipe != nullptr ? pclose(pipe) : -1;
+  EXPECT_EQ(rc, 0) << command;
+  return rc == 0 ? nlohmann::json::parse(out) : nlohmann::json();
+}
+
+TEST(EngineStreamTest, PeakMemoryFollowsThePlannersFootprintNotTheCheckpoint) {
+  TempDir tmp;
+  const std::string dir = tmp / "model";
+  // ~190 MB: 30 layers of ~6 MB, a 4 MB embedding and LM head.
+  const checkpoint::Checkpoint ckpt = Write(Spec(512, 30, 1536, 4096), dir);
+  // Run first in the child so the runtime's one-time setup is not counted.
+  const std::string warm_up = tmp / "warm-up";
+  Write(Spec(64, 1, 128, 256), warm_up);
+  constexpr int64_t kBatch = 4, kPrompt = 16, kNew = 4, kContext = 64;
+
+  StatusOr<planner::CheckpointShape> shape = planner::ShapeOf(ckpt);
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  planner::PlanOptions plan;
+  plan.prefetching = true;
+  plan.context_k = kContext / 1024.0;
+  plan.batch = kBatch;
+  plan.prompt_tokens = kPrompt;
+  const planner::Sizing sizing = planner::ExactSizing(*shape, plan, planner::Device::kCpu);
+  // The footprint's tensors: two layers' buffers, activations and KV. The
+  // planner's fixed allowance for the runtime itself is left out: the growth
+  // is measured after a warm-up run on a tiny checkpoint and Open.
+  const double footprint = sizing.resident_gb * 1e9 - planner::kRuntimeOverheadBytes;
+  ASSERT_GT(footprint, 0);
+  ASSERT_GE(static_cast<double>(ckpt.total_bytes), 8 * footprint);
+
+  const std::string args = "--warm-up-dir " + warm_up + " --model-dir " + dir + " --batch " +
+                           std::to_string(kBatch) + " --prompt-tokens " + std::to_string(kPrompt) +
+                           " --max-new-tokens " + std::to_string(kNew) + " --max-context " +
+                           std::to_string(kContext) + " --threads 1 --logits";
+  nlohmann::json streamed = RunChild(args);
+  nlohmann::json resident = RunChild(args + " --residency resident");
+  ASSERT_TRUE(streamed.is_object() && resident.is_object());
+
+  const double growth = streamed["peak_rss_growth_bytes"].get<double>();
+  EXPECT_LT(growth, 1.5 * footprint) << "checkpoint " << ckpt.total_bytes << " bytes";
+  // The resident run holds the whole checkpoint: the bound above is not trivial.
+  EXPECT_GT(resident["peak_rss_growth_bytes"].get<double>(), 0.8 * ckpt.total_bytes);
+
+  EXPECT_EQ(streamed["generated"], resident["generated"]);
+  ASSERT_EQ(streamed["generated"].size(), static_cast<size_t>(kBatch));
+  for (size_t i = 0; i < kBatch; ++i) {
+    EXPECT_EQ(streamed["generated"][i].size(), static_cast<size_t>(kNew));
+    EXPECT_EQ(MaxAbsDiff(streamed["last_logits"][i].get<std::vector<float>>(),
+                         resident["last_logits"][i].get<std::vector<float>>()),
+              0.0);
+  }
+  const nlohmann::json& passes = streamed["passes"];
+  ASSERT_EQ(passes.size(), static_cast<size_t>(kNew));
+  EXPECT_EQ(passes[0]["bytes_read"].get<uint64_t>(), StreamedBytes(ckpt, kBatch * kPrompt));
+  EXPECT_EQ(passes[1]["bytes_read"].get<uint64_t>(), StreamedBytes(ckpt, kBatch));
+}
+
+// A small checkpoint for the in-process tests.
+class SmallCheckpointTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir;
+    ckpt_ = new checkpoint::Checkpoint(Write(Spec(128, 4, 352, 512), dir()));
+  }
+  static void TearDownTestSuite() {
+    delete ckpt_;
+    delete tmp_;
+  }
+  static std::string dir() { return *tmp_ / "small"; }
+
+  static std::unique_ptr<Engine> Open(EngineOptions options = {}) {
+    options.threads = 1;
+    StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(dir(), options);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    return engine.ok() ? std::move(engine).value() : nullptr;
+  }
+
+  static SequenceRequest Request(int64_t i) {
+    SequenceRequest r;
+    for (int64_t k = 0; k < 3 + 4 * i; ++k) r.prompt.push_back((5 + 37 * i + 11 * k) % 512);
+    r.max_new_tokens = 6;
+    r.ignore_eos = true;
+    r.return_last_logits = true;
+    r.logprobs = true;
+    r.top_logprobs = 2;
+    return r;
+  }
+
+  static TempDir* tmp_;
+  static checkpoint::Checkpoint* ckpt_;
+};
+
+TempDir* SmallCheckpointTest::tmp_ = nullptr;
+checkpoint::Checkpoint* SmallCheckpointTest::ckpt_ = nullptr;
+
+TEST_F(SmallCheckpointTest, SequencesJoiningBetweenPassesGetWhatTheyGetAlone) {
+  constexpr double kTolerance = 1e-4;
+  std::vector<SequenceResult> alone;
+  for (int64_t i = 0; i < 3; ++i) {
+    std::unique_ptr<Engine> engine = Open();
+    ASSERT_TRUE(engine->Add(Request(i)).ok());
+    std::vector<SequenceResult> results = testing::Drain(*engine);
+    ASSERT_EQ(results.size(), 1u);
+    alone.push_back(std::move(results[0]));
+  }
+
+  std::unique_ptr<Engine> engine = Open();
+  std::vector<PassStats> passes;
+  std::vector<SequenceResult> joined;
+  ASSERT_TRUE(engine->Add(Request(0)).ok());
+  for (int step = 0; step < 8; ++step) {
+    if (step == 2 || step == 3) {
+      ASSERT_TRUE(engine->Add(Request(step - 1)).ok());
+    }
+    StatusOr<PassStats> pass = engine->Step();
+    ASSERT_TRUE(pass.ok()) << pass.status().ToString();
+    passes.push_back(*pass);
+    for (SequenceResult& r : engine->TakeFinished()) joined.push_back(std::move(r));
+  }
+  ASSERT_EQ(engine->active(), 1);
+  for (SequenceResult& r : testing::Drain(*engine, &passes)) joined.push_back(std::move(r));
+  ASSERT_EQ(joined.size(), 3u);
+
+  for (const SequenceResult& r : joined) {
+    const SequenceResult& a = alone[static_cast<size_t>(r.id)];
+    EXPECT_LE(MaxAbsDiff(r.last_logits, a.last_logits), kTolerance) << r.id;
+    ASSERT_EQ(r.generated.size(), a.generated.size());
+    // Tokens must agree wherever the alone run's choice won by more than the
+    // tolerance; after a near tie the two may rightly part.
+    for (size_t k = 0; k < a.generated.size(); ++k) {
+      const auto& top = a.logprobs[k].top;
+      if (top[0].second - top[1].second <= kTolerance) break;
+      EXPECT_EQ(r.generated[k], a.generated[k]) << "sequence " << r.id << " token " << k;
+      EXPECT_NEAR(r.logprobs[k].logprob, a.logprobs[k].logprob, kTolerance);
+    }
+  }
+  // The newcomers' prompts rode passes 2 and 3 with the others' decode steps.
+  EXPECT_EQ(passes[2].sequences, 2);
+  EXPECT_EQ(passes[2].tokens, 1 + static_cast<int64_t>(Request(1).prompt.size()));
+  EXPECT_EQ(passes[3].sequences, 3);
+  for (const PassStats& p : passes) {
+    EXPECT_EQ(p.bytes_read, StreamedBytes(*ckpt_, p.tokens)) << "pass " << p.index;
+  }
+}
+
+TEST_F(SmallCheckpointTest, PrefetchOnOrOffAndResidentGiveTheSameResults) {
+  auto run = [](EngineOptions options, std::vector<PassStats>* passes) {
+    std::unique_ptr<Engine> engine = Open(options);
+    for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(engine->Add(Request(i)).ok());
+    return testing::Drain(*engine, passes);
+  };
+  std::vector<PassStats> streamed_passes;
+  const std::vector<SequenceResult> streamed = run({}, &streamed_passes);
+  ASSERT_EQ(streamed.size(), 3u);
+
+  EngineOptions sync;
+  sync.prefetch = false;
+  EngineOptions one_stream;
+  one_stream.read_streams = 1;
+  EngineOptions resident;
+  resident.residency = Residency::kResident;
+  for (const EngineOptions& options : {sync, one_stream, resident}) {
+    std::vector<PassStats> passes;
+    const std::vector<SequenceResult> results = run(options, &passes);
+    ASSERT_EQ(results.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(results[i].generated, streamed[i].generated);
+      EXPECT_EQ(results[i].last_logits, streamed[i].last_logits);
+    }
+    ASSERT_EQ(passes.size(), streamed_passes.size());
+    for (size_t p = 0; p < passes.size(); ++p) {
+      EXPECT_EQ(passes[p].residency, options.residency);
+      const bool reads_layers = options.residency == Residency::kStream || p == 0;
+      const uint64_t rows = StreamedBytes(*ckpt_, passes[p].tokens) - StreamedBytes(*ckpt_, 0);
+      EXPECT_EQ(passes[p].bytes_read, reads_layers ? StreamedBytes(*ckpt_, passes[p].tokens) : rows)
+          << "pass " << p;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nightshift::engine

@@ -1,0 +1,170 @@
+// engine-stream-run: runs one batched generation through the engine and
+// prints what it did as JSON, including the process's memory, so tests and
+// bench/engine_bench can run it in a child process (its peak RSS is that
+// run's) and under a memory cgroup.
+//
+// Sequence i's prompt is token (1 + 31 i + 17 k) mod vocab at position k:
+// every run with the same flags feeds the same prompts. Output:
+//   {"generated": [[ids]...], "last_logits": [[...]...] (with --logits),
+//    "passes": [{"seconds", "bytes_read", "io_seconds", "load_seconds",
+//                "compute_seconds", "sequences", "tokens", "kv_bytes"}...],
+//    "rss_after_open_bytes", "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds"}
+// peak_rss_growth_bytes is the peak RSS after Open (and the optional warm-up
+// run) minus the RSS then; the peak is reset with /proc/self/clear_refs so it
+// is this run's.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/flags.h"
+#include "worker/engine/engine.h"
+
+namespace nightshift::engine {
+namespace {
+
+// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"); 0 if absent.
+uint64_t ProcStatusBytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  return 0;
+}
+
+// Resets VmHWM to the current RSS.
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// Runs one short generation on the checkpoint in `dir`, so that what the
+// runtime sets up once on first use (the code pages of the compute library,
+// thread pools, OpenBLAS's packing buffers) is in place before the measured
+// run: the planner counts it in kRuntimeOverheadBytes, not in the footprint.
+Status WarmUp(const std::string& dir, const EngineOptions& options) {
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(dir, options));
+  SequenceRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_new_tokens = 2;
+  r.ignore_eos = true;
+  r.return_last_logits = true;
+  NS_RETURN_IF_ERROR(engine->Add(r).status());
+  while (engine->active() > 0) NS_RETURN_IF_ERROR(engine->Step().status());
+  return Status::Ok();
+}
+
+nlohmann::json PassJson(const PassStats& p) {
+  return {{"seconds", p.seconds},
+          {"bytes_read", p.bytes_read},
+          {"io_seconds", p.io_seconds},
+          {"load_seconds", p.load_seconds},
+          {"compute_seconds", p.compute_seconds},
+          {"sequences", p.sequences},
+          {"tokens", p.tokens},
+          {"kv_bytes", p.kv_bytes}};
+}
+
+int Run(int argc, char** argv) {
+  std::string dir, warm_up_dir, residency = "streaming";
+  int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
+  bool prefetch = true, logits = false;
+  FlagSet flags("engine-stream-run --model-dir DIR [flags]",
+                "Runs one batched generation and prints its passes and memory as JSON.");
+  flags.String("model-dir", &dir, "checkpoint directory", "DIR");
+  flags.String("warm-up-dir", &warm_up_dir,
+               "a small checkpoint of the same family to run first (not measured)", "DIR");
+  flags.String("residency", &residency, "streaming or resident");
+  flags.Bool("prefetch", &prefetch, "read the next layer while this one computes (default on)");
+  flags.Int("read-streams", &streams, "parallel reads in flight (0: the engine's default)");
+  flags.Int("batch", &batch, "sequences, all added before the first pass");
+  flags.Int("prompt-tokens", &prompt_tokens, "tokens per prompt");
+  flags.Int("max-new-tokens", &max_new, "tokens generated per sequence (EOS ignored)");
+  flags.Int("max-context", &max_context, "the engine's context (0: the model's)");
+  flags.Int("threads", &threads, "compute threads (0: one per core)");
+  flags.Bool("logits", &logits, "print each sequence's last prompt logits");
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return 0;
+  }
+  if (!parsed.ok() || dir.empty() || batch < 1 || prompt_tokens < 1 ||
+      (residency != "streaming" && residency != "resident")) {
+    std::cerr << "engine-stream-run: " << (parsed.ok() ? "bad arguments" : parsed.ToString())
+              << "\n"
+              << flags.Help();
+    return 2;
+  }
+  EngineOptions options;
+  options.residency = residency == "resident" ? Residency::kResident : Residency::kStream;
+  options.prefetch = prefetch;
+  options.read_streams = static_cast<int>(streams);
+  options.max_context = max_context;
+  options.threads = static_cast<int>(threads);
+  if (!warm_up_dir.empty()) {
+    Status warmed = WarmUp(warm_up_dir, options);
+    if (!warmed.ok()) {
+      std::cerr << "engine-stream-run: warm-up: " << warmed.ToString() << "\n";
+      return 1;
+    }
+  }
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(dir, options);
+  if (!engine.ok()) {
+    std::cerr << "engine-stream-run: " << engine.status().ToString() << "\n";
+    return 1;
+  }
+  ResetPeakRss();
+  const uint64_t rss_after_open = ProcStatusBytes("VmRSS");
+  const auto start = std::chrono::steady_clock::now();
+
+  const int64_t vocab = (*engine)->config().vocab_size;
+  for (int64_t i = 0; i < batch; ++i) {
+    SequenceRequest r;
+    for (int64_t k = 0; k < prompt_tokens; ++k) {
+      r.prompt.push_back(static_cast<TokenId>((1 + 31 * i + 17 * k) % vocab));
+    }
+    r.max_new_tokens = max_new;
+    r.ignore_eos = true;
+    r.return_last_logits = logits;
+    StatusOr<SequenceId> added = (*engine)->Add(std::move(r));
+    if (!added.ok()) {
+      std::cerr << "engine-stream-run: " << added.status().ToString() << "\n";
+      return 1;
+    }
+  }
+  nlohmann::json out;
+  out["passes"] = nlohmann::json::array();
+  out["generated"] = nlohmann::json::array();
+  out["last_logits"] = nlohmann::json::array();
+  std::vector<SequenceResult> results(static_cast<size_t>(batch));  // by id (0..batch)
+  while ((*engine)->active() > 0) {
+    StatusOr<PassStats> pass = (*engine)->Step();
+    if (!pass.ok()) {
+      std::cerr << "engine-stream-run: " << pass.status().ToString() << "\n";
+      return 1;
+    }
+    out["passes"].push_back(PassJson(*pass));
+    for (SequenceResult& r : (*engine)->TakeFinished()) {
+      results[static_cast<size_t>(r.id)] = std::move(r);
+    }
+  }
+  for (const SequenceResult& r : results) {
+    out["generated"].push_back(r.generated);
+    if (logits) out["last_logits"].push_back(r.last_logits);
+  }
+  out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const uint64_t hwm = ProcStatusBytes("VmHWM");
+  out["rss_after_open_bytes"] = rss_after_open;
+  out["vm_hwm_bytes"] = hwm;
+  out["peak_rss_growth_bytes"] = hwm > rss_after_open ? hwm - rss_after_open : 0;
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace nightshift::engine
+
+int main(int argc, char** argv) { return nightshift::engine::Run(argc, argv); }
