@@ -1,12 +1,14 @@
 #include "worker/engine/kernels.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "worker/engine/convert.h"
+#include "worker/engine/small_matmul.h"
 
 namespace nightshift::engine {
 namespace {
@@ -46,6 +48,16 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
 
   const int64_t out_features = w.info->shape[0];
   const int64_t in_features = w.info->shape[1];
+  if (x.size(0) <= kSmallMatmulMaxRows && SmallMatmulFast()) {
+    const at::Tensor xc = x.contiguous();
+    at::Tensor y = at::empty({x.size(0), out_features}, FloatOptions());
+    at::parallel_for(0, out_features, 64, [&](int64_t begin, int64_t end) {
+      SmallMatmul(xc.data_ptr<float>(), x.size(0), in_features, w.data, w.info->dtype, begin, end,
+                  y.data_ptr<float>(), out_features);
+    });
+    if (bias) y.add_(ToFloat(bias));
+    return y;
+  }
   const int64_t elem = static_cast<int64_t>(checkpoint::DTypeSize(w.info->dtype));
   const int64_t block = std::clamp<int64_t>(block_bytes / (in_features * 4), 1, out_features);
   // y^T = W x^T, block by block: each block of weight rows fills contiguous rows of y^T.
