@@ -1,0 +1,354 @@
+// The real nightshift-scheduler and the real nightshift-worker over gRPC on
+// loopback, serving stories260k (a trained checkpoint) with a real
+// tokenizer: generation, sampling with logprobs, chat and classification
+// jobs each succeed once with the outputs the engine gives run directly;
+// /metrics is served; SIGTERM drains mid-batch and another worker finishes
+// the job; a checkpoint corrupted after it was advertised fails its jobs
+// with the reason while the worker stays up.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "common/metrics_test_util.h"
+#include "nightshift.grpc.pb.h"
+#include "scheduler/client.h"
+#include "scheduler/prompt_encoder.h"
+#include "scheduler/testing/process.h"
+#include "worker/daemon/model_catalog.h"
+#include "worker/daemon/test_util.h"
+#include "worker/engine/engine.h"
+
+namespace nightshift::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using scheduler::testing::Process;
+using testing::MakeStoriesModel;
+using testing::TempDir;
+
+std::string Bin(const std::string& name) {
+  const char* dir = std::getenv("NIGHTSHIFT_BIN_DIR");
+  return std::string(dir != nullptr ? dir : "build/bin") + "/" + name;
+}
+
+bool WaitFor(const std::function<bool()>& done, double timeout_seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+class WorkerIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir_.file("models"));
+    model_dir_ = MakeStoriesModel(dir_.file("models"), "stories");
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const auto& p : processes_) std::cerr << "---- " << p->pid() << " log:\n" << p->Log();
+    }
+  }
+
+  std::string StartScheduler() {
+    auto p = Process::Start(
+        {Bin("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db", dir_.file("state.db"),
+         "--lease-seconds", "5", "--heartbeat-seconds", "0.2"},
+        dir_.file("scheduler.log"));
+    EXPECT_NE(p, nullptr);
+    const std::string line = p->WaitForLine("listening on", 20);
+    EXPECT_FALSE(line.empty()) << p->Log();
+    processes_.push_back(std::move(p));
+    const size_t at = line.find("listening on ") + 13;
+    return line.substr(at, line.find(' ', at) - at);
+  }
+
+  Process* StartWorker(const std::string& address, const std::string& id,
+                       std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {Bin("nightshift-worker"),
+                                     "--scheduler",
+                                     address,
+                                     "--id",
+                                     id,
+                                     "--model-root",
+                                     dir_.file("models"),
+                                     "--memory-budget",
+                                     "1G",
+                                     "--device",
+                                     "cpu",
+                                     "--threads",
+                                     "1",
+                                     "--state-dir",
+                                     dir_.file("state"),
+                                     "--metrics-port",
+                                     "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = Process::Start(argv, dir_.file(id + ".log"));
+    EXPECT_NE(p, nullptr);
+    processes_.push_back(std::move(p));
+    Process* worker = processes_.back().get();
+    EXPECT_TRUE(WaitForLog(worker, "attached to", 60)) << worker->Log();
+    return worker;
+  }
+
+  static bool WaitForLog(Process* p, const std::string& needle, double timeout_seconds) {
+    return WaitFor([&] { return p->Log().find(needle) != std::string::npos; }, timeout_seconds);
+  }
+
+  std::unique_ptr<v1::JobService::Stub> Jobs(const std::string& address) {
+    return v1::JobService::NewStub(*scheduler::Connect({address, "", false, ""}));
+  }
+
+  int64_t Submit(v1::JobService::Stub* stub, const std::vector<v1::JobRequest>& jobs) {
+    v1::SubmitJobsRequest request;
+    for (const auto& job : jobs) *request.add_jobs() = job;
+    v1::SubmitJobsResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status status = stub->SubmitJobs(&ctx, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.submission_id();
+  }
+
+  static v1::Submission GetSubmission(v1::JobService::Stub* stub, int64_t id) {
+    v1::GetSubmissionRequest request;
+    request.set_submission_id(id);
+    v1::Submission submission;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub->GetSubmission(&ctx, request, &submission).ok());
+    return submission;
+  }
+
+  static std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub, int64_t submission) {
+    v1::ListJobsRequest request;
+    request.set_submission_id(submission);
+    request.set_with_output(true);
+    v1::ListJobsResponse response;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub->ListJobs(&ctx, request, &response).ok());
+    return {response.jobs().begin(), response.jobs().end()};
+  }
+
+  static bool Done(v1::JobService::Stub* stub, int64_t submission, double timeout_seconds) {
+    return WaitFor([&] { return GetSubmission(stub, submission).done(); }, timeout_seconds);
+  }
+
+  static v1::JobRequest Completion(const std::string& custom_id, const std::string& text,
+                                   int max_new_tokens) {
+    v1::JobRequest job;
+    job.set_custom_id(custom_id);
+    job.set_model("stories");
+    job.set_url("/v1/completions");
+    job.set_text(text);
+    job.set_max_new_tokens(max_new_tokens);
+    job.mutable_sampling()->set_temperature(0);
+    return job;
+  }
+
+  TempDir dir_;
+  std::string model_dir_;
+  std::vector<std::unique_ptr<Process>> processes_;
+};
+
+// The same job run on the engine directly, in one batch like the worker's.
+struct Reference {
+  std::vector<engine::SequenceResult> results;  // in request order
+};
+
+Reference RunDirectly(const std::string& root, const std::string& model_dir,
+                      const std::vector<v1::JobRequest>& jobs, const std::string& cache_dir) {
+  auto files = ReadTokenizerFiles(root, model_dir);
+  EXPECT_TRUE(files.ok());
+  auto encoder = scheduler::PromptEncoder::Create(*files, cache_dir);
+  EXPECT_TRUE(encoder.ok()) << encoder.status().ToString();
+  engine::EngineOptions options;
+  options.threads = 1;
+  auto eng = engine::Engine::Open(model_dir, options);
+  EXPECT_TRUE(eng.ok()) << eng.status().ToString();
+  std::vector<engine::SequenceId> ids;
+  for (const v1::JobRequest& job : jobs) {
+    scheduler::JobSpec spec;
+    spec.custom_id = job.custom_id();
+    spec.model = job.model();
+    spec.endpoint = job.url() == "/v1/chat/completions" ? scheduler::Endpoint::kChatCompletions
+                                                        : scheduler::Endpoint::kCompletions;
+    if (job.has_chat()) {
+      spec.prompt_kind = scheduler::PromptKind::kChat;
+      for (const auto& m : job.chat().messages()) spec.messages.push_back({m.role(), m.content()});
+    } else {
+      spec.prompt_kind = scheduler::PromptKind::kText;
+      spec.prompt_text = job.text();
+    }
+    spec.labels.assign(job.labels().begin(), job.labels().end());
+    auto tokens = (*encoder)->Encode(spec);
+    EXPECT_TRUE(tokens.ok()) << tokens.status().ToString();
+    engine::SequenceRequest r;
+    r.prompt = tokens->prompt;
+    r.labels = tokens->labels;
+    r.max_new_tokens = job.max_new_tokens();
+    r.sampling.temperature = job.sampling().temperature();
+    r.sampling.seed = job.sampling().seed();
+    r.logprobs = job.logprobs();
+    r.top_logprobs = job.top_logprobs();
+    auto id = (*eng)->Add(r);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*id);
+  }
+  std::map<engine::SequenceId, engine::SequenceResult> by_id;
+  while ((*eng)->active() > 0) {
+    EXPECT_TRUE((*eng)->Step().ok());
+    for (auto& r : (*eng)->TakeFinished()) by_id[r.id] = std::move(r);
+  }
+  Reference ref;
+  for (engine::SequenceId id : ids) ref.results.push_back(by_id[id]);
+  return ref;
+}
+
+TEST_F(WorkerIntegrationTest, JobsSucceedOnceWithTheEnginesOutputsAndMetricsAreServed) {
+  const std::string address = StartScheduler();
+  Process* worker = StartWorker(address, "w1", {"--read-bandwidth", "1e9"});
+  auto stub = Jobs(address);
+
+  std::vector<v1::JobRequest> jobs;
+  jobs.push_back(Completion("greedy", "Once upon a time", 12));
+  v1::JobRequest sampled = Completion("sampled", "The cat", 8);
+  sampled.mutable_sampling()->set_temperature(0.8);
+  sampled.mutable_sampling()->set_seed(7);
+  sampled.set_logprobs(true);
+  sampled.set_top_logprobs(2);
+  jobs.push_back(sampled);
+  v1::JobRequest classify = Completion("classify", "is it ok?", 0);
+  classify.add_labels(" yes");
+  classify.add_labels(" no");
+  jobs.push_back(classify);
+  v1::JobRequest chat = Completion("chat", "", 6);
+  chat.set_url("/v1/chat/completions");
+  auto* message = chat.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("hi");
+  jobs.push_back(chat);
+
+  const int64_t submission = Submit(stub.get(), jobs);
+  ASSERT_TRUE(Done(stub.get(), submission, 60)) << worker->Log();
+  const std::vector<v1::Job> done = ListJobs(stub.get(), submission);
+  ASSERT_EQ(done.size(), jobs.size());
+  const Reference ref =
+      RunDirectly(dir_.file("models"), model_dir_, jobs, dir_.file("encoder-cache"));
+  auto tok = tokenizer::Tokenizer::FromModelDir(model_dir_);
+  ASSERT_TRUE(tok.ok());
+  for (size_t i = 0; i < done.size(); ++i) {
+    const v1::Job& job = done[i];
+    const engine::SequenceResult& expected = ref.results[i];
+    SCOPED_TRACE(job.custom_id());
+    ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+    EXPECT_EQ(job.attempt(), 0);
+    const v1::JobOutput& out = job.output();
+    EXPECT_EQ(out.prompt_tokens(), static_cast<int64_t>(expected.prompt.size()));
+    if (!expected.labels.empty()) {
+      EXPECT_EQ(out.finish_reason(), "label");
+      ASSERT_EQ(out.labels_size(), 2);
+      for (int k = 0; k < 2; ++k) {
+        EXPECT_NEAR(out.labels(k).logprob(), expected.labels[k].logprob, 1e-4);
+      }
+      EXPECT_EQ(out.text(), jobs[i].labels(static_cast<int>(expected.best_label)));
+      continue;
+    }
+    const std::vector<int32_t> ids(out.token_ids().begin(), out.token_ids().end());
+    EXPECT_EQ(ids, expected.generated);
+    EXPECT_EQ(out.completion_tokens(), static_cast<int64_t>(expected.generated.size()));
+    EXPECT_EQ(out.finish_reason(), engine::FinishReasonName(expected.finish_reason));
+    // The text: every generated id the tokenizer knows (stories260k has 512
+    // rows, the test tokenizer 262 ids), without the EOS (2).
+    std::vector<int32_t> text_ids;
+    for (int32_t id : expected.generated) {
+      if (id != 2 && tok->IdToToken(id).has_value()) text_ids.push_back(id);
+    }
+    EXPECT_EQ(out.text(), *tok->Decode(text_ids, /*skip_special_tokens=*/true));
+    ASSERT_EQ(out.logprobs_size(), static_cast<int>(expected.logprobs.size()));
+    for (int k = 0; k < out.logprobs_size(); ++k) {
+      const int32_t id = out.logprobs(k).token();
+      EXPECT_EQ(id, expected.logprobs[k].token);
+      EXPECT_NEAR(out.logprobs(k).logprob(), expected.logprobs[k].logprob, 1e-4);
+      auto text = tok->Decode({id}, /*skip_special_tokens=*/false);
+      EXPECT_EQ(out.logprobs(k).text(), text.ok() ? *text : "");
+      EXPECT_EQ(out.logprobs(k).top_size(), 2);
+    }
+  }
+
+  // /metrics: the port is in the log; the passes and tokens are counted.
+  std::smatch match;
+  const std::string log = worker->Log();
+  ASSERT_TRUE(std::regex_search(log, match, std::regex("metrics listening on [0-9.]+:([0-9]+)")));
+  const auto response = metrics::testing::HttpRequest(std::stoi(match[1].str()),
+                                                      boost::beast::http::verb::get, "/metrics");
+  const std::string& body = response.body();
+  EXPECT_NE(body.find("nightshift_pass_duration_seconds_count{mode=\"resident\",model=\"stories\","
+                      "worker=\"w1\"}"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find("nightshift_generated_tokens_total{model=\"stories\",worker=\"w1\"}"),
+            std::string::npos);
+  EXPECT_NE(body.find("nightshift_read_bandwidth_bytes_per_second{worker=\"w1\"} 1e+09"),
+            std::string::npos);
+  EXPECT_NE(log.find("model stories advertised: resident"), std::string::npos);
+
+  worker->Signal(SIGTERM);
+  EXPECT_EQ(worker->Wait(20), 0);
+}
+
+TEST_F(WorkerIntegrationTest, SigtermDrainsMidBatchAndAnotherWorkerFinishes) {
+  const std::string address = StartScheduler();
+  Process* first =
+      StartWorker(address, "w1", {"--read-bandwidth", "1e9", "--min-pass-seconds", "0.2"});
+  auto stub = Jobs(address);
+  const int64_t submission = Submit(stub.get(), {Completion("long", "Once upon a time", 40)});
+  ASSERT_TRUE(WaitForLog(first, "pass 1:", 30));
+  first->Signal(SIGTERM);
+  EXPECT_EQ(first->Wait(20), 0);
+  EXPECT_NE(first->Log().find("draining: handing back 1 jobs"), std::string::npos);
+  ASSERT_TRUE(WaitFor(
+      [&] { return ListJobs(stub.get(), submission)[0].state() == v1::JOB_STATE_QUEUED; }, 10));
+
+  Process* second = StartWorker(address, "w2", {"--read-bandwidth", "1e9"});
+  ASSERT_TRUE(Done(stub.get(), submission, 60));
+  const v1::Job job = ListJobs(stub.get(), submission)[0];
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  EXPECT_EQ(job.worker_id(), "w2");
+  second->Signal(SIGTERM);
+  EXPECT_EQ(second->Wait(20), 0);
+}
+
+TEST_F(WorkerIntegrationTest, ACheckpointCorruptedAfterTheAdvertFailsItsJobsAndTheWorkerStaysUp) {
+  MakeStoriesModel(dir_.file("models"), "healthy");
+  const std::string address = StartScheduler();
+  Process* worker = StartWorker(address, "w1", {"--read-bandwidth", "1e9"});
+  fs::resize_file(fs::path(model_dir_) / "model.safetensors", 4096);
+  auto stub = Jobs(address);
+  const int64_t broken = Submit(stub.get(), {Completion("broken", "Once", 4)});
+  ASSERT_TRUE(Done(stub.get(), broken, 30)) << worker->Log();
+  const v1::Job failed = ListJobs(stub.get(), broken)[0];
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(failed.error().find("model.safetensors"), std::string::npos) << failed.error();
+  EXPECT_TRUE(WaitForLog(worker, "withdrawing it", 5));
+
+  v1::JobRequest other = Completion("other", "Once", 4);
+  other.set_model("healthy");
+  const int64_t fine = Submit(stub.get(), {other});
+  ASSERT_TRUE(Done(stub.get(), fine, 30)) << worker->Log();
+  EXPECT_EQ(ListJobs(stub.get(), fine)[0].state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(worker->running());
+  worker->Signal(SIGTERM);
+  EXPECT_EQ(worker->Wait(20), 0);
+}
+
+}  // namespace
+}  // namespace nightshift::worker
