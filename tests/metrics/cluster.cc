@@ -137,9 +137,14 @@ std::string MetricsCluster::StartScheduler() {
 
 std::string MetricsCluster::StartWorker(const std::string& id) {
   const std::string root = dir_ + "/models-" + id;
-  std::filesystem::create_directories(root);
-  std::filesystem::create_directory_symlink(std::filesystem::absolute(ModelDir()),
-                                            root + "/" + kModel);
+  // A copy: the worker refuses a symlink that leaves its model root.
+  std::error_code error_code;
+  std::filesystem::create_directories(root + "/" + kModel, error_code);
+  for (const char* name : {"config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(ModelDir() + "/" + name, root + "/" + kModel + "/" + name,
+                               error_code);
+    if (error_code) return "cannot copy the model: " + error_code.message();
+  }
   std::string error = StartProcess(
       id, {Bin("nightshift-worker"), "--scheduler", address_, "--id", id, "--model-root", root,
            "--device", "cpu", "--threads", "1", "--read-bandwidth", "1e9", "--state-dir",

@@ -49,8 +49,8 @@ class MetricsCluster {
   // Starts the scheduler and waits until it serves gRPC and metrics. "" on
   // success, else why (with its log).
   std::string StartScheduler();
-  // Starts the real nightshift-worker `id` (CPU, model root holding
-  // stories260k, a fixed read bandwidth) with --metrics-port 0 and waits for
+  // Starts the real nightshift-worker `id` (CPU, a model root holding a copy
+  // of stories260k, a fixed read bandwidth) with --metrics-port 0 and waits for
   // its metrics port. "" on success, else why.
   std::string StartWorker(const std::string& id);
   // Starts nightshift-fake-worker `id` advertising stories260k. "" or why.
