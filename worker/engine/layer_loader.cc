@@ -21,9 +21,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Buffer positions keep each span's file offset modulo this, so tensors keep
-// the alignment they have in the file.
-constexpr uint64_t kAlign = 64;
+// Reads start and end on this boundary of the file and of the buffer, as
+// O_DIRECT requires: each span's region of the buffer starts on it, and the
+// span sits at its file offset modulo it (so tensors also keep the alignment
+// they have in the file).
+constexpr uint64_t kAlign = 4096;
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -33,6 +35,11 @@ struct Span {
   uint64_t offset = 0;  // in the file
   uint64_t size = 0;
   uint64_t dst = 0;  // in the group's buffer
+
+  // The kAlign-aligned file range read for it, and where that lands.
+  uint64_t read_offset() const { return offset / kAlign * kAlign; }
+  uint64_t read_end() const { return RoundUp(offset + size, kAlign); }
+  uint64_t read_dst() const { return dst - offset % kAlign; }
 };
 
 struct GroupLayout {
@@ -59,13 +66,13 @@ GroupLayout Layout(const TensorList& group) {
     const bool extends = !layout.spans.empty() && layout.spans.back().file == t.file &&
                          layout.spans.back().offset + layout.spans.back().size == t.offset;
     if (!extends) {
-      const uint64_t dst = RoundUp(layout.buffer_bytes, kAlign) + t.offset % kAlign;
+      const uint64_t dst = layout.buffer_bytes + t.offset % kAlign;
       layout.spans.push_back({t.file, t.offset, 0, dst});
     }
     Span& span = layout.spans.back();
     layout.tensor_dst[i] = span.dst + (t.offset - span.offset);
     span.size += t.size;
-    layout.buffer_bytes = span.dst + span.size;
+    layout.buffer_bytes = span.read_dst() + (span.read_end() - span.read_offset());
   }
   return layout;
 }
@@ -100,18 +107,23 @@ struct LayerLoader::Impl {
     Clock::time_point last_read;
   };
 
+  struct File {
+    std::string path;
+    int fd = -1;         // buffered
+    int direct_fd = -1;  // O_DIRECT, or -1 where not used or refused
+  };
+
   struct Chunk {
     size_t group;
-    int fd;
-    const std::string* path;
-    uint64_t offset;
-    uint64_t size;
+    const File* file;
+    uint64_t offset;    // kAlign-aligned
+    uint64_t size;      // kAlign-aligned; may run past the end of the file
+    uint64_t required;  // bytes of it the group needs (the rest is alignment)
     unsigned char* dst;
   };
 
   LayerLoaderOptions options;
-  std::vector<int> fds;
-  std::vector<std::string> paths;
+  std::vector<File> files;
   std::vector<Group> groups;
   std::vector<Buffer> slots;    // streaming: 1 or 2 buffers; resident: one per group
   std::vector<int> free_slots;  // streaming only
@@ -136,7 +148,10 @@ struct LayerLoader::Impl {
     }
     work.notify_all();
     for (std::thread& t : threads) t.join();
-    for (int fd : fds) close(fd);
+    for (const File& f : files) {
+      if (f.fd >= 0) close(f.fd);
+      if (f.direct_fd >= 0) close(f.direct_fd);
+    }
   }
 
   void ReadLoop() {
@@ -161,24 +176,34 @@ struct LayerLoader::Impl {
     }
   }
 
+  // Reads the chunk with O_DIRECT when the file has such a descriptor (and
+  // the kernel takes the read), else through the page cache, whose copy is
+  // dropped afterwards: the bytes are ours now.
   static Status ReadChunk(const Chunk& c) {
+    bool direct = c.file->direct_fd >= 0;
     uint64_t done_bytes = 0;
-    while (done_bytes < c.size) {
-      ssize_t n = pread(c.fd, c.dst + done_bytes, c.size - done_bytes,
-                        static_cast<off_t>(c.offset + done_bytes));
+    while (done_bytes < c.required) {
+      ssize_t n = pread(direct ? c.file->direct_fd : c.file->fd, c.dst + done_bytes,
+                        c.size - done_bytes, static_cast<off_t>(c.offset + done_bytes));
       if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL && direct) {
+        direct = false;
+        continue;
+      }
       if (n < 0) {
-        return DataLoss(*c.path + ": read at offset " + std::to_string(c.offset + done_bytes) +
+        return DataLoss(c.file->path + ": read at offset " + std::to_string(c.offset + done_bytes) +
                         " failed: " + std::strerror(errno));
       }
       if (n == 0) {
-        return DataLoss(*c.path + ": file ends before offset " + std::to_string(c.offset + c.size));
+        return DataLoss(c.file->path + ": file ends before offset " +
+                        std::to_string(c.offset + c.required));
       }
       done_bytes += static_cast<uint64_t>(n);
     }
-    // The bytes are ours now: the page cache need not keep them.
-    posix_fadvise(c.fd, static_cast<off_t>(c.offset), static_cast<off_t>(c.size),
-                  POSIX_FADV_DONTNEED);
+    if (!direct) {
+      posix_fadvise(c.file->fd, static_cast<off_t>(c.offset), static_cast<off_t>(c.size),
+                    POSIX_FADV_DONTNEED);
+    }
     return Status::Ok();
   }
 
@@ -208,12 +233,14 @@ struct LayerLoader::Impl {
     g.state = State::kReading;
     g.status = Status::Ok();
     g.first_read.reset();
+    const uint64_t chunk = RoundUp(options.chunk_bytes, kAlign);
     for (const Span& span : g.layout.spans) {
-      for (uint64_t at = 0; at < span.size; at += options.chunk_bytes) {
-        const uint64_t n = std::min(options.chunk_bytes, span.size - at);
-        queue.push_back({index, fds[static_cast<size_t>(span.file)],
-                         &paths[static_cast<size_t>(span.file)], span.offset + at, n,
-                         base + span.dst + at});
+      const uint64_t begin = span.read_offset(), end = span.read_end();
+      for (uint64_t at = begin; at < end; at += chunk) {
+        const uint64_t n = std::min(chunk, end - at);
+        const uint64_t required = std::min(n, span.offset + span.size - at);
+        queue.push_back({index, &files[static_cast<size_t>(span.file)], at, n, required,
+                         base + span.read_dst() + (at - begin)});
         ++g.pending;
       }
     }
@@ -243,10 +270,12 @@ StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Check
     impl->largest_tensor_bytes = std::max(impl->largest_tensor_bytes, g.layout.tensor_bytes);
   }
   for (const checkpoint::FileInfo& file : checkpoint.files) {
-    int fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return DataLoss(file.path + ": cannot open: " + std::strerror(errno));
-    impl->fds.push_back(fd);
-    impl->paths.push_back(file.path);
+    Impl::File& f = impl->files.emplace_back();
+    f.path = file.path;
+    f.fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0) return DataLoss(file.path + ": cannot open: " + std::strerror(errno));
+    // Filesystems without O_DIRECT (tmpfs) refuse the open: read buffered.
+    if (options.direct) f.direct_fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
   }
   const size_t slots = options.resident ? impl->groups.size() : (options.prefetch ? 2 : 1);
   impl->slots.resize(slots);

@@ -5,9 +5,10 @@
 // norm and LM head). Reading is done by `read_streams` I/O threads with
 // `pread` of large chunks into buffers this object owns, several reads in
 // flight: on the machines this was written on one read stream gets ~0.8 GB/s
-// and four ~2 GB/s (see common/disk_bench.h). After each chunk is copied its
-// page-cache pages are dropped (POSIX_FADV_DONTNEED), so neither the process
-// nor the page cache grows with the checkpoint.
+// and four ~2 GB/s (see common/disk_bench.h). Reads use O_DIRECT where the
+// filesystem allows it; buffered reads drop their page-cache pages after each
+// chunk (POSIX_FADV_DONTNEED). Either way neither the process nor the page
+// cache grows with the checkpoint.
 //
 // Streaming (the default) holds at most two groups: the one acquired and the
 // one being prefetched, each in one of two buffers sized to the largest group
@@ -37,9 +38,14 @@ namespace nightshift::engine {
 using TensorList = std::vector<const checkpoint::TensorInfo*>;
 
 struct LayerLoaderOptions {
-  bool resident = false;               // keep each group after its first read
-  bool prefetch = true;                // read group i + 1 while group i is in use
-  int read_streams = 4;                // I/O threads, each with one read in flight (1..64)
+  bool resident = false;  // keep each group after its first read
+  bool prefetch = true;   // read group i + 1 while group i is in use
+  int read_streams = 4;   // I/O threads, each with one read in flight (1..64)
+  // Read with O_DIRECT where the filesystem allows it: no page cache to fill
+  // (and be charged for under a memory cgroup) and no copy out of it. Else,
+  // or when false, reads go through the page cache and each read's pages are
+  // dropped after it.
+  bool direct = true;
   uint64_t chunk_bytes = 16ull << 20;  // bytes per read (> 0)
 };
 

@@ -60,8 +60,9 @@ class LayerLoaderModes : public ::testing::TestWithParam<Case> {};
 
 // Small chunks and several streams, so a tensor arrives in many pieces read
 // by different threads.
-LayerLoaderOptions Small(bool resident, bool prefetch, int streams) {
+LayerLoaderOptions Small(bool resident, bool prefetch, int streams, bool direct = true) {
   LayerLoaderOptions o;
+  o.direct = direct;
   o.resident = resident;
   o.prefetch = prefetch;
   o.read_streams = streams;
@@ -73,6 +74,8 @@ INSTANTIATE_TEST_SUITE_P(All, LayerLoaderModes,
                          ::testing::Values(Case{"StreamPrefetch", Small(false, true, 3)},
                                            Case{"StreamSync", Small(false, false, 2)},
                                            Case{"StreamOneReader", Small(false, true, 1)},
+                                           Case{"StreamBuffered", Small(false, true, 3, false)},
+                                           Case{"ResidentBuffered", Small(true, false, 2, false)},
                                            Case{"Resident", Small(true, true, 4)}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.name;
@@ -187,7 +190,10 @@ double CachedFraction(const checkpoint::FileInfo& file) {
   return static_cast<double>(cached) / static_cast<double>(resident.size() - first);
 }
 
-TEST(LayerLoaderTest, ThePageCacheDoesNotKeepWhatWasRead) {
+class LayerLoaderPageCache : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, LayerLoaderPageCache, ::testing::Bool());
+
+TEST_P(LayerLoaderPageCache, ThePageCacheDoesNotKeepWhatWasRead) {
   TempDir tmp;
   const std::string dir = tmp / "model";
   CopyFixture(kFixture, dir);
@@ -199,7 +205,9 @@ TEST(LayerLoaderTest, ThePageCacheDoesNotKeepWhatWasRead) {
     close(fd);
   }
   const std::vector<TensorList> groups = Groups(ckpt);
-  StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, {});
+  LayerLoaderOptions options;
+  options.direct = GetParam();
+  StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
   ASSERT_TRUE(loader.ok());
   for (size_t g = 0; g < groups.size(); ++g) {
     ASSERT_TRUE((*loader)->Acquire(g).ok());

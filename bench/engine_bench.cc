@@ -1,0 +1,327 @@
+// Streaming engine against the disk and against llama.cpp, under a memory
+// cgroup smaller than the checkpoint.
+//
+// On a generated checkpoint (default: the bench-1.7b preset, hidden 2048, 16
+// layers, 16/4 heads, intermediate 5632, vocab 32000, F16, 1.7 GB, written
+// once into --work-dir), each of --runs rounds measures, with the page cache
+// dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`, root) before every step:
+//   - the fastest cold read of the checkpoint's files (common/disk_bench.h:
+//     1 and 4 streams, O_DIRECT and buffered);
+//   - bin/engine-stream-run in a child process inside a memory cgroup capped
+//     at --cap-fraction of the checkpoint (cgroup v1), at 1, 4, 16 and 64
+//     sequences: the median decode pass, tokens/s, the cgroup's peak usage and
+//     the child's VmHWM; prefetch off at 1 and 16; uncapped at 1 and 16, whose
+//     tokens must equal the capped run's.
+// Then prints the medians over the rounds, with the machine's load average
+// beside them, and llama.cpp's figures from issue 5 for the same shape and
+// cap. Prints figures, never pass/fail; not a test.
+//
+//   engine_bench [--model-dir DIR | --work-dir DIR] [--runs 3] [--cap-fraction 0.3333]
+//                [--prompt-tokens 2] [--max-new-tokens 3] [--stream-run PATH]
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/disk_bench.h"
+#include "common/flags.h"
+#include "planner/checkpoint_shape.h"
+#include "planner/exact.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/generator/generator.h"
+
+namespace nightshift {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kCgroup[] = "/sys/fs/cgroup/memory/nightshift-engine-bench";
+
+// llama.cpp (mmap, 2 threads) on this shape in a 542 MiB cgroup (issue 5).
+constexpr double kLlamaStepSeconds1 = 0.96, kLlamaTokensPerSecond1 = 1.04;
+constexpr double kLlamaStepSeconds16 = 1.03, kLlamaTokensPerSecond16 = 15.5;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+bool WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  return static_cast<bool>(out.flush());
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+double LoadAverage() {
+  double load = 0;
+  std::ifstream("/proc/loadavg") >> load;
+  return load;
+}
+
+void DropCaches() {
+  sync();
+  WriteText("/proc/sys/vm/drop_caches", "3");
+}
+
+// Runs `command` and returns its standard output; empty on failure.
+std::string Capture(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return "";
+  std::string out;
+  char buffer[1 << 16];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  return pclose(pipe) == 0 ? out : "";
+}
+
+struct Config {
+  std::string name;
+  int64_t batch = 1;
+  bool capped = true;
+  bool prefetch = true;
+};
+
+struct Measured {
+  double pass_seconds = 0;  // median decode pass
+  double io_seconds = 0;    // of it, waiting for weights
+  double tokens_per_second = 0;
+  double cgroup_peak_bytes = 0;
+  double vm_hwm_bytes = 0;
+  uint64_t pass_bytes = 0;
+  nlohmann::json generated;
+};
+
+class Bench {
+ public:
+  Bench(std::string model_dir, std::string stream_run, int64_t prompt_tokens, int64_t new_tokens)
+      : model_dir_(std::move(model_dir)),
+        stream_run_(std::move(stream_run)),
+        prompt_tokens_(prompt_tokens),
+        new_tokens_(new_tokens) {}
+
+  bool SetUpCgroup(uint64_t cap) {
+    fs::create_directories(kCgroup);
+    return WriteText(std::string(kCgroup) + "/memory.limit_in_bytes", std::to_string(cap));
+  }
+
+  // One child run; false when it failed (the message is printed).
+  bool Run(const Config& c, Measured* m) {
+    DropCaches();
+    std::string command;
+    if (c.capped) {
+      WriteText(std::string(kCgroup) + "/memory.max_usage_in_bytes", "0");
+      command = "sh -c 'echo $$ > " + std::string(kCgroup) + "/tasks && exec \"$0\" \"$@\"' ";
+    }
+    command += stream_run_ + " --model-dir " + model_dir_ + " --batch " + std::to_string(c.batch) +
+               " --prompt-tokens " + std::to_string(prompt_tokens_) + " --max-new-tokens " +
+               std::to_string(new_tokens_) + " --max-context 256" +
+               (c.prefetch ? "" : " --no-prefetch");
+    const std::string out = Capture(command);
+    if (out.empty()) {
+      std::cerr << "engine_bench: failed: " << command << "\n";
+      return false;
+    }
+    nlohmann::json j = nlohmann::json::parse(out);
+    std::vector<double> decode, io;
+    for (size_t p = 1; p < j["passes"].size(); ++p) {
+      decode.push_back(j["passes"][p]["seconds"].get<double>());
+      io.push_back(j["passes"][p]["io_seconds"].get<double>());
+    }
+    m->pass_seconds = Median(decode);
+    m->io_seconds = Median(io);
+    m->tokens_per_second = static_cast<double>(c.batch) / m->pass_seconds;
+    m->pass_bytes = j["passes"].back()["bytes_read"].get<uint64_t>();
+    m->vm_hwm_bytes = j["vm_hwm_bytes"].get<double>();
+    m->cgroup_peak_bytes =
+        c.capped ? std::stod(ReadText(std::string(kCgroup) + "/memory.max_usage_in_bytes")) : 0;
+    m->generated = j["generated"];
+    return true;
+  }
+
+ private:
+  std::string model_dir_;
+  std::string stream_run_;
+  int64_t prompt_tokens_;
+  int64_t new_tokens_;
+};
+
+double Mb(double bytes) { return bytes / (1 << 20); }
+
+int Main(int argc, char** argv) {
+  std::string model_dir, work_dir = "/tmp/nightshift-engine-bench", stream_run;
+  int64_t runs = 3, prompt_tokens = 2, new_tokens = 3;
+  double cap_fraction = 1.0 / 3;
+  FlagSet flags(
+      "engine_bench [flags]",
+      "Streaming engine vs the disk's fastest read and llama.cpp, under a memory cgroup.");
+  flags.String("model-dir", &model_dir, "checkpoint to run (default: generate bench-1.7b)", "DIR");
+  flags.String("work-dir", &work_dir, "where the generated checkpoint is kept", "DIR");
+  flags.String("stream-run", &stream_run, "engine-stream-run (default: <build>/bin/)", "PATH");
+  flags.Int("runs", &runs, "rounds; medians are reported");
+  flags.Int("prompt-tokens", &prompt_tokens, "tokens per prompt");
+  flags.Int("max-new-tokens", &new_tokens,
+            "tokens per sequence (passes after the first are timed)");
+  flags.Double("cap-fraction", &cap_fraction, "memory cgroup cap as a share of the checkpoint");
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help_requested() || !parsed.ok() || runs < 1 || new_tokens < 2) {
+    std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
+    return flags.help_requested() ? 0 : 2;
+  }
+  if (stream_run.empty()) {
+    stream_run =
+        (fs::canonical("/proc/self/exe").parent_path().parent_path() / "bin" / "engine-stream-run")
+            .string();
+  }
+  if (model_dir.empty()) {
+    model_dir = work_dir + "/bench-1.7b";
+    if (!fs::exists(model_dir + "/config.json")) {
+      StatusOr<generator::CheckpointSpec> spec = generator::Preset("bench-1.7b");
+      spec->seed = 1;
+      std::cout << "writing " << model_dir << " ...\n";
+      StatusOr<generator::WriteReport> wrote = generator::WriteCheckpoint(*spec, model_dir);
+      if (!wrote.ok()) {
+        std::cerr << "engine_bench: " << wrote.status().ToString() << "\n";
+        return 1;
+      }
+    }
+  }
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(model_dir);
+  if (!ckpt.ok()) {
+    std::cerr << "engine_bench: " << ckpt.status().ToString() << "\n";
+    return 1;
+  }
+  uint64_t file_bytes = 0;
+  for (const checkpoint::FileInfo& f : ckpt->files) file_bytes += f.size;
+  const uint64_t cap = static_cast<uint64_t>(static_cast<double>(file_bytes) * cap_fraction);
+
+  Bench bench(model_dir, stream_run, prompt_tokens, new_tokens);
+  if (!bench.SetUpCgroup(cap)) {
+    std::cerr << "engine_bench: cannot set up the memory cgroup " << kCgroup
+              << " (root, cgroup v1?)\n";
+    return 1;
+  }
+  const std::vector<Config> configs = {
+      {"1 seq", 1, true, true},
+      {"4 seqs", 4, true, true},
+      {"16 seqs", 16, true, true},
+      {"64 seqs", 64, true, true},
+      {"1 seq, no prefetch", 1, true, false},
+      {"16 seqs, no prefetch", 16, true, false},
+      {"1 seq, uncapped", 1, false, true},
+      {"16 seqs, uncapped", 16, false, true},
+  };
+  std::map<std::string, std::vector<Measured>> results;
+  std::vector<double> fastest_read_seconds, loads;
+  std::map<std::string, std::vector<double>> mode_gbs;
+  bool same_tokens = true;
+
+  printf("checkpoint %s: %.3f GB in %zu file(s); cgroup cap %.0f MiB (%.2f of it)\n",
+         model_dir.c_str(), file_bytes / 1e9, ckpt->files.size(), Mb(cap), cap_fraction);
+  for (int64_t run = 0; run < runs; ++run) {
+    loads.push_back(LoadAverage());
+    DropCaches();
+    StatusOr<DiskBenchResult> disk = RunDiskBench(model_dir);
+    if (!disk.ok()) {
+      std::cerr << "engine_bench: " << disk.status().ToString() << "\n";
+      return 1;
+    }
+    double best = 0;
+    for (const DiskBenchMode& mode : disk->modes) {
+      if (!mode.ran) continue;
+      mode_gbs[mode.name].push_back(mode.gbs);
+      best = std::max(best, mode.gbs);
+    }
+    fastest_read_seconds.push_back(static_cast<double>(disk->bytes_per_mode) / (best * 1e9));
+    printf("run %lld (load %.2f): fastest read %.2f GB/s\n", static_cast<long long>(run + 1),
+           loads.back(), best);
+    for (const Config& c : configs) {
+      Measured m;
+      if (!bench.Run(c, &m)) return 1;
+      printf(
+          "  %-22s pass %.3f s (io wait %.3f)  %.2f tok/s  cgroup peak %.0f MiB  VmHWM %.0f MiB\n",
+          c.name.c_str(), m.pass_seconds, m.io_seconds, m.tokens_per_second,
+          Mb(m.cgroup_peak_bytes), Mb(m.vm_hwm_bytes));
+      fflush(stdout);
+      results[c.name].push_back(m);
+    }
+    for (const char* batch : {"1 seq", "16 seqs"}) {
+      const std::string uncapped = std::string(batch) + ", uncapped";
+      same_tokens &= results[batch].back().generated == results[uncapped].back().generated;
+    }
+  }
+
+  // The planner's footprint at each batch (context 256, this prompt length).
+  StatusOr<planner::CheckpointShape> shape = planner::ShapeOf(*ckpt);
+  auto footprint = [&](int64_t batch) {
+    planner::PlanOptions plan;
+    plan.context_k = 256 / 1024.0;
+    plan.batch = batch;
+    plan.prompt_tokens = prompt_tokens;
+    return planner::ExactSizing(*shape, plan, planner::Device::kCpu).resident_gb * 1e9;
+  };
+  const double read_seconds = Median(fastest_read_seconds);
+  printf(
+      "\nmedians of %lld runs; load average at their starts: median %.2f (max %.2f) on %ld cores\n",
+      static_cast<long long>(runs), Median(loads), *std::max_element(loads.begin(), loads.end()),
+      sysconf(_SC_NPROCESSORS_ONLN));
+  printf("disk, cold:");
+  for (const auto& [name, gbs] : mode_gbs) printf("  %s %.2f GB/s;", name.c_str(), Median(gbs));
+  printf("\nfastest cold read of the files: %.3f s\n\n", read_seconds);
+  printf("%-22s %9s %9s %9s %9s %11s %9s %11s\n", "", "pass s", "/ read", "tok/s", "io wait",
+         "cgroup MiB", "VmHWM MiB", "planner MiB");
+  for (const Config& c : configs) {
+    std::vector<double> pass, tps, io, peak, hwm;
+    for (const Measured& m : results[c.name]) {
+      pass.push_back(m.pass_seconds);
+      tps.push_back(m.tokens_per_second);
+      io.push_back(m.io_seconds);
+      peak.push_back(m.cgroup_peak_bytes);
+      hwm.push_back(m.vm_hwm_bytes);
+    }
+    printf("%-22s %9.3f %9.2f %9.2f %9.3f %11.0f %9.0f %11.0f\n", c.name.c_str(), Median(pass),
+           Median(pass) / read_seconds, Median(tps), Median(io), Mb(Median(peak)), Mb(Median(hwm)),
+           Mb(footprint(c.batch)));
+  }
+  auto pass_of = [&](const std::string& name) {
+    std::vector<double> v;
+    for (const Measured& m : results[name]) v.push_back(m.pass_seconds);
+    return Median(v);
+  };
+  printf("\nprefetch on/off: 1 seq %.3f / %.3f s, 16 seqs %.3f / %.3f s\n", pass_of("1 seq"),
+         pass_of("1 seq, no prefetch"), pass_of("16 seqs"), pass_of("16 seqs, no prefetch"));
+  printf(
+      "llama.cpp, same shape, 542 MiB cgroup (issue 5): 1 seq %.2f s/step = %.2f tok/s; 16 seqs "
+      "%.2f s/step = %.1f tok/s\n",
+      kLlamaStepSeconds1, kLlamaTokensPerSecond1, kLlamaStepSeconds16, kLlamaTokensPerSecond16);
+  printf(
+      "ours, %.0f MiB cgroup: 1 seq %.3f s/step = %.2f tok/s; 16 seqs %.3f s/step = %.1f tok/s; "
+      "64 seqs %.3f s/step = %.1f tok/s\n",
+      Mb(cap), pass_of("1 seq"), 1 / pass_of("1 seq"), pass_of("16 seqs"), 16 / pass_of("16 seqs"),
+      pass_of("64 seqs"), 64 / pass_of("64 seqs"));
+  printf("same tokens capped and uncapped (1 and 16 seqs, every run): %s\n",
+         same_tokens ? "yes" : "NO");
+  printf("one pass reads %.3f GB of the %.3f GB of files\n",
+         results["1 seq"].back().pass_bytes / 1e9, file_bytes / 1e9);
+  return 0;
+}
+
+}  // namespace
+}  // namespace nightshift
+
+int main(int argc, char** argv) { return nightshift::Main(argc, argv); }
