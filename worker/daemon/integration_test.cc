@@ -60,14 +60,16 @@ class WorkerIntegrationTest : public ::testing::Test {
     }
   }
 
-  std::string StartScheduler() {
+  std::string StartScheduler(const std::string& listen = "127.0.0.1:0",
+                             const std::string& lease_seconds = "5") {
     auto p = Process::Start(
-        {Bin("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db", dir_.file("state.db"),
-         "--lease-seconds", "5", "--heartbeat-seconds", "0.2"},
+        {Bin("nightshift-scheduler"), "--listen", listen, "--db", dir_.file("state.db"),
+         "--lease-seconds", lease_seconds, "--heartbeat-seconds", "0.2"},
         dir_.file("scheduler.log"));
     EXPECT_NE(p, nullptr);
     const std::string line = p->WaitForLine("listening on", 20);
     EXPECT_FALSE(line.empty()) << p->Log();
+    scheduler_ = p.get();
     processes_.push_back(std::move(p));
     const size_t at = line.find("listening on ") + 13;
     return line.substr(at, line.find(' ', at) - at);
@@ -157,6 +159,7 @@ class WorkerIntegrationTest : public ::testing::Test {
   TempDir dir_;
   std::string model_dir_;
   std::vector<std::unique_ptr<Process>> processes_;
+  Process* scheduler_ = nullptr;
 };
 
 // The same job run on the engine directly, in one batch like the worker's.
@@ -325,6 +328,36 @@ TEST_F(WorkerIntegrationTest, SigtermDrainsMidBatchAndAnotherWorkerFinishes) {
   EXPECT_EQ(job.worker_id(), "w2");
   second->Signal(SIGTERM);
   EXPECT_EQ(second->Wait(20), 0);
+}
+
+TEST_F(WorkerIntegrationTest, ResultsFinishedWhileTheSchedulerIsDownAreSentOnReconnect) {
+  // A lease long enough to outlast the restart and the reconnect backoff.
+  const std::string address = StartScheduler("127.0.0.1:0", "60");
+  Process* worker =
+      StartWorker(address, "w1", {"--read-bandwidth", "1e9", "--min-pass-seconds", "0.2"});
+  int64_t submission = 0;
+  {
+    auto stub = Jobs(address);
+    submission = Submit(stub.get(), {Completion("short", "Once upon a time", 5)});
+  }
+  ASSERT_TRUE(WaitForLog(worker, "pass 1:", 30));
+  scheduler_->Signal(SIGKILL);
+  scheduler_->Wait(10);
+  // The batch goes on without the scheduler; its result waits.
+  ASSERT_TRUE(WaitForLog(worker, "results kept for the reconnect: 1 jobs", 10)) << worker->Log();
+  StartScheduler(address, "60");  // same database, same address
+  auto stub = Jobs(address);
+  ASSERT_TRUE(Done(stub.get(), submission, 60)) << worker->Log();
+  const v1::Job job = ListJobs(stub.get(), submission)[0];
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  EXPECT_EQ(job.attempt(), 0);  // the lease held: nothing ran twice
+  EXPECT_EQ(job.output().completion_tokens(), 5);
+  const std::string log = worker->Log();
+  EXPECT_NE(log.find("connection to the scheduler lost"), std::string::npos);
+  EXPECT_NE(log.find("session 2"), std::string::npos);
+  EXPECT_LT(log.find("session 2"), log.find("results sent: 1 jobs")) << log;
+  worker->Signal(SIGTERM);
+  EXPECT_EQ(worker->Wait(20), 0);
 }
 
 TEST_F(WorkerIntegrationTest, ACheckpointCorruptedAfterTheAdvertFailsItsJobsAndTheWorkerStaysUp) {

@@ -16,6 +16,12 @@ std::string Describe(const grpc::Status& status) {
   return status.ok() ? "stream closed" : status.error_message();
 }
 
+// "3 jobs of batch 7".
+std::string Summary(const v1::JobResults& results) {
+  const int64_t batch = results.results_size() > 0 ? results.results(0).batch_id() : 0;
+  return std::to_string(results.results_size()) + " jobs of batch " + std::to_string(batch);
+}
+
 }  // namespace
 
 Session::Session(SessionOptions options, Worker* worker)
@@ -168,7 +174,17 @@ v1::WorkerMessage Session::Hello() const {
   v1::WorkerMessage m;
   v1::WorkerHello* hello = m.mutable_hello();
   wire::ToProto(info, hello);
-  for (int64_t batch : worker_->RunningBatches()) hello->add_running_batches(batch);
+  // Batches still running here, and batches whose results wait in the
+  // queue: the scheduler keeps their leases, so the results count.
+  std::set<int64_t> batches;
+  for (int64_t batch : worker_->RunningBatches()) batches.insert(batch);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const v1::WorkerMessage& m : queue_) {
+      for (const auto& r : m.results().results()) batches.insert(r.batch_id());
+    }
+  }
+  for (int64_t batch : batches) hello->add_running_batches(batch);
   hello->set_open_model(worker_->OpenModel());
   hello->set_version(options_.version);
   return m;
@@ -182,6 +198,9 @@ bool Session::Write(const v1::WorkerMessage& message) {
 void Session::Queue(v1::WorkerMessage message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!connected_ && message.has_results()) {
+      LogLine("results kept for the reconnect: " + Summary(message.results()));
+    }
     queue_.push_back(std::move(message));
   }
   Flush();
@@ -197,6 +216,7 @@ void Session::Flush() {
       next = queue_.front();
     }
     if (!Write(next)) return;  // the stream broke: kept for the next attach
+    if (next.has_results()) LogLine("results sent: " + Summary(next.results()));
     std::lock_guard<std::mutex> lock(mu_);
     queue_.pop_front();
     cv_.notify_all();

@@ -12,8 +12,10 @@
 // As the Worker's SchedulerLink: pass reports are written when connected and
 // dropped otherwise; results, hand-backs and withdrawals are queued and
 // written in order as soon as a stream is attached, so results finished
-// while the scheduler was away are sent on reconnect (its lease rules decide
-// whether they count).
+// while the scheduler was away are sent on reconnect. The hello of a
+// reconnect lists the batch still running and every batch with queued
+// results, so the scheduler keeps those leases (its lease rules decide
+// whether the results count: a lease that expired meanwhile refuses them).
 //
 // Thread-safety: the SchedulerLink methods may be called from any thread;
 // Start and Stop from the owning thread, once each.

@@ -254,11 +254,7 @@ void Worker::ReportPass(const PassOutcome& pass) {
        << " sequences, " << p.tokens << " tokens, mode " << p.mode << ", " << pass.finished.size()
        << " finished";
   LogLine(line.str());
-  if (!pass.finished.empty()) {
-    LogLine("results sent: " + std::to_string(pass.finished.size()) + " jobs of batch " +
-            std::to_string(p.batch_id));
-    link_->SendResults(pass.finished);
-  }
+  if (!pass.finished.empty()) link_->SendResults(pass.finished);
 }
 
 }  // namespace nightshift::worker
