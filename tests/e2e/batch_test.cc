@@ -1,0 +1,278 @@
+// The whole product on loopback: a real scheduler, two real workers, two
+// generated models with real tokenizers, 200 jobs (completions, chat,
+// classification) submitted as an OpenAI Batch file with `nightshift submit`,
+// watched with `nightshift watch` and exported with `nightshift results`.
+// Every job succeeds exactly once, and every output is what the engine gives
+// when run directly (`nightshift run`) on the same prompt token ids:
+// greedy tokens equal except where the top-2 margin at that step is below
+// kMarginTolerance, label log-probabilities within kLogprobTolerance.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "scheduler/prompt_encoder.h"
+#include "scheduler/test_util.h"
+#include "tests/e2e/cluster.h"
+
+namespace nightshift::e2e {
+namespace {
+
+using scheduler::testing::TempDir;
+
+// Batches differ in size and composition between the workers and the
+// direct run, so float sums differ in their last bits: a near-tie may flip.
+constexpr double kMarginTolerance = 1e-3;
+constexpr double kLogprobTolerance = 1e-3;
+
+const std::vector<std::string> kLabels = {" yes", " no", " maybe"};
+
+// One job as submitted and as the scheduler sees it.
+struct Job {
+  json line;
+  scheduler::JobSpec spec;
+};
+
+// 100 jobs per model, interleaved: per 10, four completions, three chats,
+// three classifications; generation asks for 3 or 6 tokens.
+std::vector<Job> MakeJobs() {
+  const std::vector<std::string> topics = {"the sea",  "a red fox", "old clocks", "rain",
+                                           "a garden", "trains",    "the moon"};
+  std::vector<Job> jobs;
+  for (int i = 0; i < 200; ++i) {
+    const std::string model = i % 2 == 0 ? kLlama : kQwen;
+    const std::string id = "job-" + std::to_string(i);
+    const std::string topic = topics[i % topics.size()] + " #" + std::to_string(i);
+    const int max_tokens = i % 4 < 2 ? 3 : 6;
+    Job job;
+    job.spec.custom_id = id;
+    job.spec.model = model;
+    job.spec.max_new_tokens = max_tokens;
+    switch (i / 2 % 10) {
+      case 0:
+      case 1:
+      case 2:
+      case 3:
+        job.line = CompletionLine(id, model, "Once upon a time, " + topic, max_tokens);
+        job.spec.prompt_text = "Once upon a time, " + topic;
+        break;
+      case 4:
+      case 5:
+      case 6:
+        job.line = ChatLine(id, model, "Tell me about " + topic + ".", max_tokens);
+        job.spec.endpoint = scheduler::Endpoint::kChatCompletions;
+        job.spec.prompt_kind = scheduler::PromptKind::kChat;
+        job.spec.messages = {{"user", "Tell me about " + topic + "."}};
+        break;
+      default:
+        job.line = ClassifyLine(id, model, "Is " + topic + " nice? Answer:", kLabels);
+        job.spec.prompt_text = "Is " + topic + " nice? Answer:";
+        job.spec.labels = kLabels;
+        break;
+    }
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+// The model's tokenizer files as a worker uploads them.
+scheduler::TokenizerFiles TokenizerFilesOf(const std::string& model_dir) {
+  scheduler::TokenizerFiles files;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "chat_template.jinja", "chat_template.json"}) {
+    if (std::filesystem::exists(model_dir + "/" + name)) {
+      files.files[name] = ReadFile(model_dir + "/" + name);
+    }
+  }
+  return files;
+}
+
+std::string JoinIds(const std::vector<int32_t>& ids, const char* separator = ",") {
+  std::string out;
+  for (int32_t id : ids) out += (out.empty() ? "" : separator) + std::to_string(id);
+  return out;
+}
+
+// What `nightshift run` gives for one job.
+struct Expected {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> generated;
+  std::string finish_reason;
+  std::vector<double> label_logprobs;
+};
+
+// Runs the engine directly on every job: one `nightshift run` per model and
+// max_tokens for generation, one per model and label token ids for
+// classification. Fills `expected` by custom_id; failures are test failures.
+class Reference {
+ public:
+  Reference(const std::string& models_root, const std::string& scratch)
+      : root_(models_root), scratch_(scratch) {}
+
+  void Add(const Job& job) {
+    auto& encoder = encoders_[job.spec.model];
+    if (encoder == nullptr) {
+      auto created = scheduler::PromptEncoder::Create(
+          TokenizerFilesOf(root_ + "/" + job.spec.model), scratch_ + "/cache");
+      ASSERT_TRUE(created.ok()) << created.status().ToString();
+      encoder = *created;
+    }
+    auto tokens = encoder->Encode(job.spec);
+    ASSERT_TRUE(tokens.ok()) << job.spec.custom_id << ": " << tokens.status().ToString();
+    expected_[job.spec.custom_id].prompt = tokens->prompt;
+    std::string group_key = job.spec.model + " ";
+    if (tokens->labels.empty()) {
+      group_key += "--max-new-tokens " + std::to_string(job.spec.max_new_tokens);
+    } else {
+      std::string labels;
+      for (const auto& label : tokens->labels)
+        labels += (labels.empty() ? "" : ";") + JoinIds(label);
+      group_key += "--labels '" + labels + "'";
+    }
+    groups_[group_key].push_back(job.spec.custom_id);
+  }
+
+  void Run() {
+    for (const auto& [key, ids] : groups_) {
+      const size_t space = key.find(' ');
+      std::string command = BinPath("nightshift") + " run --json --model-dir " + root_ + "/" +
+                            key.substr(0, space) + " " + key.substr(space + 1);
+      for (const std::string& id : ids) command += " --ids " + JoinIds(expected_[id].prompt);
+      Outcome run = Shell(command, scratch_ + "/run-stderr.txt", 120);
+      ASSERT_EQ(run.code, 0) << command << "\n" << run.err;
+      json doc = json::parse(run.out, nullptr, false);
+      ASSERT_TRUE(doc.is_object()) << run.out;
+      const json& sequences = doc["sequences"];
+      ASSERT_EQ(sequences.size(), ids.size()) << run.out;
+      for (size_t i = 0; i < ids.size(); ++i) Fill(sequences[i], &expected_[ids[i]]);
+    }
+  }
+
+  const Expected& operator[](const std::string& custom_id) { return expected_[custom_id]; }
+
+ private:
+  static void Fill(const json& sequence, Expected* out) {
+    ASSERT_EQ(sequence["prompt_ids"].get<std::vector<int32_t>>(), out->prompt);
+    if (sequence.contains("labels")) {
+      for (const json& label : sequence["labels"]) {
+        out->label_logprobs.push_back(label["logprob"]);
+      }
+    } else {
+      out->generated = sequence["generated_ids"].get<std::vector<int32_t>>();
+      out->finish_reason = sequence["finish_reason"];
+    }
+  }
+
+  std::string root_;
+  std::string scratch_;
+  std::map<std::string, std::shared_ptr<const scheduler::PromptEncoder>> encoders_;
+  std::map<std::string, Expected> expected_;
+  std::map<std::string, std::vector<std::string>> groups_;  // run flags -> custom_ids
+};
+
+// Compares one generation job's tokens; returns whether they differ at a
+// near-tie (allowed), fails the test when they differ otherwise.
+bool CheckGenerated(const std::string& custom_id, const json& output, const Expected& expected) {
+  const std::vector<int32_t> got = output.value("token_ids", std::vector<int32_t>{});
+  const json logprobs = output.value("logprobs", json::array());
+  EXPECT_EQ(logprobs.size(), got.size()) << custom_id << ": a logprob per token";
+  for (size_t k = 0; k < got.size() && k < expected.generated.size(); ++k) {
+    if (got[k] == expected.generated[k]) continue;
+    double margin = 1e9;
+    if (k < logprobs.size() && logprobs[k]["top"].size() >= 2) {
+      margin =
+          logprobs[k]["top"][0].value("logprob", 0.0) - logprobs[k]["top"][1].value("logprob", 0.0);
+    }
+    EXPECT_LT(margin, kMarginTolerance)
+        << custom_id << ": token " << k << " is " << got[k] << ", the engine run directly gave "
+        << expected.generated[k] << "; worker " << JoinIds(got) << ", direct "
+        << JoinIds(expected.generated);
+    return true;
+  }
+  EXPECT_EQ(got, expected.generated) << custom_id;
+  EXPECT_EQ(output.value("finish_reason", ""), expected.finish_reason) << custom_id;
+  return false;
+}
+
+TEST(BatchEndToEndTest, TwoHundredJobsTwoModelsTwoWorkersMatchTheEngineRunDirectly) {
+  TempDir dir;
+  const std::string root = dir.file("models");
+  std::filesystem::create_directories(root);
+  ASSERT_EQ(MakeCheckpoint(LlamaMini(), root + "/" + kLlama), "");
+  ASSERT_EQ(MakeCheckpoint(QwenMini(), root + "/" + kQwen), "");
+
+  Cluster cluster(dir.path());
+  ASSERT_EQ(cluster.StartScheduler(/*lease_seconds=*/10), "");
+  for (const char* id : {"w1", "w2"}) {
+    ASSERT_NE(cluster.StartWorker(id, {root}, {"--max-batch-jobs", "25"}), nullptr);
+  }
+  for (const char* id : {"w1", "w2"}) {
+    ASSERT_TRUE(cluster.WaitForWorker(id, {kLlama, kQwen}, 60)) << cluster.Logs();
+  }
+
+  const std::vector<Job> jobs = MakeJobs();
+  std::vector<json> lines;
+  for (const Job& job : jobs) lines.push_back(job.line);
+  const int64_t id = cluster.Submit(WriteJsonLines(dir.file("batch.jsonl"), lines));
+  ASSERT_GT(id, 0) << cluster.last_error();
+
+  // The direct runs go while the cluster works.
+  Reference reference(root, dir.path());
+  for (const Job& job : jobs) reference.Add(job);
+  reference.Run();
+
+  Outcome watch = cluster.Nightshift("watch " + std::to_string(id), 150);
+  EXPECT_EQ(watch.code, 0) << watch.out << watch.err << cluster.Logs();
+  EXPECT_NE(watch.out.find("done: 200 succeeded, 0 failed, 0 cancelled"), std::string::npos)
+      << watch.out;
+
+  const std::string out_file = dir.file("results.jsonl");
+  Outcome results = cluster.Nightshift("results " + std::to_string(id) + " -o " + out_file);
+  ASSERT_EQ(results.code, 0) << results.err;
+  std::vector<json> rows = JsonLines(ReadFile(out_file));
+  ASSERT_EQ(rows.size(), jobs.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["custom_id"], jobs[i].spec.custom_id) << "input order";
+    EXPECT_TRUE(seen.insert(rows[i].value("custom_id", "")).second) << rows[i];
+    EXPECT_TRUE(rows[i]["error"].is_null()) << rows[i];
+    EXPECT_EQ(rows[i]["response"]["status_code"], 200) << rows[i];
+  }
+
+  // The store's view: outputs with token ids and logprobs.
+  std::vector<json> stored = cluster.ListJobs(id);
+  ASSERT_EQ(stored.size(), jobs.size());
+  std::map<std::string, const Job*> by_custom_id;
+  for (const Job& job : jobs) by_custom_id[job.spec.custom_id] = &job;
+  std::set<std::string> workers;
+  int near_ties = 0;
+  for (const json& row : stored) {
+    const std::string custom_id = row.value("custom_id", "");
+    ASSERT_EQ(by_custom_id.count(custom_id), 1u) << row;
+    const Job& job = *by_custom_id[custom_id];
+    const Expected& expected = reference[custom_id];
+    EXPECT_EQ(row["state"], "JOB_STATE_SUCCEEDED") << row;
+    EXPECT_EQ(Int(row["prompt_tokens"]), static_cast<int64_t>(expected.prompt.size())) << row;
+    workers.insert(row.value("worker_id", ""));
+    const json& output = row["output"];
+    if (job.spec.labels.empty()) {
+      near_ties += CheckGenerated(custom_id, output, expected);
+      continue;
+    }
+    const json& labels = output["labels"];
+    ASSERT_EQ(labels.size(), kLabels.size()) << row;
+    for (size_t l = 0; l < kLabels.size(); ++l) {
+      EXPECT_EQ(labels[l]["label"], kLabels[l]);
+      EXPECT_NEAR(labels[l].value("logprob", 0.0), expected.label_logprobs[l], kLogprobTolerance)
+          << custom_id << " label " << l;
+    }
+  }
+  EXPECT_EQ(workers, (std::set<std::string>{"w1", "w2"})) << "both workers ran jobs";
+  EXPECT_LE(near_ties, 5) << "near-ties should be rare with random but peaked logits";
+  if (HasFailure()) std::cerr << cluster.Logs();
+}
+
+}  // namespace
+}  // namespace nightshift::e2e

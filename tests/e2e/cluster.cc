@@ -1,0 +1,354 @@
+#include "tests/e2e/cluster.h"
+
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "scheduler/client.h"
+
+namespace nightshift::e2e {
+
+namespace {
+
+std::string Env(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : fallback;
+}
+
+// A message as the CLI's --json prints it; null when it cannot be printed.
+json ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(message, &text, options).ok()) return json();
+  return json::parse(text, nullptr, false);
+}
+
+// A context for one polling call: 10 s at most.
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return context;
+}
+
+// Single-quotes `text` for /bin/sh.
+std::string Quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string Join(const std::vector<std::string>& words) {
+  std::string line;
+  for (const std::string& w : words) line += (line.empty() ? "" : " ") + Quote(w);
+  return line;
+}
+
+}  // namespace
+
+std::string BinPath(const std::string& name) {
+  return Env("NIGHTSHIFT_BIN_DIR", "build/bin") + "/" + name;
+}
+
+std::string DataPath(const std::string& path) {
+  return Env("NIGHTSHIFT_TEST_DATA", "tests/data") + "/" + path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<json> JsonLines(const std::string& text) {
+  std::vector<json> values;
+  for (const std::string& line : Lines(text)) {
+    json value = json::parse(line, nullptr, false);
+    values.push_back(value.is_discarded() ? json(line) : value);
+  }
+  return values;
+}
+
+std::string WriteJsonLines(const std::string& path, const std::vector<json>& lines) {
+  std::ofstream out(path);
+  for (const json& line : lines) out << line.dump() << "\n";
+  return path;
+}
+
+Outcome Shell(const std::string& command_line, const std::string& stderr_path,
+              double timeout_seconds) {
+  const std::string command = "timeout -k 5 " + std::to_string(timeout_seconds) + " " +
+                              command_line + " 2>" + Quote(stderr_path);
+  Outcome run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
+  const int status = pclose(pipe);
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.err = ReadFile(stderr_path);
+  return run;
+}
+
+bool WaitUntil(const std::function<bool()>& done, double timeout_seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+std::string MakeCheckpoint(const ModelShape& shape, const std::string& out_dir) {
+  std::error_code error;
+  std::filesystem::create_directories(std::filesystem::path(out_dir).parent_path(), error);
+  if (error) return "creating the parent of " + out_dir + ": " + error.message();
+  std::vector<std::string> argv = {BinPath("nightshift"),
+                                   "make-checkpoint",
+                                   "--arch",
+                                   shape.arch,
+                                   "--hidden",
+                                   std::to_string(shape.hidden),
+                                   "--layers",
+                                   std::to_string(shape.layers),
+                                   "--heads",
+                                   std::to_string(shape.heads),
+                                   "--kv-heads",
+                                   std::to_string(shape.kv_heads),
+                                   "--intermediate",
+                                   std::to_string(shape.intermediate),
+                                   "--dtype",
+                                   "f32",
+                                   "--tokenizer",
+                                   shape.tokenizer_dir,
+                                   "--seed",
+                                   std::to_string(shape.seed),
+                                   "--out",
+                                   out_dir};
+  if (shape.tie_embeddings) argv.push_back("--tie-embeddings");
+  Outcome run = Shell(Join(argv) + " >/dev/null", out_dir + ".make-checkpoint.log", 120);
+  if (run.code != 0) return "make-checkpoint exit " + std::to_string(run.code) + ": " + run.err;
+  if (!shape.chat_template_file.empty()) {
+    std::filesystem::copy_file(shape.chat_template_file, out_dir + "/chat_template.jinja", error);
+    if (error) return "copying the chat template: " + error.message();
+  }
+  return "";
+}
+
+ModelShape LlamaMini() {
+  ModelShape shape;
+  shape.arch = "llama";
+  shape.tokenizer_dir = DataPath("tokenizers/mistral7b");
+  shape.chat_template_file = DataPath("chat-templates/mistral7b_instruct/template.jinja");
+  shape.seed = 11;
+  return shape;
+}
+
+ModelShape QwenMini() {
+  ModelShape shape;
+  shape.arch = "qwen3";
+  shape.tie_embeddings = true;
+  shape.tokenizer_dir = DataPath("tokenizers/qwen3");  // its tokenizer_config has the template
+  shape.seed = 12;
+  return shape;
+}
+
+namespace {
+
+json Request(const std::string& custom_id, const std::string& url, json body) {
+  return {{"custom_id", custom_id}, {"method", "POST"}, {"url", url}, {"body", std::move(body)}};
+}
+
+}  // namespace
+
+json CompletionLine(const std::string& custom_id, const std::string& model,
+                    const std::string& prompt, int max_tokens) {
+  return Request(custom_id, "/v1/completions",
+                 {{"model", model},
+                  {"prompt", prompt},
+                  {"max_tokens", max_tokens},
+                  {"temperature", 0},
+                  {"logprobs", 2}});
+}
+
+json ChatLine(const std::string& custom_id, const std::string& model,
+              const std::string& user_message, int max_tokens) {
+  return Request(custom_id, "/v1/chat/completions",
+                 {{"model", model},
+                  {"messages", {{{"role", "user"}, {"content", user_message}}}},
+                  {"max_tokens", max_tokens},
+                  {"temperature", 0},
+                  {"logprobs", true},
+                  {"top_logprobs", 2}});
+}
+
+json ClassifyLine(const std::string& custom_id, const std::string& model, const std::string& prompt,
+                  const std::vector<std::string>& labels) {
+  return Request(custom_id, "/v1/completions",
+                 {{"model", model}, {"prompt", prompt}, {"labels", labels}});
+}
+
+int64_t Int(const json& value) {
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_string()) return std::strtoll(value.get<std::string>().c_str(), nullptr, 10);
+  return 0;
+}
+
+Cluster::Cluster(std::string dir) : dir_(std::move(dir)) {}
+
+Cluster::~Cluster() = default;  // each Process kills and reaps its child
+
+std::string Cluster::StartScheduler(double lease_seconds, const std::string& listen) {
+  const std::string log = file("scheduler-" + std::to_string(++scheduler_starts_) + ".log");
+  scheduler_ = Process::Start(
+      {BinPath("nightshift-scheduler"), "--listen", listen, "--db", file("state.db"),
+       "--lease-seconds", std::to_string(lease_seconds), "--heartbeat-seconds", "0.2"},
+      log);
+  if (scheduler_ == nullptr) return "cannot spawn " + BinPath("nightshift-scheduler");
+  const std::string line = scheduler_->WaitForLine("listening on", 30);
+  if (line.empty()) return "the scheduler did not start:\n" + scheduler_->Log();
+  const size_t at = line.find("listening on ") + 13;
+  address_ = line.substr(at, line.find(' ', at) - at);
+  auto channel = scheduler::Connect({address_, "", false, ""});
+  if (!channel.ok()) return "connecting to the scheduler: " + channel.status().ToString();
+  jobs_ = v1::JobService::NewStub(*channel);
+  return "";
+}
+
+void Cluster::KillScheduler() {
+  if (scheduler_ == nullptr) return;
+  scheduler_->Signal(SIGKILL);
+  scheduler_->Wait(10);
+}
+
+Process* Cluster::StartWorker(const std::string& id, const std::vector<std::string>& model_roots,
+                              const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {BinPath("nightshift-worker"),
+                                   "--scheduler",
+                                   address_,
+                                   "--id",
+                                   id,
+                                   "--device",
+                                   "cpu",
+                                   "--threads",
+                                   "1",
+                                   "--read-bandwidth",
+                                   "1000000000",
+                                   "--state-dir",
+                                   file(id + "-state")};
+  for (const std::string& root : model_roots) {
+    argv.push_back("--model-root");
+    argv.push_back(root);
+  }
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  std::unique_ptr<Process> p = Process::Start(argv, file(id + ".log"));
+  Process* raw = p.get();
+  if (p != nullptr) workers_[id] = std::move(p);
+  return raw;
+}
+
+Process* Cluster::worker(const std::string& id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : it->second.get();
+}
+
+bool Cluster::WaitForWorker(const std::string& id, const std::vector<std::string>& models,
+                            double timeout_seconds) {
+  return WaitUntil(
+      [&] {
+        for (const json& w : Workers().value("workers", json::array())) {
+          if (w.value("id", "") != id || !w.value("connected", false)) continue;
+          size_t advertised = 0;
+          for (const json& m : w.value("models", json::array())) {
+            for (const std::string& name : models) advertised += m.value("name", "") == name;
+          }
+          return advertised == models.size();
+        }
+        return false;
+      },
+      timeout_seconds);
+}
+
+Outcome Cluster::Nightshift(const std::string& args, double timeout_seconds) const {
+  return Shell("env NIGHTSHIFT_CONFIG=/nonexistent NIGHTSHIFT_TOKEN= " +
+                   Quote(BinPath("nightshift")) + " " + args + " --scheduler " + address_,
+               file("cli-stderr.txt"), timeout_seconds);
+}
+
+int64_t Cluster::Submit(const std::string& batch_file) {
+  Outcome run = Nightshift("submit " + Quote(batch_file) + " --json");
+  json reply = json::parse(run.out, nullptr, false);
+  if (run.code != 0 || !reply.is_object()) {
+    last_error_ = "submit exit " + std::to_string(run.code) + ": " + run.err + run.out;
+    return 0;
+  }
+  return reply.value("submission_id", int64_t{0});
+}
+
+json Cluster::Status(int64_t submission) const {
+  Outcome run = Nightshift("status " + std::to_string(submission) + " --json", 30);
+  json reply = json::parse(run.out, nullptr, false);
+  return run.code == 0 && reply.is_object() ? reply : json();
+}
+
+json Cluster::Workers() const {
+  v1::ListWorkersResponse response;
+  if (jobs_ == nullptr || !jobs_->ListWorkers(Context().get(), {}, &response).ok()) return json();
+  return ToJson(response);
+}
+
+json Cluster::Submission(int64_t submission) const {
+  v1::GetSubmissionRequest request;
+  request.set_submission_id(submission);
+  v1::Submission response;
+  if (jobs_ == nullptr || !jobs_->GetSubmission(Context().get(), request, &response).ok()) {
+    return json();
+  }
+  return ToJson(response);
+}
+
+std::vector<json> Cluster::ListJobs(int64_t submission) const {
+  v1::ListJobsRequest request;
+  request.set_submission_id(submission);
+  request.set_page_size(1000);
+  request.set_with_output(true);
+  std::vector<json> jobs;
+  do {
+    v1::ListJobsResponse response;
+    if (jobs_ == nullptr || !jobs_->ListJobs(Context().get(), request, &response).ok()) return {};
+    for (const v1::Job& job : response.jobs()) jobs.push_back(ToJson(job));
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  return jobs;
+}
+
+std::string Cluster::Logs() const {
+  std::string logs;
+  for (int i = 1; i <= scheduler_starts_; ++i) {
+    const std::string name = "scheduler-" + std::to_string(i) + ".log";
+    logs += "---- " + name + ":\n" + ReadFile(file(name));
+  }
+  for (const auto& [id, p] : workers_) logs += "---- worker " + id + ":\n" + p->Log();
+  return logs;
+}
+
+}  // namespace nightshift::e2e
