@@ -54,58 +54,87 @@ NS_TARGET inline float Sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// N rows of x (stride in) times one weight row: y[t * y_stride].
-template <DType D, int N>
+// N rows of x (stride in) times R consecutive weight rows (stride in
+// elements): y[t * y_stride + r]. Each step widens R slices of 8 weights
+// once and multiplies them into all N rows; R x N x U accumulators (U
+// slices per step when R x N is small) hide the FMA latency.
+template <DType D, int R, int N>
 NS_TARGET void Tile(const float* x, int64_t in, const unsigned char* w, float* y,
                     int64_t y_stride) {
   constexpr int64_t kElem = D == DType::kF32 ? 4 : 2;
-  __m256 acc[N][2];
-  for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= in; i += 16) {
-    const __m256 w0 = Load8<D>(w + i * kElem);
-    const __m256 w1 = Load8<D>(w + (i + 8) * kElem);
+  constexpr int U = R * N >= 4 ? 1 : 2;
+  __m256 acc[R][N][U];
+  for (int r = 0; r < R; ++r) {
     for (int t = 0; t < N; ++t) {
-      acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * in + i), acc[t][0]);
-      acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * in + i + 8), acc[t][1]);
+      for (int u = 0; u < U; ++u) acc[r][t][u] = _mm256_setzero_ps();
     }
   }
-  float tail[N] = {};
-  for (; i < in; ++i) {
-    float wi;
-    ConvertToFloat(w + i * kElem, D, 1, &wi);
-    for (int t = 0; t < N; ++t) tail[t] += wi * x[t * in + i];
+  int64_t i = 0;
+  for (; i + 8 * U <= in; i += 8 * U) {
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) {
+      __m256 wv[R];
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) wv[r] = Load8<D>(w + (r * in + i + 8 * u) * kElem);
+#pragma GCC unroll 4
+      for (int t = 0; t < N; ++t) {
+        const __m256 xv = _mm256_loadu_ps(x + t * in + i + 8 * u);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) acc[r][t][u] = _mm256_fmadd_ps(wv[r], xv, acc[r][t][u]);
+      }
+    }
   }
-  for (int t = 0; t < N; ++t) y[t * y_stride] = Sum8(_mm256_add_ps(acc[t][0], acc[t][1])) + tail[t];
+  float tail[R][N] = {};
+  for (; i < in; ++i) {
+    for (int r = 0; r < R; ++r) {
+      float wi;
+      ConvertToFloat(w + (r * in + i) * kElem, D, 1, &wi);
+      for (int t = 0; t < N; ++t) tail[r][t] += wi * x[t * in + i];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < N; ++t) {
+      __m256 sum = acc[r][t][0];
+      for (int u = 1; u < U; ++u) sum = _mm256_add_ps(sum, acc[r][t][u]);
+      y[t * y_stride + r] = Sum8(sum) + tail[r][t];
+    }
+  }
+}
+
+// All rows of x times R weight rows starting at `w`, four rows of x at a time.
+template <DType D, int R>
+NS_TARGET void RowBlock(const float* x, int64_t rows, int64_t in, const unsigned char* w, float* y,
+                        int64_t y_stride) {
+  for (int64_t t = 0; t < rows; t += 4) {
+    const float* xt = x + t * in;
+    float* yt = y + t * y_stride;
+    switch (std::min<int64_t>(4, rows - t)) {
+      case 1:
+        Tile<D, R, 1>(xt, in, w, yt, y_stride);
+        break;
+      case 2:
+        Tile<D, R, 2>(xt, in, w, yt, y_stride);
+        break;
+      case 3:
+        Tile<D, R, 3>(xt, in, w, yt, y_stride);
+        break;
+      default:
+        Tile<D, R, 4>(xt, in, w, yt, y_stride);
+        break;
+    }
+  }
 }
 
 template <DType D>
 NS_TARGET void FastMatmul(const float* x, int64_t rows, int64_t in, const unsigned char* weight,
                           int64_t out_begin, int64_t out_end, float* y, int64_t y_stride) {
   constexpr int64_t kElem = D == DType::kF32 ? 4 : 2;
-  for (int64_t o = out_begin; o < out_end; ++o) {
-    const unsigned char* w = weight + o * in * kElem;
-    // Four rows of x at a time: eight accumulators hide the FMA latency and
-    // the weight row stays in L1 between tiles.
-    for (int64_t t = 0; t < rows; t += 4) {
-      const float* xt = x + t * in;
-      float* yt = y + t * y_stride + o;
-      switch (std::min<int64_t>(4, rows - t)) {
-        case 1:
-          Tile<D, 1>(xt, in, w, yt, y_stride);
-          break;
-        case 2:
-          Tile<D, 2>(xt, in, w, yt, y_stride);
-          break;
-        case 3:
-          Tile<D, 3>(xt, in, w, yt, y_stride);
-          break;
-        default:
-          Tile<D, 4>(xt, in, w, yt, y_stride);
-          break;
-      }
-    }
+  int64_t o = out_begin;
+  // Two weight rows at a time (their slices stay in L1 between row tiles of x).
+  for (; o + 2 <= out_end; o += 2) {
+    RowBlock<D, 2>(x, rows, in, weight + o * in * kElem, y + o, y_stride);
   }
+  if (o < out_end) RowBlock<D, 1>(x, rows, in, weight + o * in * kElem, y + o, y_stride);
 }
 
 bool DetectFast() {

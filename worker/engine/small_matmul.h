@@ -4,8 +4,9 @@
 // matrix-vector products: memory-bound, and converting a BF16/F16 weight to
 // float32 first (then reading the float32 copy back in a GEMM) triples the
 // memory traffic. This kernel widens each 8-element slice of a weight row in
-// registers (F16C / a shift for BF16) and multiplies it straight into up to
-// four rows of x at a time, so the weight is read once, in its stored size.
+// registers (F16C / a shift for BF16) and multiplies it straight into four
+// rows of x at a time, two weight rows at once, so the weight is read once,
+// in its stored size.
 // Beyond kSmallMatmulMaxRows rows a blocked GEMM is faster (see kernels.h).
 //
 // libtorch-free pure functions; thread-safe (callers split the output rows
@@ -18,11 +19,11 @@
 
 namespace nightshift::engine {
 
-// Rows of x up to which Linear uses this kernel (when supported). Measured on
-// the bench-1.7b shape (F16), 2 threads on a loaded 2-core machine: a pass of
-// 4 or 8 rows computed 3-9x faster than converting blocks for a GEMM; at 16
-// and 32 rows the two were within the noise.
-inline constexpr int64_t kSmallMatmulMaxRows = 8;
+// Rows of x up to which Linear uses this kernel (when supported). Measured
+// one thread on a 5632 x 2048 F16 weight, on a loaded 2-core machine:
+// ~35-58 GFLOP/s at 16 and 32 rows against ~15-37 for converting blocks for a
+// GEMM; at 64 rows the GEMM won (55-88 against 39-61).
+inline constexpr int64_t kSmallMatmulMaxRows = 32;
 
 // True when this CPU has AVX2, FMA and F16C (the fast path). Without them
 // SmallMatmul still works, as plain loops, but is slower than a GEMM.
