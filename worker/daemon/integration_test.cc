@@ -61,11 +61,19 @@ class WorkerIntegrationTest : public ::testing::Test {
   }
 
   std::string StartScheduler(const std::string& listen = "127.0.0.1:0",
-                             const std::string& lease_seconds = "5") {
-    auto p = Process::Start(
-        {Bin("nightshift-scheduler"), "--listen", listen, "--db", dir_.file("state.db"),
-         "--lease-seconds", lease_seconds, "--heartbeat-seconds", "0.2"},
-        dir_.file("scheduler.log"));
+                             const std::string& lease_seconds = "5",
+                             std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {Bin("nightshift-scheduler"),
+                                     "--listen",
+                                     listen,
+                                     "--db",
+                                     dir_.file("state.db"),
+                                     "--lease-seconds",
+                                     lease_seconds,
+                                     "--heartbeat-seconds",
+                                     "0.2"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = Process::Start(argv, dir_.file("scheduler.log"));
     EXPECT_NE(p, nullptr);
     const std::string line = p->WaitForLine("listening on", 20);
     EXPECT_FALSE(line.empty()) << p->Log();
@@ -75,8 +83,9 @@ class WorkerIntegrationTest : public ::testing::Test {
     return line.substr(at, line.find(' ', at) - at);
   }
 
+  // Starts a worker and, when `wait_attached`, waits for its attach.
   Process* StartWorker(const std::string& address, const std::string& id,
-                       std::vector<std::string> extra = {}) {
+                       std::vector<std::string> extra = {}, bool wait_attached = true) {
     std::vector<std::string> argv = {Bin("nightshift-worker"),
                                      "--scheduler",
                                      address,
@@ -99,7 +108,9 @@ class WorkerIntegrationTest : public ::testing::Test {
     EXPECT_NE(p, nullptr);
     processes_.push_back(std::move(p));
     Process* worker = processes_.back().get();
-    EXPECT_TRUE(WaitForLog(worker, "attached to", 60)) << worker->Log();
+    if (wait_attached) {
+      EXPECT_TRUE(WaitForLog(worker, "attached to", 60)) << worker->Log();
+    }
     return worker;
   }
 
@@ -107,8 +118,12 @@ class WorkerIntegrationTest : public ::testing::Test {
     return WaitFor([&] { return p->Log().find(needle) != std::string::npos; }, timeout_seconds);
   }
 
-  std::unique_ptr<v1::JobService::Stub> Jobs(const std::string& address) {
-    return v1::JobService::NewStub(*scheduler::Connect({address, "", false, ""}));
+  std::unique_ptr<v1::JobService::Stub> Jobs(const std::string& address,
+                                             scheduler::ConnectOptions options = {}) {
+    options.address = address;
+    auto channel = scheduler::Connect(options);
+    EXPECT_TRUE(channel.ok());
+    return v1::JobService::NewStub(*channel);
   }
 
   int64_t Submit(v1::JobService::Stub* stub, const std::vector<v1::JobRequest>& jobs) {
@@ -116,31 +131,34 @@ class WorkerIntegrationTest : public ::testing::Test {
     for (const auto& job : jobs) *request.add_jobs() = job;
     v1::SubmitJobsResponse response;
     grpc::ClientContext ctx;
+    scheduler::AddToken(&ctx, client_token_);
     grpc::Status status = stub->SubmitJobs(&ctx, request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return response.submission_id();
   }
 
-  static v1::Submission GetSubmission(v1::JobService::Stub* stub, int64_t id) {
+  v1::Submission GetSubmission(v1::JobService::Stub* stub, int64_t id) {
     v1::GetSubmissionRequest request;
     request.set_submission_id(id);
     v1::Submission submission;
     grpc::ClientContext ctx;
+    scheduler::AddToken(&ctx, client_token_);
     EXPECT_TRUE(stub->GetSubmission(&ctx, request, &submission).ok());
     return submission;
   }
 
-  static std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub, int64_t submission) {
+  std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub, int64_t submission) {
     v1::ListJobsRequest request;
     request.set_submission_id(submission);
     request.set_with_output(true);
     v1::ListJobsResponse response;
     grpc::ClientContext ctx;
+    scheduler::AddToken(&ctx, client_token_);
     EXPECT_TRUE(stub->ListJobs(&ctx, request, &response).ok());
     return {response.jobs().begin(), response.jobs().end()};
   }
 
-  static bool Done(v1::JobService::Stub* stub, int64_t submission, double timeout_seconds) {
+  bool Done(v1::JobService::Stub* stub, int64_t submission, double timeout_seconds) {
     return WaitFor([&] { return GetSubmission(stub, submission).done(); }, timeout_seconds);
   }
 
@@ -160,6 +178,7 @@ class WorkerIntegrationTest : public ::testing::Test {
   std::string model_dir_;
   std::vector<std::unique_ptr<Process>> processes_;
   Process* scheduler_ = nullptr;
+  std::string client_token_;  // sent with every JobService call
 };
 
 // The same job run on the engine directly, in one batch like the worker's.
@@ -356,6 +375,48 @@ TEST_F(WorkerIntegrationTest, ResultsFinishedWhileTheSchedulerIsDownAreSentOnRec
   EXPECT_NE(log.find("connection to the scheduler lost"), std::string::npos);
   EXPECT_NE(log.find("session 2"), std::string::npos);
   EXPECT_LT(log.find("session 2"), log.find("results sent: 1 jobs")) << log;
+  worker->Signal(SIGTERM);
+  EXPECT_EQ(worker->Wait(20), 0);
+}
+
+TEST_F(WorkerIntegrationTest, HeartbeatsKeepTheLeaseThroughPassesLongerThanIt) {
+  const std::string address = StartScheduler("127.0.0.1:0", /*lease_seconds=*/"1");
+  Process* worker =
+      StartWorker(address, "w1", {"--read-bandwidth", "1e9", "--min-pass-seconds", "1.5"});
+  auto stub = Jobs(address);
+  const int64_t submission = Submit(stub.get(), {Completion("slow", "Once", 2)});
+  ASSERT_TRUE(Done(stub.get(), submission, 30)) << worker->Log();
+  const v1::Job job = ListJobs(stub.get(), submission)[0];
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  EXPECT_EQ(job.attempt(), 0);  // never expired, never re-run
+  worker->Signal(SIGTERM);
+  EXPECT_EQ(worker->Wait(20), 0);
+}
+
+TEST_F(WorkerIntegrationTest, AttachesOverTlsWithTheWorkerTokenOnly) {
+  const std::string tls = testing::TestData() + "/scheduler/tls/";
+  const std::string address =
+      StartScheduler("127.0.0.1:0", "5",
+                     {"--tls-cert", tls + "cert.pem", "--tls-key", tls + "key.pem",
+                      "--client-token", "client-secret", "--worker-token", "worker-secret"});
+  Process* intruder = StartWorker(
+      address, "intruder",
+      {"--read-bandwidth", "1e9", "--token", "client-secret", "--tls-ca", tls + "cert.pem"},
+      /*wait_attached=*/false);
+  ASSERT_TRUE(WaitForLog(intruder, "cannot attach to the scheduler", 30)) << intruder->Log();
+  EXPECT_EQ(intruder->Log().find("attached to"), std::string::npos);
+  intruder->Signal(SIGTERM);
+  EXPECT_EQ(intruder->Wait(20), 0);
+
+  setenv("NIGHTSHIFT_WORKER_TOKEN", "worker-secret", 1);  // the token from the environment
+  Process* worker =
+      StartWorker(address, "w1", {"--read-bandwidth", "1e9", "--tls-ca", tls + "cert.pem"});
+  unsetenv("NIGHTSHIFT_WORKER_TOKEN");
+  client_token_ = "client-secret";
+  auto stub = Jobs(address, {address, client_token_, true, tls + "cert.pem"});
+  const int64_t submission = Submit(stub.get(), {Completion("tls", "Once", 3)});
+  ASSERT_TRUE(Done(stub.get(), submission, 30)) << worker->Log();
+  EXPECT_EQ(ListJobs(stub.get(), submission)[0].state(), v1::JOB_STATE_SUCCEEDED);
   worker->Signal(SIGTERM);
   EXPECT_EQ(worker->Wait(20), 0);
 }

@@ -40,8 +40,14 @@ Status Session::Start() {
 void Session::Stop(double flush_seconds) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(flush_seconds);
   {
+    // Results are worth waiting for a reconnect; a hand-back or a withdrawal
+    // alone is not (an expired lease returns those jobs anyway).
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, deadline, [this] { return queue_.empty(); });
+    cv_.wait_until(lock, deadline, [this] {
+      return queue_.empty() ||
+             (!connected_ && std::none_of(queue_.begin(), queue_.end(),
+                                          [](const auto& m) { return m.has_results(); }));
+    });
     if (!queue_.empty()) {
       LogLine(std::to_string(queue_.size()) + " messages to the scheduler could not be sent");
     }

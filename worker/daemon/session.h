@@ -55,8 +55,9 @@ class Session : public SchedulerLink {
 
   // Starts the connection thread. NotFound when the TLS CA file cannot be read.
   Status Start();
-  // Waits up to `flush_seconds` for queued messages to be written, closes
-  // the stream and joins the threads.
+  // Waits up to `flush_seconds` for queued messages to be written (while
+  // disconnected, only when results are among them: a reconnect may still
+  // deliver them), closes the stream and joins the threads.
   void Stop(double flush_seconds);
 
   // True while a stream is attached (welcome received).
