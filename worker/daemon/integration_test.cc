@@ -349,6 +349,35 @@ TEST_F(WorkerIntegrationTest, SigtermDrainsMidBatchAndAnotherWorkerFinishes) {
   EXPECT_EQ(second->Wait(20), 0);
 }
 
+TEST_F(WorkerIntegrationTest, ACancelledJobLeavesTheRunningBatch) {
+  const std::string address = StartScheduler();
+  Process* worker =
+      StartWorker(address, "w1", {"--read-bandwidth", "1e9", "--min-pass-seconds", "0.2"});
+  auto stub = Jobs(address);
+  const int64_t submission = Submit(
+      stub.get(), {Completion("cancel-me", "Once upon a time", 40), Completion("keep", "Once", 8)});
+  ASSERT_TRUE(WaitForLog(worker, "pass 1:", 30));
+  const int64_t cancel_id = ListJobs(stub.get(), submission)[0].id();
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest request;
+    request.set_job_id(cancel_id);
+    v1::Job reply;
+    ASSERT_TRUE(stub->CancelJob(&ctx, request, &reply).ok());
+  }
+  ASSERT_TRUE(Done(stub.get(), submission, 30)) << worker->Log();
+  const std::vector<v1::Job> jobs = ListJobs(stub.get(), submission);
+  EXPECT_EQ(jobs[0].state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs[1].state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(jobs[1].output().completion_tokens(), 8);
+  EXPECT_TRUE(WaitForLog(worker, "cancelled 1 jobs of batch", 5));
+  // The cancelled sequence stopped: the batch ends with the other job, long
+  // before the cancelled one's 40 passes.
+  EXPECT_TRUE(WaitForLog(worker, "done after 8 passes", 5)) << worker->Log();
+  worker->Signal(SIGTERM);
+  EXPECT_EQ(worker->Wait(20), 0);
+}
+
 TEST_F(WorkerIntegrationTest, ResultsFinishedWhileTheSchedulerIsDownAreSentOnReconnect) {
   // A lease long enough to outlast the restart and the reconnect backoff.
   const std::string address = StartScheduler("127.0.0.1:0", "60");
