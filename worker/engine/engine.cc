@@ -19,6 +19,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/engine/architecture.h"
 #include "worker/engine/decoder.h"
+#include "worker/engine/kernels.h"
 #include "worker/engine/layer_loader.h"
 #include "worker/engine/mapped_checkpoint.h"
 #include "worker/engine/rope.h"
@@ -581,7 +582,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
       LayerLoader::Open(impl->checkpoint, StreamedGroups(impl->tensors), LoaderOptions(options)));
   impl->inv_freq = RopeInverseFrequencies(impl->config.rope);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  at::set_num_threads(options.threads > 0 ? options.threads : static_cast<int>(cores));
+  SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(cores));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

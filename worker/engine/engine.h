@@ -129,7 +129,9 @@ struct EngineOptions {
   // so is one longer than a sliding window (windowed attention is not
   // implemented; below the window it equals full attention).
   int64_t max_context = 0;
-  // Compute threads; 0: one per core. Open sets ATen's process-wide count.
+  // Compute threads; 0: one per core. Open sets the process-wide count (see
+  // SetComputeThreads in kernels.h: ATen and OpenBLAS then run one thread and
+  // the engine splits its projections itself).
   int threads = 0;
   Residency residency = Residency::kStream;
   // Read the next layer on an I/O thread while this one computes.

@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "worker/engine/compute_pool.h"
 #include "worker/engine/convert.h"
 #include "worker/engine/small_matmul.h"
 
@@ -33,6 +35,19 @@ at::Tensor ConversionScratch(int64_t rows, int64_t columns) {
 
 }  // namespace
 
+void SetComputeThreads(int threads) {
+  // ATen's OpenMP threads spin between its many small parallel regions and
+  // OpenBLAS's pool competes with them for the same cores (measured: half of
+  // a 64-sequence pass spent spinning and yielding). Both run one thread; the
+  // projections are split on the compute pool instead.
+  at::set_num_threads(1);
+  SetComputePoolThreads(threads);
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(1);
+  }
+}
+
 at::Tensor ToFloat(const Weight& w) {
   const std::vector<int64_t>& shape = w.info->shape;
   if (IsZeroCopy(w)) {
@@ -51,7 +66,7 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
   if (x.size(0) <= kSmallMatmulMaxRows && SmallMatmulFast()) {
     const at::Tensor xc = x.contiguous();
     at::Tensor y = at::empty({x.size(0), out_features}, FloatOptions());
-    at::parallel_for(0, out_features, 64, [&](int64_t begin, int64_t end) {
+    ParallelFor(out_features, 64, [&](int64_t begin, int64_t end) {
       SmallMatmul(xc.data_ptr<float>(), x.size(0), in_features, w.data, w.info->dtype, begin, end,
                   y.data_ptr<float>(), out_features);
     });
@@ -59,18 +74,28 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
     return y;
   }
   const int64_t elem = static_cast<int64_t>(checkpoint::DTypeSize(w.info->dtype));
-  const int64_t block = std::clamp<int64_t>(block_bytes / (in_features * 4), 1, out_features);
-  // y^T = W x^T, block by block: each block of weight rows fills contiguous rows of y^T.
+  // Blocks of at most block_bytes of float32, and at least two per thread.
+  const int64_t per_thread = (out_features + 2 * ComputePoolThreads() - 1) /
+                             (2 * static_cast<int64_t>(ComputePoolThreads()));
+  const int64_t block =
+      std::clamp<int64_t>(std::min(block_bytes / (in_features * 4), per_thread), 1, out_features);
+  const int64_t blocks = (out_features + block - 1) / block;
+  // y^T = W x^T, block by block: each block of weight rows fills contiguous
+  // rows of y^T. The compute threads share the blocks, each converting into
+  // its own scratch and multiplying single-threaded (see SetComputeThreads).
   at::Tensor yt = at::empty({out_features, x.size(0)}, FloatOptions());
-  at::Tensor scratch = ConversionScratch(block, in_features);
   const at::Tensor xt = x.t();
-  for (int64_t row = 0; row < out_features; row += block) {
-    const int64_t n = std::min(block, out_features - row);
-    ConvertToFloat(w.data + row * in_features * elem, w.info->dtype, n * in_features,
-                   scratch.data_ptr<float>());
-    at::Tensor out_rows = yt.narrow(0, row, n);
-    at::mm_out(out_rows, scratch.narrow(0, 0, n), xt);
-  }
+  ParallelFor(blocks, 1, [&](int64_t first, int64_t last) {
+    at::Tensor scratch = ConversionScratch(block, in_features);
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t row = b * block;
+      const int64_t n = std::min(block, out_features - row);
+      ConvertToFloat(w.data + row * in_features * elem, w.info->dtype, n * in_features,
+                     scratch.data_ptr<float>());
+      at::Tensor out_rows = yt.narrow(0, row, n);
+      at::mm_out(out_rows, scratch.narrow(0, 0, n), xt);
+    }
+  });
   at::Tensor y = yt.t().contiguous();
   if (bias) y.add_(ToFloat(bias));
   return y;

@@ -28,6 +28,11 @@ struct Weight {
   explicit operator bool() const { return info != nullptr; }
 };
 
+// Sets the process-wide compute threads: the compute pool's (compute_pool.h)
+// to `threads`, which splits the projections; ATen's intra-op threads and
+// OpenBLAS's own pool (when OpenBLAS is the BLAS) to one.
+void SetComputeThreads(int threads);
+
 // The whole weight as float32 with its stored shape. For an aligned F32
 // weight this is a zero-copy view of the read-only mapping.
 at::Tensor ToFloat(const Weight& weight);
