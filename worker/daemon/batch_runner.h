@@ -36,7 +36,6 @@ class BatchEngine {
   virtual Status Cancel(engine::SequenceId id) = 0;
   virtual StatusOr<engine::PassStats> Step() = 0;
   virtual std::vector<engine::SequenceResult> TakeFinished() = 0;
-  virtual int64_t active() const = 0;
   virtual const std::vector<int64_t>& eos_token_ids() const = 0;
 };
 

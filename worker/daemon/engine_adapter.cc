@@ -23,7 +23,6 @@ StatusOr<engine::PassStats> EngineBatchEngine::Step() { return engine_->Step(); 
 std::vector<engine::SequenceResult> EngineBatchEngine::TakeFinished() {
   return engine_->TakeFinished();
 }
-int64_t EngineBatchEngine::active() const { return engine_->active(); }
 const std::vector<int64_t>& EngineBatchEngine::eos_token_ids() const {
   return engine_->eos_token_ids();
 }

@@ -26,7 +26,6 @@ class EngineBatchEngine : public BatchEngine {
   Status Cancel(engine::SequenceId id) override;
   StatusOr<engine::PassStats> Step() override;
   std::vector<engine::SequenceResult> TakeFinished() override;
-  int64_t active() const override;
   const std::vector<int64_t>& eos_token_ids() const override;
 
  private:

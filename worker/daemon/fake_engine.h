@@ -105,7 +105,7 @@ class FakeEngine : public BatchEngine {
     out.swap(finished_);
     return out;
   }
-  int64_t active() const override { return static_cast<int64_t>(active_.size()); }
+  int64_t active() const { return static_cast<int64_t>(active_.size()); }
   const std::vector<int64_t>& eos_token_ids() const override { return eos_; }
 
   static constexpr engine::TokenId kEos = 256;
