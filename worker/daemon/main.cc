@@ -26,7 +26,7 @@
 namespace nightshift::worker {
 namespace {
 
-constexpr char kVersion[] = "nightshift-worker 0.1";
+constexpr char kVersion[] = "0.1.0";  // as the scheduler's SchedulerVersion()
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
