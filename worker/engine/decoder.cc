@@ -147,9 +147,4 @@ at::Tensor RunDecoderLayer(const ModelConfig& c, const LayerWeights& w, int64_t 
          Mlp(c, w, Norm(mid, c.norm, Get(w, W::kMlpNorm), Get(w, W::kMlpNormBias), c.norm_eps));
 }
 
-at::Tensor ComputeLogits(const ModelConfig& config, const Weight& norm, const Weight& norm_bias,
-                         const Weight& lm_head, const at::Tensor& hidden) {
-  return Linear(Norm(hidden, config.norm, norm, norm_bias, config.norm_eps), lm_head);
-}
-
 }  // namespace nightshift::engine

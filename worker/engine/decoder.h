@@ -1,9 +1,9 @@
 // The generic decoder: one block implementation wired by ModelConfig flags
 // (norm flavour, fused or separate projections, biases, q/k-norm, partial
 // rotary, parallel or sequential residual, gated or plain MLP), plus the
-// embedding and the LM head. It runs every sequence of a pass at once: their
-// rows are packed into one [tokens, hidden] matrix for the projections and
-// MLP, and attention runs per sequence against that sequence's KV cache.
+// embedding (the engine runs the final norm and LM head). It runs every sequence of a pass at once:
+// their rows are packed into one [tokens, hidden] matrix for the projections and MLP, and attention
+// runs per sequence against that sequence's KV cache.
 //
 // Thread-compatible: a KVCache belongs to one sequence and is written only by
 // the pass running it.
@@ -73,9 +73,5 @@ at::Tensor Embed(const ModelConfig& config, const Weight& table, const std::vect
 // hidden states; appends each sequence's new keys and values to its cache.
 at::Tensor RunDecoderLayer(const ModelConfig& config, const LayerWeights& weights, int64_t layer,
                            const at::Tensor& hidden, const PassRows& rows);
-
-// Final norm and LM head on `hidden` [n, hidden]: float32 logits [n, vocab].
-at::Tensor ComputeLogits(const ModelConfig& config, const Weight& norm, const Weight& norm_bias,
-                         const Weight& lm_head, const at::Tensor& hidden);
 
 }  // namespace nightshift::engine

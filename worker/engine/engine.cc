@@ -250,14 +250,46 @@ std::vector<const checkpoint::TensorInfo*> PresentTensors(const LayerTensors& la
   return out;
 }
 
-// The loader's groups: every decoder layer's tensors, then the final norm and
-// LM head (norm, head, norm bias when present: RunHead's order).
-std::vector<TensorList> StreamedGroups(const ModelTensors& tensors) {
+// The LM head as row slices no larger than the largest decoder layer, so the
+// loader's buffers (sized to the largest group) need not hold the largest
+// matrix whole; one slice when it fits.
+std::vector<checkpoint::TensorInfo> HeadSlices(const ModelTensors& tensors) {
+  uint64_t largest_layer = 0;
+  for (const LayerTensors& layer : tensors.layers) {
+    uint64_t bytes = 0;
+    for (const checkpoint::TensorInfo* t : PresentTensors(layer)) bytes += t->size;
+    largest_layer = std::max(largest_layer, bytes);
+  }
+  const checkpoint::TensorInfo& head = *tensors.lm_head;
+  const int64_t rows = head.shape[0];
+  const uint64_t row_bytes = head.size / static_cast<uint64_t>(rows);
+  const uint64_t slices =
+      largest_layer == 0 ? 1
+                         : std::max<uint64_t>(1, (head.size + largest_layer - 1) / largest_layer);
+  const int64_t per_slice =
+      (rows + static_cast<int64_t>(slices) - 1) / static_cast<int64_t>(slices);
+  std::vector<checkpoint::TensorInfo> out;
+  for (int64_t row = 0; row < rows; row += per_slice) {
+    checkpoint::TensorInfo slice = head;
+    slice.shape[0] = std::min(per_slice, rows - row);
+    slice.offset = head.offset + static_cast<uint64_t>(row) * row_bytes;
+    slice.size = static_cast<uint64_t>(slice.shape[0]) * row_bytes;
+    out.push_back(std::move(slice));
+  }
+  return out;
+}
+
+// The loader's groups: every decoder layer's tensors, then the final norm
+// with the LM head's first slice (norm, slice, norm bias when present:
+// RunHead's order), then each further slice alone.
+std::vector<TensorList> StreamedGroups(const ModelTensors& tensors,
+                                       const std::vector<checkpoint::TensorInfo>& head_slices) {
   std::vector<TensorList> groups;
   for (const LayerTensors& layer : tensors.layers) groups.push_back(PresentTensors(layer));
-  TensorList head = {tensors.final_norm, tensors.lm_head};
+  TensorList head = {tensors.final_norm, &head_slices[0]};
   if (tensors.final_norm_bias != nullptr) head.push_back(tensors.final_norm_bias);
   groups.push_back(std::move(head));
+  for (size_t s = 1; s < head_slices.size(); ++s) groups.push_back({&head_slices[s]});
   return groups;
 }
 
@@ -291,7 +323,9 @@ struct Engine::Impl {
   ModelConfig config;
   ModelTensors tensors;                      // points into `checkpoint`
   std::unique_ptr<MappedCheckpoint> mapped;  // the embedding's rows are read from it
-  std::unique_ptr<LayerLoader> loader;       // every layer, then the head
+  // The LM head's row slices (HeadSlices); the loader points into them.
+  std::vector<checkpoint::TensorInfo> head_slices;
+  std::unique_ptr<LayerLoader> loader;  // every layer, then the head's slices
   std::vector<float> inv_freq;
   std::vector<int64_t> eos;
   int64_t max_context = 0;
@@ -494,16 +528,29 @@ StatusOr<at::Tensor> Engine::Impl::RunLayers(const PassPlan& plan, PassStats* st
 
 StatusOr<at::Tensor> Engine::Impl::RunHead(const at::Tensor& hidden,
                                            const std::vector<int64_t>& rows, PassStats* stats) {
-  const size_t index = static_cast<size_t>(config.num_layers);
-  NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(index, stats));
-  const Clock::time_point start = Clock::now();
+  const size_t first = static_cast<size_t>(config.num_layers);
+  NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(first, stats));
+  Clock::time_point start = Clock::now();
   const Weight norm = {tensors.final_norm, loaded.data[0]};
-  const Weight head = {tensors.lm_head, loaded.data[1]};
   const Weight norm_bias =
       tensors.final_norm_bias ? Weight{tensors.final_norm_bias, loaded.data[2]} : Weight{};
   at::Tensor last = hidden.index_select(0, at::tensor(rows, at::TensorOptions().dtype(at::kLong)));
-  at::Tensor logits = ComputeLogits(config, norm, norm_bias, head, last).contiguous();
-  loader->Release(index);
+  const at::Tensor normed = Norm(last, config.norm, norm, norm_bias, config.norm_eps);
+  at::Tensor logits = at::empty({normed.size(0), config.vocab_size}, normed.options());
+  int64_t row = 0;
+  for (size_t s = 0; s < head_slices.size(); ++s) {
+    if (s > 0) {
+      loader->Release(first + s - 1);
+      stats->compute_seconds += SecondsSince(start);
+      NS_ASSIGN_OR_RETURN(loaded, Acquire(first + s, stats));
+      start = Clock::now();
+    }
+    const checkpoint::TensorInfo& slice = head_slices[s];
+    const Weight weight = {&slice, loaded.data[s == 0 ? 1 : 0]};
+    logits.narrow(1, row, slice.shape[0]).copy_(Linear(normed, weight));
+    row += slice.shape[0];
+  }
+  loader->Release(first + head_slices.size() - 1);
   stats->compute_seconds += SecondsSince(start);
   return logits;
 }
@@ -577,9 +624,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
   }();
   if (!st.ok()) return st.Prefixed(dir);
   NS_ASSIGN_OR_RETURN(impl->mapped, MappedCheckpoint::Open(impl->checkpoint));
+  impl->head_slices = HeadSlices(impl->tensors);
   NS_ASSIGN_OR_RETURN(
       impl->loader,
-      LayerLoader::Open(impl->checkpoint, StreamedGroups(impl->tensors), LoaderOptions(options)));
+      LayerLoader::Open(impl->checkpoint, StreamedGroups(impl->tensors, impl->head_slices),
+                        LoaderOptions(options)));
   impl->inv_freq = RopeInverseFrequencies(impl->config.rope);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(cores));

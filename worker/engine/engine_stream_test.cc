@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "planner/exact.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
+#include "worker/engine/convert.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/test_fixtures.h"
 #include "worker/generator/generator.h"
@@ -22,7 +24,11 @@
 namespace nightshift::engine {
 namespace {
 
+using checkpoint::testing::CopyFixture;
+using checkpoint::testing::ReadFileBytes;
+using checkpoint::testing::SplitSafetensors;
 using checkpoint::testing::TempDir;
+using checkpoint::testing::WriteFileBytes;
 using testing::MaxAbsDiff;
 
 generator::CheckpointSpec Spec(int64_t hidden, int64_t layers, int64_t intermediate,
@@ -122,6 +128,79 @@ TEST(EngineStreamTest, PeakMemoryFollowsThePlannersFootprintNotTheCheckpoint) {
   ASSERT_EQ(passes.size(), static_cast<size_t>(kNew));
   EXPECT_EQ(passes[0]["bytes_read"].get<uint64_t>(), StreamedBytes(ckpt, kBatch * kPrompt));
   EXPECT_EQ(passes[1]["bytes_read"].get<uint64_t>(), StreamedBytes(ckpt, kBatch));
+}
+
+// Rewrites the single-file checkpoint in `dir` with tensor `name` (F16)
+// stored as F32: the same values, twice the bytes.
+void WidenToF32(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/model.safetensors";
+  const std::string bytes = ReadFileBytes(path);
+  const checkpoint::testing::SplitFile split = SplitSafetensors(bytes);
+  const nlohmann::json header = nlohmann::json::parse(split.header);
+  const std::string data = bytes.substr(8 + split.header.size());
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& [key, t] : header.items()) {
+    if (key != "__metadata__") order.emplace_back(t["data_offsets"][0].get<uint64_t>(), key);
+  }
+  std::sort(order.begin(), order.end());
+  nlohmann::json out = nlohmann::json::object();
+  std::string out_data;
+  for (const auto& [begin, key] : order) {
+    nlohmann::json t = header[key];
+    std::string piece = data.substr(begin, t["data_offsets"][1].get<uint64_t>() - begin);
+    if (key == name) {
+      std::vector<float> wide(piece.size() / 2);
+      ConvertToFloat(piece.data(), checkpoint::DType::kF16, static_cast<int64_t>(wide.size()),
+                     wide.data());
+      piece.assign(reinterpret_cast<const char*>(wide.data()), wide.size() * sizeof(float));
+      t["dtype"] = "F32";
+    }
+    t["data_offsets"] = {out_data.size(), out_data.size() + piece.size()};
+    out_data += piece;
+    out[key] = t;
+  }
+  const std::string text = out.dump();
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  WriteFileBytes(path, prefix + text + out_data);
+}
+
+// An LM head larger than the largest layer is streamed in row slices (so
+// the loader's buffers are sized by the layers). llama-fp16 with its lm_head
+// stored as F32 (exact) has such a head; it must still give the reference's
+// logits and greedy tokens.
+TEST(EngineStreamTest, AHeadLargerThanALayerIsStreamedInSlicesAndMatchesTheReference) {
+  TempDir tmp;
+  const std::string dir = tmp / "model";
+  CopyFixture("llama-fp16", dir);
+  WidenToF32(dir, "lm_head.weight");
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  uint64_t largest_layer = 0;
+  for (const checkpoint::TensorGroup& layer : ckpt->layers) {
+    largest_layer = std::max(largest_layer, layer.bytes);
+  }
+  ASSERT_GT(ckpt->Find("lm_head.weight")->size, largest_layer);
+
+  const testing::Golden golden = testing::LoadGolden("llama-fp16");
+  EngineOptions options;
+  options.threads = 1;
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(dir, options);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  for (const std::vector<TokenId>& prompt : golden.prompts) {
+    SequenceRequest r;
+    r.prompt = prompt;
+    r.max_new_tokens = static_cast<int64_t>(golden.greedy[0].size());
+    r.ignore_eos = true;
+    r.return_last_logits = true;
+    ASSERT_TRUE((*engine)->Add(r).ok());
+  }
+  std::vector<SequenceResult> results = testing::Drain(**engine);
+  ASSERT_EQ(results.size(), golden.prompts.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_LE(MaxAbsDiff(results[i].last_logits, golden.last_logits[i]), golden.atol) << i;
+    EXPECT_EQ(results[i].generated, golden.greedy[i]) << i;
+  }
 }
 
 // A small checkpoint for the in-process tests.
