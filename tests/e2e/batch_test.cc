@@ -3,9 +3,10 @@
 // classification) submitted as an OpenAI Batch file with `nightshift submit`,
 // watched with `nightshift watch` and exported with `nightshift results`.
 // Every job succeeds exactly once, and every output is what the engine gives
-// when run directly (`nightshift run`) on the same prompt token ids:
-// greedy tokens equal except where the top-2 margin at that step is below
-// kMarginTolerance, label log-probabilities within kLogprobTolerance.
+// when run directly (`nightshift run`) on the same prompt token ids and seeds:
+// sampled tokens equal, greedy tokens equal except where the top-2 margin at
+// that step is below kMarginTolerance, label log-probabilities within
+// kLogprobTolerance.
 
 #include <gtest/gtest.h>
 
@@ -29,15 +30,25 @@ constexpr double kLogprobTolerance = 1e-3;
 
 const std::vector<std::string> kLabels = {" yes", " no", " maybe"};
 
-// One job as submitted and as the scheduler sees it.
+// One job as submitted and as the scheduler sees it (JobSpec's default
+// temperature is 1, as OpenAI's; MakeJobs sets it for every generation job).
 struct Job {
   json line;
   scheduler::JobSpec spec;
 };
 
-// 100 jobs per model, interleaved: per 10, four completions, three chats,
-// three classifications; generation asks for 3 or 6 tokens.
+// Sampled jobs: temperature only (no top-p or top-k, which would sort
+// near-equal probabilities), so a token can differ from the direct run only
+// when the uniform draw falls within float error of a cumulative boundary.
+constexpr double kTemperature = 0.8;
+constexpr uint64_t kFirstSeed = 1000;
+
+// 100 jobs per model, interleaved: per 10, three greedy completions, one
+// sampled, three chats, three classifications; generation asks for 3 or 6
+// tokens. Sampled jobs of one model and length get consecutive seeds, as
+// `nightshift run` seeds its prompts (seed + i).
 std::vector<Job> MakeJobs() {
+  std::map<std::string, uint64_t> next_seed;  // model and length -> seed
   const std::vector<std::string> topics = {"the sea",  "a red fox", "old clocks", "rain",
                                            "a garden", "trains",    "the moon"};
   std::vector<Job> jobs;
@@ -54,10 +65,20 @@ std::vector<Job> MakeJobs() {
       case 0:
       case 1:
       case 2:
-      case 3:
         job.line = CompletionLine(id, model, "Once upon a time, " + topic, max_tokens);
         job.spec.prompt_text = "Once upon a time, " + topic;
+        job.spec.sampling.temperature = 0;
         break;
+      case 3: {
+        uint64_t& seed =
+            next_seed.try_emplace(model + std::to_string(max_tokens), kFirstSeed).first->second;
+        job.spec.sampling = {kTemperature, 1.0, 0, true, seed++};
+        job.line =
+            CompletionLine(id, model, "In a land far away, " + topic, max_tokens,
+                           {{"temperature", kTemperature}, {"seed", job.spec.sampling.seed}});
+        job.spec.prompt_text = "In a land far away, " + topic;
+        break;
+      }
       case 4:
       case 5:
       case 6:
@@ -65,6 +86,7 @@ std::vector<Job> MakeJobs() {
         job.spec.endpoint = scheduler::Endpoint::kChatCompletions;
         job.spec.prompt_kind = scheduler::PromptKind::kChat;
         job.spec.messages = {{"user", "Tell me about " + topic + "."}};
+        job.spec.sampling.temperature = 0;
         break;
       default:
         job.line = ClassifyLine(id, model, "Is " + topic + " nice? Answer:", kLabels);
@@ -122,31 +144,43 @@ class Reference {
     auto tokens = encoder->Encode(job.spec);
     ASSERT_TRUE(tokens.ok()) << job.spec.custom_id << ": " << tokens.status().ToString();
     expected_[job.spec.custom_id].prompt = tokens->prompt;
-    std::string group_key = job.spec.model + " ";
-    if (tokens->labels.empty()) {
-      group_key += "--max-new-tokens " + std::to_string(job.spec.max_new_tokens);
-    } else {
+    const bool sampled = tokens->labels.empty() && job.spec.sampling.temperature > 0;
+    std::string flags;
+    if (!tokens->labels.empty()) {
       std::string labels;
-      for (const auto& label : tokens->labels)
+      for (const auto& label : tokens->labels) {
         labels += (labels.empty() ? "" : ";") + JoinIds(label);
-      group_key += "--labels '" + labels + "'";
+      }
+      flags = "--labels '" + labels + "'";
+    } else {
+      flags = "--max-new-tokens " + std::to_string(job.spec.max_new_tokens);
+      if (sampled) flags += " --temperature " + std::to_string(job.spec.sampling.temperature);
     }
-    groups_[group_key].push_back(job.spec.custom_id);
+    Group& group = groups_[job.spec.model + " " + flags];
+    if (group.ids.empty()) {
+      group.model = job.spec.model;
+      group.flags = flags;
+      if (sampled) group.flags += " --seed " + std::to_string(job.spec.sampling.seed);
+      group.first_seed = job.spec.sampling.seed;
+    }
+    if (sampled) {  // the run seeds its prompt i with --seed + i
+      ASSERT_EQ(job.spec.sampling.seed, group.first_seed + group.ids.size()) << job.spec.custom_id;
+    }
+    group.ids.push_back(job.spec.custom_id);
   }
 
   void Run() {
-    for (const auto& [key, ids] : groups_) {
-      const size_t space = key.find(' ');
+    for (const auto& [key, group] : groups_) {
       std::string command = BinPath("nightshift") + " run --json --model-dir " + root_ + "/" +
-                            key.substr(0, space) + " " + key.substr(space + 1);
-      for (const std::string& id : ids) command += " --ids " + JoinIds(expected_[id].prompt);
+                            group.model + " " + group.flags;
+      for (const std::string& id : group.ids) command += " --ids " + JoinIds(expected_[id].prompt);
       Outcome run = Shell(command, scratch_ + "/run-stderr.txt", 120);
       ASSERT_EQ(run.code, 0) << command << "\n" << run.err;
       json doc = json::parse(run.out, nullptr, false);
       ASSERT_TRUE(doc.is_object()) << run.out;
       const json& sequences = doc["sequences"];
-      ASSERT_EQ(sequences.size(), ids.size()) << run.out;
-      for (size_t i = 0; i < ids.size(); ++i) Fill(sequences[i], &expected_[ids[i]]);
+      ASSERT_EQ(sequences.size(), group.ids.size()) << run.out;
+      for (size_t i = 0; i < group.ids.size(); ++i) Fill(sequences[i], &expected_[group.ids[i]]);
     }
   }
 
@@ -169,26 +203,41 @@ class Reference {
   std::string scratch_;
   std::map<std::string, std::shared_ptr<const scheduler::PromptEncoder>> encoders_;
   std::map<std::string, Expected> expected_;
-  std::map<std::string, std::vector<std::string>> groups_;  // run flags -> custom_ids
+  // The jobs one `nightshift run` computes, in its prompt order.
+  struct Group {
+    std::string model;
+    std::string flags;
+    uint64_t first_seed = 0;
+    std::vector<std::string> ids;
+  };
+  std::map<std::string, Group> groups_;  // model and flags but the seed -> group
 };
 
-// Compares one generation job's tokens; returns whether they differ at a
-// near-tie (allowed), fails the test when they differ otherwise.
-bool CheckGenerated(const std::string& custom_id, const json& output, const Expected& expected) {
+// Compares one generation job's tokens with the direct run's. A greedy job
+// may differ from step k on where its top-2 margin at k is below
+// kMarginTolerance (returns true: a near-tie); any other difference fails
+// the test.
+bool CheckGenerated(const std::string& custom_id, bool sampled, const json& output,
+                    const Expected& expected) {
   const std::vector<int32_t> got = output.value("token_ids", std::vector<int32_t>{});
   const json logprobs = output.value("logprobs", json::array());
   EXPECT_EQ(logprobs.size(), got.size()) << custom_id << ": a logprob per token";
   for (size_t k = 0; k < got.size() && k < expected.generated.size(); ++k) {
     if (got[k] == expected.generated[k]) continue;
+    const std::string difference = custom_id + ": token " + std::to_string(k) + " is " +
+                                   std::to_string(got[k]) + ", the engine run directly gave " +
+                                   std::to_string(expected.generated[k]) + "; worker " +
+                                   JoinIds(got) + ", direct " + JoinIds(expected.generated);
+    if (sampled) {
+      ADD_FAILURE() << "sampled with the same seed: " << difference;
+      return false;
+    }
     double margin = 1e9;
     if (k < logprobs.size() && logprobs[k]["top"].size() >= 2) {
       margin =
           logprobs[k]["top"][0].value("logprob", 0.0) - logprobs[k]["top"][1].value("logprob", 0.0);
     }
-    EXPECT_LT(margin, kMarginTolerance)
-        << custom_id << ": token " << k << " is " << got[k] << ", the engine run directly gave "
-        << expected.generated[k] << "; worker " << JoinIds(got) << ", direct "
-        << JoinIds(expected.generated);
+    EXPECT_LT(margin, kMarginTolerance) << difference;
     return true;
   }
   EXPECT_EQ(got, expected.generated) << custom_id;
@@ -258,7 +307,7 @@ TEST(BatchEndToEndTest, TwoHundredJobsTwoModelsTwoWorkersMatchTheEngineRunDirect
     workers.insert(row.value("worker_id", ""));
     const json& output = row["output"];
     if (job.spec.labels.empty()) {
-      near_ties += CheckGenerated(custom_id, output, expected);
+      near_ties += CheckGenerated(custom_id, job.spec.sampling.temperature > 0, output, expected);
       continue;
     }
     const json& labels = output["labels"];

@@ -181,13 +181,10 @@ json Request(const std::string& custom_id, const std::string& url, json body) {
 }  // namespace
 
 json CompletionLine(const std::string& custom_id, const std::string& model,
-                    const std::string& prompt, int max_tokens) {
-  return Request(custom_id, "/v1/completions",
-                 {{"model", model},
-                  {"prompt", prompt},
-                  {"max_tokens", max_tokens},
-                  {"temperature", 0},
-                  {"logprobs", 2}});
+                    const std::string& prompt, int max_tokens, const json& sampling) {
+  json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"logprobs", 2}};
+  body.update(sampling);
+  return Request(custom_id, "/v1/completions", std::move(body));
 }
 
 json ChatLine(const std::string& custom_id, const std::string& model,

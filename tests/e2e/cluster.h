@@ -81,10 +81,12 @@ inline constexpr const char* kQwen = "qwen-mini";
 ModelShape LlamaMini();
 ModelShape QwenMini();
 
-// OpenAI Batch input lines. Generation is greedy (temperature 0) and asks
-// for the top-2 logprobs of every step.
+// OpenAI Batch input lines. Generation asks for the top-2 logprobs of every
+// step and is greedy (temperature 0) unless `sampling` (body fields such as
+// temperature and seed) says otherwise.
 json CompletionLine(const std::string& custom_id, const std::string& model,
-                    const std::string& prompt, int max_tokens);
+                    const std::string& prompt, int max_tokens,
+                    const json& sampling = {{"temperature", 0}});
 json ChatLine(const std::string& custom_id, const std::string& model,
               const std::string& user_message, int max_tokens);
 json ClassifyLine(const std::string& custom_id, const std::string& model, const std::string& prompt,
