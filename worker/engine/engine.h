@@ -2,9 +2,12 @@
 // time.
 //
 // A pass (Step) walks every layer once: the embedding gathers the rows of the
-// tokens in flight; each layer's tensors are loaded from the mapped files,
-// every sequence runs through it, and its pages are released; the LM head runs
-// only at the rows whose next token is needed. New sequences' prompts ride the
+// tokens in flight from the mapped file; each layer is read by I/O threads
+// into one of two reused buffers (the next layer while this one computes, see
+// layer_loader.h), every sequence runs through it, and its buffer is reused;
+// the LM head, read in row slices no larger than a layer, runs only at the
+// rows whose next token is needed. Resident memory is two layers plus
+// activations and KV cache, whatever the checkpoint's size. New sequences' prompts ride the
 // same pass as the others' decode steps (continuous batching at pass
 // boundaries), so a pass costs about one read of the checkpoint whatever rides
 // in it.
@@ -102,18 +105,25 @@ struct SequenceResult {
 // How the engine holds the checkpoint's layers.
 enum class Residency {
   kStream,    // every pass reads each layer and releases its memory after use
-  kResident,  // each layer stays in memory after its first load (the checkpoint must fit)
+  kResident,  // each layer stays in memory after its first load (the checkpoint must fit);
+              // later passes read only the embedding rows of the tokens fed
 };
 // "streaming" or "resident".
 const char* ResidencyName(Residency residency);
 
 // What one pass did, for progress reports, metrics and the ETA.
 struct PassStats {
-  int64_t index = 0;        // 0 for the engine's first pass
-  double seconds = 0;       // wall time of the pass
-  uint64_t bytes_read = 0;  // checkpoint bytes the pass read from the files
-  double io_seconds = 0;    // of which the compute thread waited for weights
-  double load_seconds = 0;  // seconds spent reading layers (overlaps compute when prefetching)
+  int64_t index = 0;   // 0 for the engine's first pass
+  double seconds = 0;  // wall time of the pass
+  // Checkpoint bytes the pass read from the files: every tensor but the
+  // embedding (each layer, the final norm and LM head) plus the embedding
+  // rows of the tokens fed; resident, after the first pass, only those rows.
+  uint64_t bytes_read = 0;
+  double io_seconds = 0;  // of `seconds`, the compute thread waiting for weights
+  // Summed over the layers read: from a layer's first read starting to its
+  // last finishing. Reads overlap compute (and each other) when prefetching,
+  // so this can exceed io_seconds and even `seconds`.
+  double load_seconds = 0;
   double compute_seconds = 0;
   int64_t sequences = 0;   // sequences in the pass
   int64_t tokens = 0;      // tokens fed (prompts and labels + one per decoding sequence)
@@ -134,13 +144,18 @@ struct EngineOptions {
   // the engine splits its projections itself).
   int threads = 0;
   Residency residency = Residency::kStream;
-  // Read the next layer on an I/O thread while this one computes.
+  // Read the next layer (after the last one, the next pass's first) on the
+  // I/O threads while this one computes. false: each layer is read when it
+  // is needed, the compute thread waiting for it (and one layer's buffer
+  // instead of two).
   bool prefetch = true;
-  // Parallel reads in flight while loading a layer; 0: the engine's default.
+  // Parallel reads (I/O threads, 16 MB each, O_DIRECT where the filesystem
+  // allows) in flight while loading; 0: the engine's default, 4. At most 64.
   int read_streams = 0;
   // KV cache bytes the sequences in flight may reserve together; 0: no limit.
   uint64_t kv_budget_bytes = 0;
-  // "cpu", or "cuda" / "cuda:N" when the linked libtorch has CUDA.
+  // "cpu", or "cuda" / "cuda:N" when the linked libtorch has CUDA. CUDA
+  // compute is not implemented yet: a CUDA device is Unimplemented either way.
   std::string device = "cpu";
   // Called at the end of every pass, on the thread calling Step, with the
   // figures Step returns (before it returns).
@@ -158,8 +173,10 @@ class Engine {
   // model_type, rope type, dtype or a context longer than the sliding window;
   // DataLoss for a missing config field, bad config values (zero heads,
   // heads not divisible by KV heads), missing, unexpected or misshapen
-  // tensors; InvalidArgument for a bad option; Unimplemented for a CUDA
-  // device when the linked libtorch has no CUDA or sees no GPU.
+  // tensors; InvalidArgument for a bad option (negative max_context or
+  // threads, read_streams outside 0..64, a device other than cpu, cuda or
+  // cuda:N); Unimplemented for a CUDA device (naming the reason when the
+  // linked libtorch has no CUDA or sees no GPU).
   static StatusOr<std::unique_ptr<Engine>> Open(const std::string& dir,
                                                 const EngineOptions& options = {});
   ~Engine();
