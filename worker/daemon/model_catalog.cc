@@ -48,6 +48,12 @@ StatusOr<std::string> ReadFile(const fs::path& path) {
   return content.str();
 }
 
+// The engine keeps its KV cache in float32 on every device and charges its
+// KV budget so (engine::Engine::KvBytesFor). The advert must use the same
+// figure: the scheduler sizes batches with it, and a smaller one (the stored
+// dtype on a GPU) would lease twice the jobs the engine admits.
+constexpr int kEngineKvDtypeBytes = 4;
+
 // The longest context the engine runs for this config (its rule:
 // max_position_embeddings, or the sliding window when shorter).
 int64_t MaxContext(const engine::ModelConfig& config) {
@@ -103,7 +109,7 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   }
   entry.dir = ckpt.dir;
   entry.offer.kv_bytes_per_token =
-      static_cast<int64_t>(planner::KvBytesPerToken(shape, compute_bytes));
+      static_cast<int64_t>(planner::KvBytesPerToken(shape, kEngineKvDtypeBytes));
   entry.offer.checkpoint_bytes = static_cast<int64_t>(shape.tensor_bytes);
   entry.offer.seconds_per_pass =
       read_bytes_per_second > 0 ? shape.tensor_bytes / read_bytes_per_second : 0;

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "worker/daemon/test_util.h"
+#include "worker/engine/engine.h"
 
 namespace nightshift::worker {
 namespace {
@@ -100,6 +101,36 @@ TEST(ScanModelRootsTest, AdvertisesValidCheckpointsWithExactFigures) {
   EXPECT_EQ(ids_only->offer.tokenizer_hash, "");
   // Derived KV budget: what the memory budget leaves after the footprint.
   EXPECT_EQ(catalog->kv_budget_bytes, (1ull << 30) - m->footprint_bytes);
+}
+
+// The scheduler sizes batches with the advertised KV bytes per token; the
+// engine admits a sequence by KvBytesFor. They must agree on every device,
+// or a GPU worker would be leased twice the jobs its engine takes.
+TEST(ScanModelRootsTest, AdvertisedKvBytesPerTokenIsWhatTheEngineCharges) {
+  const std::string root = testing::TestData() + "/models";
+  CatalogOptions gpu_options = Options(root, 1ull << 30);
+  gpu_options.device = planner::Device::kGpu;
+  auto cpu = ScanModelRoots(Options(root, 1ull << 30));
+  auto gpu = ScanModelRoots(gpu_options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  ASSERT_NE(cpu->Find("llama-bf16"), nullptr);  // a checkpoint stored narrower than float32
+  ASSERT_NE(cpu->Find("llama-fp16"), nullptr);
+  engine::SequenceRequest request;
+  request.prompt = {1, 2, 3};
+  request.max_new_tokens = 3;  // 3 + 3 - 1 cache positions
+  for (const ModelEntry& m : cpu->models) {
+    SCOPED_TRACE(m.offer.name);
+    engine::EngineOptions options;
+    options.threads = 1;
+    auto eng = engine::Engine::Open(m.dir, options);
+    ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+    const uint64_t charged = (*eng)->KvBytesFor(request);
+    EXPECT_EQ(charged, 5 * static_cast<uint64_t>(m.offer.kv_bytes_per_token));
+    const ModelEntry* on_gpu = gpu->Find(m.offer.name);
+    ASSERT_NE(on_gpu, nullptr);
+    EXPECT_EQ(charged, 5 * static_cast<uint64_t>(on_gpu->offer.kv_bytes_per_token));
+  }
 }
 
 TEST(ScanModelRootsTest, SkipsInvalidAndEscapingCheckpointsWithReasons) {
