@@ -54,10 +54,7 @@ void Session::Stop(double flush_seconds) {
     stopping_ = true;
     cv_.notify_all();
   }
-  {
-    std::lock_guard<std::mutex> lock(write_mu_);
-    if (stream_ != nullptr) stream_->WritesDone();
-  }
+  CloseWrites();
   {
     // The scheduler ends the stream after our WritesDone; do not wait forever.
     std::unique_lock<std::mutex> lock(mu_);
@@ -66,6 +63,18 @@ void Session::Stop(double flush_seconds) {
     }
   }
   if (connection_thread_.joinable()) connection_thread_.join();
+}
+
+void Session::CloseWrites() {
+  std::unique_lock<std::timed_mutex> writing(write_mu_, std::defer_lock);
+  if (writing.try_lock_for(std::chrono::seconds(1))) {
+    if (stream_ != nullptr) stream_->WritesDone();
+    writes_done_ = true;
+    return;
+  }
+  LogLine("a write to the scheduler is stuck; cancelling the stream");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (context_ != nullptr) context_->TryCancel();
 }
 
 bool Session::connected() const {
@@ -105,10 +114,11 @@ grpc::Status Session::AttachOnce(bool* attached) {
     context_ = &context;
   }
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    std::lock_guard<std::timed_mutex> lock(write_mu_);
     stream_ = stream.get();
   }
   std::thread heartbeat;
+  std::thread writer;
   v1::SchedulerMessage m;
   if (Write(Hello()) && stream->Read(&m) && m.has_welcome()) {
     *attached = true;
@@ -127,7 +137,7 @@ grpc::Status Session::AttachOnce(bool* attached) {
     }
     LogLine("attached to " + options_.connect.address + " as " + options_.info.id + " (session " +
             std::to_string(welcome.session()) + ")");
-    Flush();
+    writer = std::thread([this] { WriterLoop(); });
     const double interval = welcome.heartbeat_seconds() > 0 ? welcome.heartbeat_seconds() : 1.0;
     heartbeat = std::thread([this, interval] { HeartbeatLoop(interval); });
     while (stream->Read(&m)) {
@@ -141,14 +151,19 @@ grpc::Status Session::AttachOnce(bool* attached) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     connected_ = false;
+    // Progress of this stream is stale on the next one.
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
+                                [](const v1::WorkerMessage& m) { return m.has_pass(); }),
+                 queue_.end());
     cv_.notify_all();
   }
+  context.TryCancel();  // ends the call if only our side saw the break; unblocks a stuck write
   if (heartbeat.joinable()) heartbeat.join();
+  if (writer.joinable()) writer.join();
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    std::lock_guard<std::timed_mutex> lock(write_mu_);
     stream_ = nullptr;
   }
-  context.TryCancel();  // ends the call if only our side saw the break
   grpc::Status status = stream->Finish();
   std::lock_guard<std::mutex> lock(mu_);
   context_ = nullptr;
@@ -197,43 +212,40 @@ v1::WorkerMessage Session::Hello() const {
 }
 
 bool Session::Write(const v1::WorkerMessage& message) {
-  std::lock_guard<std::mutex> lock(write_mu_);
-  return stream_ != nullptr && stream_->Write(message);
+  std::lock_guard<std::timed_mutex> lock(write_mu_);
+  return stream_ != nullptr && !writes_done_ && stream_->Write(message);
 }
 
-void Session::Queue(v1::WorkerMessage message) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!connected_ && message.has_results()) {
-      LogLine("results kept for the reconnect: " + Summary(message.results()));
-    }
-    queue_.push_back(std::move(message));
-  }
-  Flush();
-}
-
-void Session::Flush() {
-  std::lock_guard<std::mutex> flushing(flush_mu_);
+void Session::WriterLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    v1::WorkerMessage next;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!connected_ || queue_.empty()) return;
-      next = queue_.front();
-    }
-    if (!Write(next)) return;  // the stream broke: kept for the next attach
-    if (next.has_results()) LogLine("results sent: " + Summary(next.results()));
-    std::lock_guard<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !connected_ || !queue_.empty(); });
+    if (!connected_) return;
+    const v1::WorkerMessage next = queue_.front();
+    lock.unlock();
+    const bool written = Write(next);
+    if (written && next.has_results()) LogLine("results sent: " + Summary(next.results()));
+    lock.lock();
+    if (!written) return;  // the stream broke: kept for the next attach
     queue_.pop_front();
     cv_.notify_all();
   }
 }
 
+void Session::Queue(v1::WorkerMessage message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (message.has_pass() && !connected_) return;  // progress is not kept
+  if (!connected_ && message.has_results()) {
+    LogLine("results kept for the reconnect: " + Summary(message.results()));
+  }
+  queue_.push_back(std::move(message));
+  cv_.notify_all();
+}
+
 void Session::SendPass(const scheduler::PassProgress& pass) {
-  if (!connected()) return;
   v1::WorkerMessage m;
   wire::ToProto(pass, m.mutable_pass());
-  Write(m);
+  Queue(std::move(m));
 }
 
 void Session::SendResults(std::vector<JobOutcome> results) {

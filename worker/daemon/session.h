@@ -9,10 +9,12 @@
 // stream ends the session reconnects with exponential backoff (0.5 s
 // doubling, capped at `max_backoff_seconds`).
 //
-// As the Worker's SchedulerLink: pass reports are written when connected and
-// dropped otherwise; results, hand-backs and withdrawals are queued and
-// written in order as soon as a stream is attached, so results finished
-// while the scheduler was away are sent on reconnect. The hello of a
+// As the Worker's SchedulerLink it never waits for the network: every
+// message is queued and a writer thread of the attached stream writes them
+// in order. Pass reports are queued only while connected and dropped when
+// the stream ends; results, hand-backs and withdrawals are kept and written
+// as soon as a stream is attached, so results finished while the scheduler
+// was away are sent on reconnect. The hello of a
 // reconnect lists the batch still running and every batch with queued
 // results, so the scheduler keeps those leases (its lease rules decide
 // whether the results count: a lease that expired meanwhile refuses them).
@@ -57,7 +59,9 @@ class Session : public SchedulerLink {
   Status Start();
   // Waits up to `flush_seconds` for queued messages to be written (while
   // disconnected, only when results are among them: a reconnect may still
-  // deliver them), closes the stream and joins the threads.
+  // deliver them), closes the stream and joins the threads. A write still
+  // stuck then (a scheduler that does not read) is cancelled with the call,
+  // so Stop returns within about flush_seconds + 3 s.
   void Stop(double flush_seconds);
 
   // True while a stream is attached (welcome received).
@@ -76,10 +80,13 @@ class Session : public SchedulerLink {
   // welcome arrived.
   grpc::Status AttachOnce(bool* attached);
   void HeartbeatLoop(double interval_seconds);
+  // Writes queued messages in order while connected.
+  void WriterLoop();
   v1::WorkerMessage Hello() const;
   void Queue(v1::WorkerMessage message);
-  // Writes queued messages in order while connected.
-  void Flush();
+  // Ends writing on the stream (WritesDone), or cancels the call when a
+  // write is stuck.
+  void CloseWrites();
   bool Write(const v1::WorkerMessage& message);
 
   SessionOptions options_;
@@ -92,11 +99,11 @@ class Session : public SchedulerLink {
   bool stopping_ = false;
   bool connected_ = false;
   grpc::ClientContext* context_ = nullptr;  // of the current stream
-  std::deque<v1::WorkerMessage> queue_;     // results, hand-backs, withdrawals
+  std::deque<v1::WorkerMessage> queue_;     // every message but heartbeats, in order
 
-  std::mutex flush_mu_;       // one flusher at a time keeps the queue's order
-  std::mutex write_mu_;       // one writer at a time on the stream
-  Stream* stream_ = nullptr;  // guarded by write_mu_
+  std::timed_mutex write_mu_;  // one writer at a time on the stream
+  Stream* stream_ = nullptr;   // guarded by write_mu_
+  bool writes_done_ = false;   // guarded by write_mu_; no Write after WritesDone
 };
 
 }  // namespace nightshift::worker

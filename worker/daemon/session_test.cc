@@ -1,0 +1,112 @@
+#include "worker/daemon/session.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+namespace nightshift::worker {
+namespace {
+
+using std::chrono::seconds;
+
+// A scheduler that welcomes the worker and then reads nothing until
+// released, as a stuck or unreachable one does (the connection stays open).
+class StallingScheduler final : public v1::WorkerService::Service {
+ public:
+  grpc::Status Attach(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::SchedulerMessage, v1::WorkerMessage>* stream) override {
+    v1::WorkerMessage hello;
+    if (!stream->Read(&hello)) return grpc::Status::OK;
+    v1::SchedulerMessage welcome;
+    welcome.mutable_welcome()->set_session(1);
+    welcome.mutable_welcome()->set_heartbeat_seconds(60);
+    stream->Write(welcome);
+    while (!released && !context->IsCancelled()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    v1::WorkerMessage m;
+    while (stream->Read(&m)) {
+    }
+    return grpc::Status::OK;
+  }
+
+  std::atomic<bool> released{false};
+};
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&scheduler_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+  }
+  void TearDown() override {
+    scheduler_.released = true;
+    server_->Shutdown(std::chrono::system_clock::now() + seconds(5));
+  }
+
+  SessionOptions Options() const {
+    SessionOptions options;
+    options.connect.address = "127.0.0.1:" + std::to_string(port_);
+    options.info.id = "w1";
+    options.info.device = "cpu";
+    return options;
+  }
+
+  static bool WaitConnected(const Session& session) {
+    const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+    while (!session.connected() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return session.connected();
+  }
+
+  StallingScheduler scheduler_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+std::vector<JobOutcome> LargeResult(int64_t job_id) {
+  JobOutcome outcome;
+  outcome.batch_id = 1;
+  outcome.job_id = job_id;
+  outcome.ok = true;
+  outcome.output.text = std::string(1 << 20, 'x');
+  return {outcome};
+}
+
+// The runner reports through the session and must never wait for the
+// network (SchedulerLink: "must not block"): a scheduler that stops reading
+// would stop every pass, and a SIGTERM drain would hang with it. Stop gives
+// up on a write that cannot finish once its flush time is over.
+TEST_F(SessionTest, AStalledSchedulerBlocksNeitherTheRunnerNorStop) {
+  Catalog catalog;
+  Worker worker(&catalog, EngineFactory(), nullptr, nullptr, {});
+  Session session(Options(), &worker);
+  worker.SetLink(&session);
+  ASSERT_TRUE(session.Start().ok());
+  ASSERT_TRUE(WaitConnected(session));
+
+  // 32 MiB of results, far past what a peer that does not read accepts.
+  auto sent = std::async(std::launch::async, [&] {
+    for (int64_t job = 1; job <= 32; ++job) session.SendResults(LargeResult(job));
+    session.SendHandBack(1, {99}, /*draining=*/true);
+  });
+  EXPECT_EQ(sent.wait_for(seconds(5)), std::future_status::ready)
+      << "reporting results blocked on the network";
+  auto stopped = std::async(std::launch::async, [&] { session.Stop(/*flush_seconds=*/0.5); });
+  EXPECT_EQ(stopped.wait_for(seconds(10)), std::future_status::ready) << "Stop hung on a write";
+  scheduler_.released = true;  // lets whatever still waits finish, so the test ends either way
+  sent.get();
+  stopped.get();
+  EXPECT_FALSE(session.connected());
+}
+
+}  // namespace
+}  // namespace nightshift::worker
