@@ -41,9 +41,17 @@ Worker::Worker(const Catalog* catalog, EngineFactory factory, SchedulerLink* lin
 Worker::~Worker() = default;
 
 void Worker::Assign(BatchAssignment assignment) {
-  std::lock_guard<std::mutex> lock(mu_);
-  commands_.push_back(std::move(assignment));
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!drained_) {
+      commands_.push_back(std::move(assignment));
+      cv_.notify_all();
+      return;
+    }
+  }
+  LogLine("drained: handing back " + std::to_string(assignment.jobs.size()) + " jobs of batch " +
+          std::to_string(assignment.batch_id) + " assigned meanwhile");
+  link_->SendHandBack(assignment.batch_id, JobIds(assignment.jobs), /*draining=*/true);
 }
 
 void Worker::Cancel(CancelRequest cancel) {
@@ -76,6 +84,7 @@ std::deque<Worker::Command> Worker::TakeCommands() {
 }
 
 void Worker::Run(const std::atomic<bool>& stop) {
+  stop_ = &stop;
   while (!stop) {
     if (RunOnce()) continue;
     std::unique_lock<std::mutex> lock(mu_);
@@ -93,15 +102,22 @@ bool Worker::RunOnce() {
       Handle(std::get<CancelRequest>(command));
     }
   }
-  if (batch_ == nullptr || batch_->empty()) return !commands.empty();
-  RunPass();
-  return true;
+  const bool ran = batch_ != nullptr && !batch_->empty();
+  if (ran) RunPass();
+  ReportKvInUse();
+  return ran || !commands.empty();
 }
 
 void Worker::Drain() {
-  for (Command& command : TakeCommands()) {
+  std::deque<Command> commands;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands.swap(commands_);
+    drained_ = true;  // from now on Assign hands back
+  }
+  for (Command& command : commands) {
     if (auto* assign = std::get_if<BatchAssignment>(&command)) {
-      link_->SendHandBack(assign->batch_id, JobIds(assign->jobs), /*draining=*/true);
+      HandBackDraining(assign->batch_id, JobIds(assign->jobs));
     }
   }
   const int64_t batch_id = batch_ != nullptr ? batch_->batch_id() : 0;
@@ -109,10 +125,22 @@ void Worker::Drain() {
   if (batch_ != nullptr) unfinished = batch_->TakeUnfinished();
   LogLine("draining: handing back " + std::to_string(unfinished.size()) + " jobs of batch " +
           std::to_string(batch_id));
-  link_->SendHandBack(batch_id, std::move(unfinished), /*draining=*/true);
+  if (!unfinished.empty() || !drain_announced_) HandBackDraining(batch_id, std::move(unfinished));
   batch_.reset();
+  finished_batch_.reset();
+  ReportKvInUse();
   std::lock_guard<std::mutex> lock(mu_);
   running_batch_ = 0;
+}
+
+void Worker::HandBackDraining(int64_t batch_id, std::vector<int64_t> job_ids) {
+  link_->SendHandBack(batch_id, std::move(job_ids), /*draining=*/true);
+  drain_announced_ = true;
+}
+
+void Worker::ReportKvInUse() {
+  if (metrics_ != nullptr)
+    metrics_->SetKvInUse(engine_ != nullptr ? engine_->kv_bytes_in_use() : 0);
 }
 
 void Worker::Handle(BatchAssignment assignment) {
@@ -125,19 +153,24 @@ void Worker::Handle(BatchAssignment assignment) {
       (void)batch_->TakeUnfinished();
     }
     batch_.reset();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_batch_ = 0;
+    if (finished_batch_ != nullptr && finished_batch_->batch_id() == batch_id) {
+      batch_ = std::move(finished_batch_);  // a late top-up: same model, engine and pass count
+    } else {
+      finished_batch_.reset();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        running_batch_ = 0;
+      }
+      Status open = EnsureOpen(assignment.model);
+      if (!open.ok()) {
+        FailModel(assignment.model, open.ToString(),
+                  FailJobs(batch_id, assignment.jobs, open.ToString()));
+        return;
+      }
+      batch_ = std::make_unique<BatchRunner>(batch_id, engine_.get(), model_->tokenizer.get(),
+                                             catalog_->kv_budget_bytes);
+      batch_model_ = assignment.model;
     }
-    Status open = EnsureOpen(assignment.model);
-    if (!open.ok()) {
-      FailModel(assignment.model, open.ToString(),
-                FailJobs(batch_id, assignment.jobs, open.ToString()));
-      return;
-    }
-    batch_ = std::make_unique<BatchRunner>(batch_id, engine_.get(), model_->tokenizer.get(),
-                                           catalog_->kv_budget_bytes);
-    batch_model_ = assignment.model;
     std::lock_guard<std::mutex> lock(mu_);
     running_batch_ = batch_id;
   }
@@ -198,6 +231,7 @@ void Worker::FailModel(const std::string& model, const std::string& reason,
     withdrawn_.insert(model);
   }
   batch_.reset();
+  finished_batch_.reset();
   engine_.reset();
   model_ = nullptr;
   std::lock_guard<std::mutex> lock(mu_);
@@ -219,17 +253,19 @@ void Worker::RunPass() {
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.min_pass_seconds - elapsed));
     pass->stats.seconds = std::max(pass->stats.seconds, options_.min_pass_seconds);
   }
-  ReportPass(*pass);
+  const bool stopping = stop_ != nullptr && *stop_;
+  if (stopping && !drain_announced_) HandBackDraining(batch_->batch_id(), {});
+  ReportPass(*pass, /*want_top_up=*/!stopping);
   if (batch_->empty()) {
     LogLine("batch " + std::to_string(batch_->batch_id()) + " done after " +
             std::to_string(batch_->passes()) + " passes");
-    batch_.reset();
+    finished_batch_ = std::move(batch_);
     std::lock_guard<std::mutex> lock(mu_);
     running_batch_ = 0;
   }
 }
 
-void Worker::ReportPass(const PassOutcome& pass) {
+void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   const engine::PassStats& s = pass.stats;
   scheduler::PassProgress p;
   p.batch_id = batch_->batch_id();
@@ -242,7 +278,7 @@ void Worker::ReportPass(const PassOutcome& pass) {
   p.mode = ModeName(s.residency);
   p.generated = pass.generated;
   p.free_kv_bytes = static_cast<int64_t>(batch_->free_kv_bytes());
-  p.want_top_up = p.free_kv_bytes > 0;
+  p.want_top_up = want_top_up && p.free_kv_bytes > 0;
   link_->SendPass(p);
   if (metrics_ != nullptr) {
     metrics_->OnPass(batch_model_, s, pass.prompt_tokens, pass.generated_tokens,

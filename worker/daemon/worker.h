@@ -69,7 +69,8 @@ class Worker {
   ~Worker();
   void SetLink(SchedulerLink* link) { link_ = link; }
 
-  // Queue commands for the runner thread.
+  // Queue commands for the runner thread. After Drain an assignment is
+  // handed back at once (draining), from the calling thread.
   void Assign(BatchAssignment assignment);
   void Cancel(CancelRequest cancel);
 
@@ -81,13 +82,18 @@ class Worker {
   std::set<std::string> WithdrawnModels() const;
 
   // Handles queued commands and runs passes until `stop` is set, then
-  // drains (see Drain). Wakes at least every 100 ms to look at `stop`.
+  // drains (see Drain). Wakes at least every 100 ms to look at `stop`. A
+  // pass that ends with `stop` set announces the drain (an empty hand-back
+  // with draining) before its report and results, and its report asks for
+  // no top-up, so the scheduler leases this worker nothing more.
   void Run(const std::atomic<bool>& stop);
   // One step: handles every queued command, then runs one pass when a
   // batch has jobs. False when there was nothing to do.
   bool RunOnce();
   // Hands back every job not finished (the running batch's and any queued
-  // assignment's) with draining set.
+  // assignment's) with draining set; announces the drain with an empty
+  // hand-back when there is nothing to hand back and it was not announced.
+  // Assignments arriving later are handed back by Assign.
   void Drain();
 
  private:
@@ -99,7 +105,9 @@ class Worker {
   void FailModel(const std::string& model, const std::string& reason,
                  std::vector<JobOutcome> failed);
   void RunPass();
-  void ReportPass(const PassOutcome& pass);
+  void ReportPass(const PassOutcome& pass, bool want_top_up);
+  void HandBackDraining(int64_t batch_id, std::vector<int64_t> job_ids);
+  void ReportKvInUse();
   std::deque<Command> TakeCommands();
 
   const Catalog* catalog_;
@@ -112,7 +120,12 @@ class Worker {
   const ModelEntry* model_ = nullptr;  // of the open engine
   std::unique_ptr<BatchEngine> engine_;
   std::unique_ptr<BatchRunner> batch_;
+  // The batch that last ran empty, kept so that a top-up of it arriving
+  // after its last pass joins it (its pass indices go on).
+  std::unique_ptr<BatchRunner> finished_batch_;
   std::string batch_model_;
+  const std::atomic<bool>* stop_ = nullptr;  // Run's
+  bool drain_announced_ = false;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -120,6 +133,7 @@ class Worker {
   int64_t running_batch_ = 0;  // mirrors batch_ for other threads
   std::string open_model_;     // mirrors model_
   std::set<std::string> withdrawn_;
+  bool drained_ = false;  // Drain ran: assignments are handed back at once
 };
 
 }  // namespace nightshift::worker

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "common/metrics.h"
 #include "worker/daemon/fake_engine.h"
 #include "worker/daemon/test_util.h"
 
@@ -17,13 +18,21 @@ using testing::TempDir;
 // Records what the runner sends.
 class RecordingLink : public SchedulerLink {
  public:
-  void SendPass(const scheduler::PassProgress& pass) override { passes.push_back(pass); }
-  void SendResults(std::vector<JobOutcome> r) override { results.push_back(std::move(r)); }
+  void SendPass(const scheduler::PassProgress& pass) override {
+    passes.push_back(pass);
+    order.push_back("pass");
+  }
+  void SendResults(std::vector<JobOutcome> r) override {
+    results.push_back(std::move(r));
+    order.push_back("results");
+  }
   void SendHandBack(int64_t batch_id, std::vector<int64_t> ids, bool draining) override {
     hand_backs.push_back({batch_id, std::move(ids), draining});
+    order.push_back("hand_back");
   }
   void SendWithdraw(const std::string& model, const std::string& reason) override {
     withdrawals.push_back({model, reason});
+    order.push_back("withdraw");
   }
 
   struct HandBack {
@@ -35,6 +44,7 @@ class RecordingLink : public SchedulerLink {
   std::vector<std::vector<JobOutcome>> results;
   std::vector<HandBack> hand_backs;
   std::vector<std::pair<std::string, std::string>> withdrawals;
+  std::vector<std::string> order;  // every message, in the order sent
 
   std::map<int64_t, JobOutcome> Outcomes() const {
     std::map<int64_t, JobOutcome> all;
@@ -63,7 +73,7 @@ class WorkerTest : public ::testing::Test {
     catalog_ = std::move(*catalog);
   }
 
-  std::unique_ptr<Worker> MakeWorker(WorkerOptions options = {}) {
+  std::unique_ptr<Worker> MakeWorker(WorkerOptions options = {}, WorkerMetrics* metrics = nullptr) {
     EngineFactory factory = [this](const ModelEntry& model,
                                    uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
       opened_.push_back(model.offer.name);
@@ -71,9 +81,10 @@ class WorkerTest : public ::testing::Test {
       auto engine = std::make_unique<FakeEngine>();
       engine->kv_budget = kv;
       engine->step_error = step_error_;
+      if (next_token_) engine->next_token = next_token_;
       return std::unique_ptr<BatchEngine>(std::move(engine));
     };
-    return std::make_unique<Worker>(&catalog_, factory, &link_, nullptr, options);
+    return std::make_unique<Worker>(&catalog_, factory, &link_, metrics, options);
   }
 
   static BatchAssignment Batch(int64_t id, const std::string& model, std::vector<int64_t> jobs,
@@ -103,6 +114,7 @@ class WorkerTest : public ::testing::Test {
   std::vector<std::string> opened_;
   Status open_error_;
   Status step_error_;
+  std::function<engine::TokenId(const engine::SequenceRequest&, int64_t)> next_token_;
 };
 
 TEST_F(WorkerTest, RunsABatchReportingEveryPassAndEachPassesResults) {
@@ -246,6 +258,96 @@ TEST_F(WorkerTest, MinPassSecondsSlowsPasses) {
   EXPECT_GE(elapsed, 0.1);
   ASSERT_EQ(link_.passes.size(), 2u);
   EXPECT_GE(link_.passes[0].seconds, 0.05);
+}
+
+// The scheduler tops up a batch when a pass report says KV is free; when the
+// top-up arrives after the batch's last job finished, it still joins that
+// batch: pass indices go on (the scheduler keeps one progress row per pass
+// index of a batch) and the checkpoint is not opened again.
+TEST_F(WorkerTest, ATopUpOfABatchThatJustRanEmptyContinuesItsPasses) {
+  auto worker = MakeWorker();
+  worker->Assign(Batch(7, "alpha", {1}, /*max_new_tokens=*/1));
+  RunUntilIdle(*worker);
+  ASSERT_EQ(link_.passes.size(), 1u);
+  EXPECT_TRUE(link_.passes[0].want_top_up);
+  worker->Assign(Batch(7, "alpha", {2}, /*max_new_tokens=*/1, /*top_up=*/true));
+  RunUntilIdle(*worker);
+  ASSERT_EQ(link_.passes.size(), 2u);
+  EXPECT_EQ(link_.passes[1].batch_id, 7);
+  EXPECT_EQ(link_.passes[1].pass_index, 1);
+  EXPECT_TRUE(link_.Outcomes()[2].ok);
+  // Another batch counts from 0 again.
+  worker->Assign(Batch(8, "alpha", {3}, /*max_new_tokens=*/1));
+  RunUntilIdle(*worker);
+  ASSERT_EQ(link_.passes.size(), 3u);
+  EXPECT_EQ(link_.passes[2].pass_index, 0);
+  EXPECT_EQ(opened_, std::vector<std::string>{"alpha"});
+}
+
+// SIGTERM during a pass: the scheduler hears "draining" before that pass's
+// report and results (which would otherwise make it lease this worker more),
+// the report asks for no top-up, and the rest is handed back after.
+TEST_F(WorkerTest, ADrainIsAnnouncedBeforeTheLastPassesResults) {
+  std::atomic<bool> stop{false};
+  next_token_ = [&](const engine::SequenceRequest&, int64_t step) {
+    if (step == 1) stop = true;  // the signal arrives during the second pass
+    return static_cast<engine::TokenId>('a' + step);
+  };
+  auto worker = MakeWorker();
+  worker->Assign(Batch(3, "alpha", {1}, /*max_new_tokens=*/2));
+  worker->Assign(Batch(3, "alpha", {2}, /*max_new_tokens=*/10, /*top_up=*/true));
+  worker->Run(stop);
+  EXPECT_EQ(link_.order,
+            (std::vector<std::string>{"pass", "hand_back", "pass", "results", "hand_back"}));
+  ASSERT_EQ(link_.hand_backs.size(), 2u);
+  EXPECT_EQ(link_.hand_backs[0].batch_id, 3);
+  EXPECT_TRUE(link_.hand_backs[0].ids.empty());
+  EXPECT_TRUE(link_.hand_backs[0].draining);
+  ASSERT_EQ(link_.passes.size(), 2u);
+  EXPECT_FALSE(link_.passes[1].want_top_up);
+  EXPECT_TRUE(link_.Outcomes()[1].ok);
+  EXPECT_EQ(link_.hand_backs[1].ids, std::vector<int64_t>{2});
+  EXPECT_TRUE(link_.hand_backs[1].draining);
+}
+
+// An assignment the scheduler sent before it saw the drain reaches the worker
+// after it: it is handed back at once instead of waiting, leased, for its
+// lease to expire (which would cost the jobs an attempt).
+TEST_F(WorkerTest, AssignmentsArrivingAfterTheDrainAreHandedBack) {
+  auto worker = MakeWorker();
+  std::atomic<bool> stop{true};
+  worker->Run(stop);
+  ASSERT_EQ(link_.hand_backs.size(), 1u);  // idle: only the drain notice
+  EXPECT_TRUE(link_.hand_backs[0].draining);
+  worker->Assign(Batch(9, "alpha", {4, 5}));
+  ASSERT_EQ(link_.hand_backs.size(), 2u);
+  EXPECT_EQ(link_.hand_backs[1].batch_id, 9);
+  EXPECT_EQ(link_.hand_backs[1].ids, (std::vector<int64_t>{4, 5}));
+  EXPECT_TRUE(link_.hand_backs[1].draining);
+  EXPECT_FALSE(worker->RunOnce());
+  EXPECT_TRUE(opened_.empty());
+}
+
+// nightshift_kv_in_use_bytes follows the batch between passes too: jobs
+// cancelled (or handed back, or failed) free their KV at once.
+TEST_F(WorkerTest, KvInUseGaugeDropsWhenJobsLeaveBetweenPasses) {
+  auto registry = std::make_shared<metrics::Registry>();
+  WorkerMetrics metrics(registry, "w1");
+  auto worker = MakeWorker({}, &metrics);
+  auto gauge = [&] {
+    const std::string text = metrics::TextSerializer().Serialize(registry->Collect());
+    const std::string key = "nightshift_kv_in_use_bytes{worker=\"w1\"} ";
+    const size_t at = text.find(key);
+    return at == std::string::npos
+               ? std::string("absent")
+               : text.substr(at + key.size(), text.find('\n', at) - at - key.size());
+  };
+  worker->Assign(Batch(2, "alpha", {1, 2}, /*max_new_tokens=*/10));
+  worker->RunOnce();
+  EXPECT_EQ(gauge(), std::to_string(2 * (3 + 10) * 8));
+  worker->Cancel({2, {1, 2}, "cancelled by a client"});
+  worker->RunOnce();
+  EXPECT_EQ(gauge(), "0");
 }
 
 }  // namespace
