@@ -1,14 +1,15 @@
-// Test helpers for the worker daemon: temporary directories and a model
-// root holding a real trained checkpoint (stories260k) with a real tokenizer
-// (the scheduler tests' tiny byte-level BPE, 262 ids, fits its 512-row
-// vocabulary), assembled from the fixtures under NIGHTSHIFT_TEST_DATA.
+// Test helpers for the worker daemon: temporary directories (the scheduler
+// tests' TempDir) and a model root holding a real trained checkpoint
+// (stories260k) with a real tokenizer (the scheduler tests' tiny byte-level
+// BPE, 262 ids, fits its 512-row vocabulary), assembled from the fixtures
+// under NIGHTSHIFT_TEST_DATA.
 #pragma once
-
-#include <stdlib.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include "scheduler/test_util.h"
 
 namespace nightshift::worker::testing {
 
@@ -17,25 +18,7 @@ inline std::string TestData() {
   return dir != nullptr ? dir : "tests/data";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "nightshift-worker-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using scheduler::testing::TempDir;
 
 // Writes `root/name`: stories260k's config.json and model.safetensors, plus
 // tokenizer.json and tokenizer_config.json (with a ChatML template) unless
