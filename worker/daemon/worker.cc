@@ -145,6 +145,13 @@ void Worker::ReportKvInUse() {
 
 void Worker::Handle(BatchAssignment assignment) {
   const int64_t batch_id = assignment.batch_id;
+  if (WithdrawnModels().count(assignment.model) != 0) {
+    // Sent before the scheduler saw the withdrawal: it never ran here.
+    LogLine("handing back " + std::to_string(assignment.jobs.size()) + " jobs of batch " +
+            std::to_string(batch_id) + ": model " + assignment.model + " was withdrawn here");
+    link_->SendHandBack(batch_id, JobIds(assignment.jobs), /*draining=*/false);
+    return;
+  }
   if (batch_ == nullptr || batch_->batch_id() != batch_id) {
     if (batch_ != nullptr && !batch_->empty()) {
       LogLine("batch " + std::to_string(batch_->batch_id()) + " superseded by batch " +
@@ -198,11 +205,6 @@ Status Worker::EnsureOpen(const std::string& model) {
   if (model_ != nullptr && model_->offer.name == model && engine_ != nullptr) return Status::Ok();
   const ModelEntry* entry = catalog_->Find(model);
   if (entry == nullptr) return NotFound("model " + model + " is not served by this worker");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (withdrawn_.count(model) != 0)
-      return FailedPrecondition("model " + model + " was withdrawn");
-  }
   engine_.reset();
   model_ = nullptr;
   {
@@ -224,12 +226,14 @@ Status Worker::EnsureOpen(const std::string& model) {
 void Worker::FailModel(const std::string& model, const std::string& reason,
                        std::vector<JobOutcome> failed) {
   LogLine("model " + model + " failed, withdrawing it: " + reason);
-  if (!failed.empty()) link_->SendResults(std::move(failed));
+  // The withdrawal first: the results leave the worker idle for the
+  // scheduler, which would lease it the model again if it did not know.
   if (catalog_->Find(model) != nullptr) {
     link_->SendWithdraw(model, reason);
     std::lock_guard<std::mutex> lock(mu_);
     withdrawn_.insert(model);
   }
+  if (!failed.empty()) link_->SendResults(std::move(failed));
   batch_.reset();
   finished_batch_.reset();
   engine_.reset();

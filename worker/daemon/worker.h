@@ -9,7 +9,9 @@
 //
 // Errors: a checkpoint that fails to open, or a pass that fails, fails every
 // job of the batch with the reason, withdraws the model (the scheduler sends
-// no more of it here) and closes the engine; the worker goes on.
+// no more of it here) and closes the engine; the worker goes on. A later
+// assignment of a withdrawn model (sent before the scheduler saw the
+// withdrawal) is handed back, not failed.
 //
 // Thread-safety: Assign, Cancel, RunningBatches and OpenModel may be called
 // from any thread (the session's reader); Run/RunOnce/Drain from one runner

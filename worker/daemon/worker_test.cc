@@ -197,14 +197,24 @@ TEST_F(WorkerTest, ACheckpointFailingToOpenFailsTheBatchAndWithdrawsTheModel) {
   EXPECT_EQ(link_.withdrawals[0].first, "alpha");
   EXPECT_EQ(worker->WithdrawnModels(), std::set<std::string>{"alpha"});
   EXPECT_TRUE(worker->RunningBatches().empty());
+  // The withdrawal goes first: the failed results make the worker idle for
+  // the scheduler, which would otherwise lease it the model again.
+  EXPECT_EQ(link_.order, (std::vector<std::string>{"withdraw", "results"}));
 
-  // Another assignment of it fails without another open; other models still open.
+  // An assignment of it sent before the scheduler saw the withdrawal never
+  // ran here: it is handed back (another worker may serve the model), not
+  // failed, and the checkpoint is not opened again. Other models still open.
   open_error_ = Status::Ok();
   worker->Assign(Batch(2, "alpha", {3}));
   worker->Assign(Batch(3, "beta", {4}));
   RunUntilIdle(*worker);
   EXPECT_EQ(opened_, (std::vector<std::string>{"alpha", "beta"}));
-  EXPECT_FALSE(link_.Outcomes()[3].ok);
+  EXPECT_EQ(link_.Outcomes().count(3), 0u);
+  ASSERT_EQ(link_.hand_backs.size(), 1u);
+  EXPECT_EQ(link_.hand_backs[0].batch_id, 2);
+  EXPECT_EQ(link_.hand_backs[0].ids, std::vector<int64_t>{3});
+  EXPECT_FALSE(link_.hand_backs[0].draining);
+  EXPECT_EQ(link_.withdrawals.size(), 1u);
   EXPECT_TRUE(link_.Outcomes()[4].ok);
 }
 
