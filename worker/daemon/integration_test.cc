@@ -450,6 +450,24 @@ TEST_F(WorkerIntegrationTest, AttachesOverTlsWithTheWorkerTokenOnly) {
   EXPECT_EQ(worker->Wait(20), 0);
 }
 
+// A bad flag value stops the worker at once with exit status 2 and a line
+// naming the flag, instead of being taken for its default.
+TEST_F(WorkerIntegrationTest, BadFlagValuesAreRefusedByName) {
+  const std::vector<std::pair<std::string, std::string>> bad = {{"--threads", "-2"},
+                                                                {"--max-batch-jobs", "-1"},
+                                                                {"--read-bandwidth", "-5"},
+                                                                {"--min-pass-seconds", "-1"}};
+  for (const auto& [flag, value] : bad) {
+    SCOPED_TRACE(flag);
+    auto p = Process::Start({Bin("nightshift-worker"), "--scheduler", "127.0.0.1:1", "--model-root",
+                             dir_.file("models"), flag, value},
+                            dir_.file("bad-flag.log"));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->Wait(20), 2);
+    EXPECT_NE(p->Log().find(flag + " must be"), std::string::npos) << p->Log();
+  }
+}
+
 TEST_F(WorkerIntegrationTest, ACheckpointCorruptedAfterTheAdvertFailsItsJobsAndTheWorkerStaysUp) {
   MakeStoriesModel(dir_.file("models"), "healthy");
   const std::string address = StartScheduler();

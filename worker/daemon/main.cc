@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -126,6 +127,14 @@ Status Complete(const FlagSet& flags, Flags* f) {
       }
     }
   }
+  if (f->threads < 0) return InvalidArgument("--threads must be 0 (one per core) or more");
+  if (f->max_batch_jobs < 0 || f->max_batch_jobs > std::numeric_limits<int32_t>::max()) {
+    return InvalidArgument("--max-batch-jobs must be 0 (no limit) or a positive count");
+  }
+  if (f->read_bandwidth < 0) {
+    return InvalidArgument("--read-bandwidth must be positive (bytes per second), or 0 to measure");
+  }
+  if (f->min_pass_seconds < 0) return InvalidArgument("--min-pass-seconds must be 0 or more");
   if (f->state_dir.empty()) f->state_dir = DefaultStateDir();
   return Status::Ok();
 }
