@@ -149,8 +149,9 @@ struct EngineOptions {
   // is needed, the compute thread waiting for it (and one layer's buffer
   // instead of two).
   bool prefetch = true;
-  // Parallel reads (I/O threads, 16 MB each, O_DIRECT where the filesystem
-  // allows) in flight while loading; 0: the engine's default, 4. At most 64.
+  // Parallel reads (I/O threads, 16 MB each, through the page cache, which
+  // is dropped after each read) in flight while loading; 0: the engine's
+  // default, 4. At most 64.
   int read_streams = 0;
   // KV cache bytes the sequences in flight may reserve together; 0: no limit.
   uint64_t kv_budget_bytes = 0;

@@ -5,10 +5,10 @@
 // norm and LM head). Reading is done by `read_streams` I/O threads with
 // `pread` of large chunks into buffers this object owns, several reads in
 // flight: on the machines this was written on one read stream gets ~0.8 GB/s
-// and four ~2 GB/s (see common/disk_bench.h). Reads use O_DIRECT where the
-// filesystem allows it; buffered reads drop their page-cache pages after each
-// chunk (POSIX_FADV_DONTNEED). Either way neither the process nor the page
-// cache grows with the checkpoint.
+// and four ~2 GB/s (see common/disk_bench.h). Buffered reads drop their
+// page-cache pages after each chunk (POSIX_FADV_DONTNEED); O_DIRECT reads
+// (optional) bypass it. Either way neither the process nor the page cache
+// grows with the checkpoint.
 //
 // Streaming (the default) holds at most two groups: the one acquired and the
 // one being prefetched, each in one of two buffers sized to the largest group
@@ -44,8 +44,10 @@ struct LayerLoaderOptions {
   // Read with O_DIRECT where the filesystem allows it: no page cache to fill
   // (and be charged for under a memory cgroup) and no copy out of it. Else,
   // or when false, reads go through the page cache and each read's pages are
-  // dropped after it.
-  bool direct = true;
+  // dropped after it. Off by default: on the virtio disk this was measured
+  // on, four O_DIRECT streams read 0.74-1.20 GB/s and four buffered ones
+  // 1.32-1.92 (nightshift disk-bench, six runs on a 1.7 GB checkpoint).
+  bool direct = false;
   uint64_t chunk_bytes = 16ull << 20;  // bytes per read (> 0)
 };
 
