@@ -112,6 +112,8 @@ class Cluster {
   std::string StartScheduler(double lease_seconds, const std::string& listen = "127.0.0.1:0");
   // SIGKILL, then reap. No-op when no scheduler runs.
   void KillScheduler();
+  // The scheduler process last started (nullptr before), e.g. to SIGSTOP it.
+  Process* scheduler() const { return scheduler_.get(); }
 
   // Starts nightshift-worker `id` against the scheduler with the model roots
   // and `extra` flags (device cpu, one thread, a fixed read bandwidth so no

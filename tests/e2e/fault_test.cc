@@ -180,6 +180,37 @@ TEST_F(FaultTest, TheSchedulerKilledMidRunRestartsAndEveryJobCompletesOnce) {
   EXPECT_TRUE(cluster_.worker("w2")->running());
 }
 
+// Results a worker sent that the scheduler never committed (it was frozen,
+// then killed) must not be lost: after the restart every job still
+// completes. SIGSTOP makes the window deterministic: the worker's first-pass
+// results (the classifications) go into the socket of a scheduler that will
+// never read them.
+TEST_F(FaultTest, ResultsSentToASchedulerThatDiesBeforeCommittingThemAreNotLost) {
+  ASSERT_EQ(cluster_.StartScheduler(/*lease_seconds=*/5), "");
+  Process* worker = cluster_.StartWorker("w1", {models_->path()}, {"--min-pass-seconds", "0.25"});
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(cluster_.WaitForWorker("w1", {kLlama, kQwen}, 60));
+  const int64_t id = cluster_.Submit(WriteBatch(12, {kLlama}, 8));
+  ASSERT_GT(id, 0) << cluster_.last_error();
+
+  auto logged = [&](const std::string& needle) {
+    return WaitUntil([&] { return worker->Log().find(needle) != std::string::npos; }, 60);
+  };
+  ASSERT_TRUE(logged("batch 1 started"));
+  cluster_.scheduler()->Signal(SIGSTOP);
+  ASSERT_TRUE(logged("results sent"));  // pass 0 finished the 4 classifications
+  // Time for the worker's writer to put them on the wire: from then on only
+  // the worker can tell that the scheduler never committed them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const std::string address = cluster_.address();
+  cluster_.KillScheduler();
+  ASSERT_EQ(cluster_.StartScheduler(/*lease_seconds=*/5, address), "");
+  EXPECT_TRUE(cluster_.WaitForWorker("w1", {kLlama, kQwen}, 60)) << "w1 reconnects";
+  Outcome watch = cluster_.Nightshift("watch " + std::to_string(id), 60);
+  EXPECT_EQ(watch.code, 0) << watch.out << watch.err;
+  ExpectAllSucceededOnce(id, 12);
+}
+
 TEST_F(FaultTest, ACheckpointCorruptedAfterItWasAdvertisedFailsOnlyItsModelsJobs) {
   // w1 serves both models from its own root; w2 serves only the Qwen model.
   const std::string root1 = dir_.file("root1"), root2 = dir_.file("root2");
