@@ -62,13 +62,24 @@ int64_t MaxContext(const engine::ModelConfig& config) {
   return context;
 }
 
-// Every file the engine will read must stay inside the root.
-Status CheckFilesInsideRoot(const std::string& root, const checkpoint::Checkpoint& ckpt) {
-  NS_RETURN_IF_ERROR(CheckInsideRoot(root, (fs::path(ckpt.dir) / "config.json").string()));
+// Reads the metadata of checkpoint `name` under `root`, checking that every
+// file the engine reads resolves inside the root: the JSON files before
+// they are read, the weights files (which the reader keeps inside the
+// directory) after.
+StatusOr<checkpoint::Checkpoint> ReadCheckpointInsideRoot(const std::string& root,
+                                                          const std::string& name) {
+  NS_ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(root, name));
+  NS_RETURN_IF_ERROR(CheckInsideRoot(root, (fs::path(dir) / "config.json").string()));
+  const fs::path generation = fs::path(dir) / "generation_config.json";
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(generation, ec))) {
+    NS_RETURN_IF_ERROR(CheckInsideRoot(root, generation.string()));
+  }
+  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(dir));
   for (const checkpoint::FileInfo& file : ckpt.files) {
     NS_RETURN_IF_ERROR(CheckInsideRoot(root, file.path));
   }
-  return Status::Ok();
+  return ckpt;
 }
 
 // Places and prices one valid checkpoint; the reason when it cannot be served.
@@ -120,9 +131,8 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
 // Reads, validates, places and prices `root/name`, with its tokenizer.
 StatusOr<ModelEntry> ScanOne(const CatalogOptions& options, const std::string& root,
                              const std::string& name, double read_bytes_per_second) {
-  NS_ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(root, name));
-  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(dir));
-  NS_RETURN_IF_ERROR(CheckFilesInsideRoot(root, ckpt));
+  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, ReadCheckpointInsideRoot(root, name));
+  const std::string& dir = ckpt.dir;
   NS_ASSIGN_OR_RETURN(engine::ModelConfig config, engine::ParseModelConfig(ckpt.config));
   NS_ASSIGN_OR_RETURN(const engine::Architecture* arch,
                       engine::FindArchitecture(config.model_type));
@@ -179,6 +189,16 @@ StatusOr<std::string> ResolveModelDir(const std::string& root, const std::string
   std::error_code ec;
   if (!fs::is_directory(canonical, ec)) return NotFound(path + " is not a directory");
   return canonical.string();
+}
+
+Status RecheckModelPaths(const ModelEntry& model) {
+  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt,
+                      ReadCheckpointInsideRoot(model.root, model.offer.name));
+  if (ckpt.dir != model.dir) {
+    return InvalidArgument("model " + model.offer.name + " now resolves to " + ckpt.dir +
+                           ", not the advertised " + model.dir);
+  }
+  return Status::Ok();
 }
 
 StatusOr<scheduler::TokenizerFiles> ReadTokenizerFiles(const std::string& root,

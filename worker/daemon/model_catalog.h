@@ -38,6 +38,16 @@ StatusOr<std::string> ResolveModelDir(const std::string& root, const std::string
 // inside it; InvalidArgument naming both otherwise; NotFound when missing.
 Status CheckInsideRoot(const std::string& root, const std::string& path);
 
+struct ModelEntry;
+
+// Checks again, when the worker opens `model`, what the scan checked of its
+// paths: the name still resolves to the advertised directory inside the root,
+// and config.json, generation_config.json and every weights file still
+// resolve inside the root (nothing outside is read). InvalidArgument naming
+// the path that escapes or moved; the metadata reader's errors when the
+// checkpoint changed.
+Status RecheckModelPaths(const ModelEntry& model);
+
 struct CatalogOptions {
   std::vector<std::string> roots;
   // Parallel cold-read bandwidth of each root (same order as `roots`),

@@ -151,6 +151,11 @@ TEST(ScanModelRootsTest, SkipsInvalidAndEscapingCheckpointsWithReasons) {
   MakeStoriesModel(root.path(), "tokenizer-escape", /*with_tokenizer=*/false);
   fs::create_symlink(outside.file("far/tokenizer.json"),
                      root.file("tokenizer-escape/tokenizer.json"));
+  // Its generation_config.json points outside the root.
+  MakeStoriesModel(root.path(), "generation-escape");
+  { std::ofstream(outside.file("generation_config.json")) << R"({"eos_token_id": 2})"; }
+  fs::create_symlink(outside.file("generation_config.json"),
+                     root.file("generation-escape/generation_config.json"));
   fs::create_directory(root.file(".hidden"));
 
   auto catalog = ScanModelRoots(Options(root.path(), 1ull << 30));
@@ -159,12 +164,14 @@ TEST(ScanModelRootsTest, SkipsInvalidAndEscapingCheckpointsWithReasons) {
   EXPECT_EQ(catalog->models[0].offer.name, "good");
   std::map<std::string, std::string> reasons;
   for (const SkippedModel& s : catalog->skipped) reasons[s.name] = s.reason;
-  ASSERT_EQ(reasons.size(), 5u);
+  ASSERT_EQ(reasons.size(), 6u);
   EXPECT_NE(reasons["no-config"].find("config.json"), std::string::npos) << reasons["no-config"];
   EXPECT_NE(reasons["bad-config"].find("config.json"), std::string::npos) << reasons["bad-config"];
   EXPECT_NE(reasons["escape"].find("outside the model root"), std::string::npos);
   EXPECT_NE(reasons["tokenizer-escape"].find("outside the model root"), std::string::npos)
       << reasons["tokenizer-escape"];
+  EXPECT_NE(reasons["generation-escape"].find("outside the model root"), std::string::npos)
+      << reasons["generation-escape"];
   // The metadata reader already refuses a weights file linking out of its directory.
   EXPECT_NE(reasons["weights-escape"].find("outside the checkpoint directory"), std::string::npos)
       << reasons["weights-escape"];

@@ -212,7 +212,7 @@ Status Worker::EnsureOpen(const std::string& model) {
     open_model_.clear();
   }
   // Checked again at open: the directory may have changed since the scan.
-  NS_RETURN_IF_ERROR(ResolveModelDir(entry->root, model).status());
+  NS_RETURN_IF_ERROR(RecheckModelPaths(*entry));
   StatusOr<std::unique_ptr<BatchEngine>> engine = factory_(*entry, catalog_->kv_budget_bytes);
   if (!engine.ok()) return engine.status().Prefixed("cannot open model " + model);
   engine_ = std::move(*engine);

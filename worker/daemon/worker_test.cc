@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "common/metrics.h"
 #include "worker/daemon/fake_engine.h"
@@ -240,6 +241,26 @@ TEST_F(WorkerTest, UnknownModelFailsItsJobsWithoutAWithdrawal) {
   EXPECT_NE(link_.Outcomes()[1].error.find("not served"), std::string::npos);
   EXPECT_TRUE(link_.withdrawals.empty());
   EXPECT_TRUE(opened_.empty());
+}
+
+// What the scan checked is checked again when the checkpoint is opened: a
+// config.json swapped for a link out of the root after the advert is never
+// read; the batch fails with the reason and the model is withdrawn.
+TEST_F(WorkerTest, AConfigLinkedOutOfTheRootAfterTheScanIsNotOpened) {
+  TempDir outside;
+  const std::string config = root_.file("alpha/config.json");
+  std::filesystem::copy_file(config, outside.file("config.json"));
+  std::filesystem::remove(config);
+  std::filesystem::create_symlink(outside.file("config.json"), config);
+  auto worker = MakeWorker();
+  worker->Assign(Batch(1, "alpha", {1}));
+  RunUntilIdle(*worker);
+  EXPECT_TRUE(opened_.empty());
+  ASSERT_EQ(link_.Outcomes().count(1), 1u);
+  EXPECT_FALSE(link_.Outcomes()[1].ok);
+  EXPECT_NE(link_.Outcomes()[1].error.find("outside the model root"), std::string::npos)
+      << link_.Outcomes()[1].error;
+  EXPECT_EQ(link_.withdrawals.size(), 1u);
 }
 
 TEST_F(WorkerTest, DrainHandsBackTheRestWithDraining) {
