@@ -38,7 +38,8 @@
 namespace nightshift::worker {
 
 // What the runner tells the scheduler. Implementations must not block for
-// long (they queue).
+// long (they queue) and must be thread-safe: the runner thread calls them,
+// and after a drain Assign's caller calls SendHandBack.
 class SchedulerLink {
  public:
   virtual ~SchedulerLink() = default;
