@@ -12,6 +12,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr double kFlushRetrySeconds = 0.5;
+
 std::string Describe(const grpc::Status& status) {
   return status.ok() ? "stream closed" : status.error_message();
 }
@@ -43,6 +45,8 @@ void Session::Stop(double flush_seconds) {
     // Results are worth waiting for a reconnect; a hand-back or a withdrawal
     // alone is not (an expired lease returns those jobs anyway).
     std::unique_lock<std::mutex> lock(mu_);
+    flushing_ = true;  // cuts a long reconnect backoff short
+    cv_.notify_all();
     cv_.wait_until(lock, deadline, [this] {
       return queue_.empty() ||
              (!connected_ && std::none_of(queue_.begin(), queue_.end(),
@@ -83,18 +87,22 @@ bool Session::connected() const {
 }
 
 void Session::ConnectionLoop() {
-  double backoff = 0.5;
+  double backoff = options_.initial_backoff_seconds;
   while (true) {
     bool attached = false;
     const grpc::Status status = AttachOnce(&attached);
     std::unique_lock<std::mutex> lock(mu_);
     if (stopping_) return;
-    if (attached) backoff = 0.5;
+    if (attached) backoff = options_.initial_backoff_seconds;
+    // While Stop waits to deliver results, retry every half second.
+    const bool was_flushing = flushing_;
+    const double wait = was_flushing ? std::min(backoff, kFlushRetrySeconds) : backoff;
     std::ostringstream line;
     line << (attached ? "connection to the scheduler lost: " : "cannot attach to the scheduler: ")
-         << Describe(status) << "; reconnecting in " << backoff << " s";
+         << Describe(status) << "; reconnecting in " << wait << " s";
     LogLine(line.str());
-    cv_.wait_for(lock, std::chrono::duration<double>(backoff), [this] { return stopping_; });
+    cv_.wait_for(lock, std::chrono::duration<double>(wait),
+                 [&] { return stopping_ || flushing_ != was_flushing; });
     if (stopping_) return;
     backoff = std::min(backoff * 2, options_.max_backoff_seconds);
   }

@@ -7,7 +7,8 @@
 // and cancel to the Worker. A heartbeat thread writes a heartbeat every
 // welcome interval, which extends the lease whatever a pass costs. When the
 // stream ends the session reconnects with exponential backoff (0.5 s
-// doubling, capped at `max_backoff_seconds`).
+// doubling, capped at `max_backoff_seconds`); while Stop waits to deliver
+// results, it retries every half second.
 //
 // As the Worker's SchedulerLink it never waits for the network: every
 // message is queued and a writer thread of the attached stream writes them
@@ -45,6 +46,7 @@ struct SessionOptions {
   scheduler::WorkerInfo info;
   // Tokenizer files by hash, for the welcome's missing list.
   std::map<std::string, scheduler::TokenizerFiles> tokenizers;
+  double initial_backoff_seconds = 0.5;
   double max_backoff_seconds = 30;
   std::string version;
 };
@@ -58,8 +60,9 @@ class Session : public SchedulerLink {
   // Starts the connection thread. NotFound when the TLS CA file cannot be read.
   Status Start();
   // Waits up to `flush_seconds` for queued messages to be written (while
-  // disconnected, only when results are among them: a reconnect may still
-  // deliver them), closes the stream and joins the threads. A write still
+  // disconnected, only when results are among them: a reconnect, tried at
+  // once and then every half second, may still deliver them), closes the
+  // stream and joins the threads. A write still
   // stuck then (a scheduler that does not read) is cancelled with the call,
   // so Stop returns within about flush_seconds + 3 s.
   void Stop(double flush_seconds);
@@ -97,6 +100,7 @@ class Session : public SchedulerLink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  bool flushing_ = false;  // Stop is waiting for the queue to be written
   bool connected_ = false;
   grpc::ClientContext* context_ = nullptr;  // of the current stream
   std::deque<v1::WorkerMessage> queue_;     // every message but heartbeats, in order

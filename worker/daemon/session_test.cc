@@ -108,5 +108,52 @@ TEST_F(SessionTest, AStalledSchedulerBlocksNeitherTheRunnerNorStop) {
   EXPECT_FALSE(session.connected());
 }
 
+// A scheduler that records the results it is sent.
+class RecordingScheduler final : public v1::WorkerService::Service {
+ public:
+  grpc::Status Attach(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::SchedulerMessage, v1::WorkerMessage>* stream) override {
+    v1::WorkerMessage m;
+    if (!stream->Read(&m)) return grpc::Status::OK;
+    v1::SchedulerMessage welcome;
+    welcome.mutable_welcome()->set_session(1);
+    welcome.mutable_welcome()->set_heartbeat_seconds(60);
+    stream->Write(welcome);
+    while (stream->Read(&m)) results += m.results().results_size();
+    return grpc::Status::OK;
+  }
+  std::atomic<int> results{0};
+};
+
+// SIGTERM while the scheduler was away: Stop waits for results, and the
+// session tries to reconnect at once instead of sleeping out a long backoff
+// (up to 30 s) past the flush time, which lost the results.
+TEST_F(SessionTest, StopRetriesAtOnceToDeliverResultsKeptForTheReconnect) {
+  const int port = port_;
+  server_->Shutdown(std::chrono::system_clock::now());  // nobody listens on the port now
+  Catalog catalog;
+  Worker worker(&catalog, EngineFactory(), nullptr, nullptr, {});
+  SessionOptions options = Options();
+  options.initial_backoff_seconds = 60;  // the first attach fails; the next try would be in 60 s
+  Session session(options, &worker);
+  worker.SetLink(&session);
+  ASSERT_TRUE(session.Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  session.SendResults(LargeResult(1));  // kept: not connected
+
+  RecordingScheduler back;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials());
+  builder.RegisterService(&back);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  session.Stop(/*flush_seconds=*/10);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(8));
+  server->Shutdown(std::chrono::system_clock::now() + seconds(2));
+  EXPECT_EQ(back.results, 1);
+}
+
 }  // namespace
 }  // namespace nightshift::worker
