@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/utf8.h"
 #include "planner/estimate.h"
 #include "scheduler/eta.h"
 #include "scheduler/metrics.h"
@@ -468,6 +469,10 @@ Status Scheduler::UploadTokenizer(const std::string& worker_id, int64_t session,
                                   const TokenizerFiles& tokenizer) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
+  // Tokenizer files are JSON and Jinja text; the store keeps them as JSON.
+  for (const auto& [name, contents] : tokenizer.files) {
+    NS_RETURN_IF_ERROR(ValidateUtf8(contents).Prefixed("tokenizer file " + name));
+  }
   const std::string hash = TokenizerHash(tokenizer);
   std::vector<std::string> models;
   for (const ModelOffer& m : workers_[worker_id]->info.models) {

@@ -265,6 +265,12 @@ TEST_F(SchedulerTest, TextPromptsAndLabelsAreTokenisedWithTheUploadedTokenizer) 
   TokenizerFiles other = tokenizer;
   other.eos_ids = {1};
   EXPECT_EQ(scheduler_->UploadTokenizer("w1", session, other).code(), StatusCode::kInvalidArgument);
+  // A file that is not UTF-8 text is refused by name (the store keeps JSON).
+  TokenizerFiles binary = tokenizer;
+  binary.files["weights.bin"] = std::string("\xff\xfe\x00\x01", 4);
+  Status refused = scheduler_->UploadTokenizer("w1", session, binary);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("weights.bin"), std::string::npos) << refused.message();
   ASSERT_TRUE(scheduler_->UploadTokenizer("w1", session, tokenizer).ok());
   auto assigns = link.Of(WorkerCommand::Kind::kAssign);
   ASSERT_EQ(assigns.size(), 1u);

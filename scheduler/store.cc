@@ -14,6 +14,12 @@ using sqlite::Transaction;
 
 namespace {
 
+// JSON text for a column. Strings that are not UTF-8 (a worker's bytes) are
+// stored with U+FFFD in place of the bad bytes instead of throwing.
+std::string Dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 constexpr char kJobColumns[] =
     "j.id, j.submission_id, j.idx, j.spec, j.state, j.attempt, j.max_attempts, "
     "j.batch_id, j.worker_id, j.reason, j.prompt_tokens, j.label_tokens, j.kv_tokens, "
@@ -270,11 +276,11 @@ StatusOr<SubmitOutcome> Store::Submit(const SubmitChunk& chunk) {
         "updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)");
     q.Bind(1, outcome.submission_id).Bind(2, next_index + static_cast<int64_t>(i));
     q.Bind(3, job.spec.custom_id).Bind(4, job.spec.model).Bind(5, job.spec.priority);
-    q.Bind(6, SpecToJson(job.spec).dump());
+    q.Bind(6, Dump(SpecToJson(job.spec)));
     if (job.tokens) {
       const std::string blob = PackTokens(job.tokens->prompt);
       q.BindBlob(7, blob.data(), blob.size());
-      q.Bind(8, json(job.tokens->labels).dump()).Bind(9, KvTokens(job.spec, *job.tokens));
+      q.Bind(8, Dump(json(job.tokens->labels))).Bind(9, KvTokens(job.spec, *job.tokens));
     } else {
       q.BindNull(7).BindNull(8).BindNull(9);
     }
@@ -450,7 +456,7 @@ StatusOr<std::vector<JobChange>> Store::ApplyTokenisation(
             "UPDATE jobs SET prompt_tokens = ?, label_tokens = ?, kv_tokens = ?, reason = '', "
             "updated_at_ms = ? WHERE id = ?");
     const std::string blob = PackTokens(outcome.tokens.prompt);
-    q.BindBlob(1, blob.data(), blob.size()).Bind(2, json(outcome.tokens.labels).dump());
+    q.BindBlob(1, blob.data(), blob.size()).Bind(2, Dump(json(outcome.tokens.labels)));
     q.Bind(3, KvTokens(job.spec, outcome.tokens)).Bind(4, clock_->NowMs()).Bind(5, job.id);
     NS_RETURN_IF_ERROR(q.Run());
   }
@@ -693,7 +699,7 @@ Status Store::InsertResultLocked(const JobResult& result, ResultOutcome* outcome
   q.Bind(1, result.job_id).Bind(2, result.batch_id).Bind(3, result.worker_id);
   q.Bind(4, result.ok ? 1 : 0);
   if (result.ok) {
-    q.Bind(5, OutputToJson(result.output).dump()).BindNull(6);
+    q.Bind(5, Dump(OutputToJson(result.output))).BindNull(6);
   } else {
     q.BindNull(5).Bind(6, result.error);
   }
@@ -975,8 +981,8 @@ Status Store::PutTokenizer(const TokenizerFiles& tokenizer) {
   Query q(*db_,
           "INSERT OR IGNORE INTO tokenizers (hash, files, eos_ids, created_at_ms) "
           "VALUES (?, ?, ?, ?)");
-  q.Bind(1, TokenizerHash(tokenizer)).Bind(2, json(tokenizer.files).dump());
-  q.Bind(3, json(tokenizer.eos_ids).dump()).Bind(4, clock_->NowMs());
+  q.Bind(1, TokenizerHash(tokenizer)).Bind(2, Dump(json(tokenizer.files)));
+  q.Bind(3, Dump(json(tokenizer.eos_ids))).Bind(4, clock_->NowMs());
   NS_RETURN_IF_ERROR(q.Run());
   return tx.Commit();
 }

@@ -437,6 +437,15 @@ TEST_F(StoreTest, ResultsAreInsertedOnceAndDuplicatesAreCounted) {
   EXPECT_EQ(store_->InsertResult(unknown).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(StoreTest, OutputTextThatIsNotUtf8IsStoredWithReplacementCharacters) {
+  auto s = SubmitTokens({TokenJob("a", "m")});
+  Lease lease = Lease1("w1", s.job_ids);
+  JobResult result = Result(lease, s.job_ids[0]);
+  result.output.text = "ok \xe2\x82";  // a character cut in half
+  ASSERT_TRUE(store_->InsertResult(result).ok());
+  EXPECT_EQ((*store_->GetResult(s.job_ids[0]))->output.text, "ok \xef\xbf\xbd");
+}
+
 TEST_F(StoreTest, ExpiredLeaseRequeuesWithAttemptThenFails) {
   auto s = SubmitTokens({TokenJob("a", "m")}, /*max_attempts=*/2);
   const int64_t id = s.job_ids[0];
