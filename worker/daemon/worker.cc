@@ -91,6 +91,7 @@ void Worker::Run(const std::atomic<bool>& stop) {
     cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop || !commands_.empty(); });
   }
   Drain();
+  stop_ = nullptr;  // the caller's flag may not outlive Run
 }
 
 bool Worker::RunOnce() {
