@@ -555,6 +555,12 @@ StatusOr<std::vector<Status>> Scheduler::Results(const std::string& worker_id, i
   }
   Forget(changes);
   Notify(changes);
+  // Every outcome is final (stored, or refused for good), so the worker may
+  // drop them all; on a store error nothing is acknowledged and it resends.
+  WorkerCommand stored;
+  stored.kind = WorkerCommand::Kind::kResultsStored;
+  for (const JobResult& result : results) stored.job_ids.push_back(result.job_id);
+  if (WorkerLink* link = workers_[worker_id]->link) link->Send(std::move(stored));
   if (workers_[worker_id]->batch_id == 0) ScheduleLocked(false);
   return statuses;
 }
@@ -564,6 +570,8 @@ Status Scheduler::HandBack(const std::string& worker_id, int64_t session, int64_
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
   if (draining) workers_[worker_id]->draining = true;
+  // An idle worker announces its drain with an empty hand-back of batch 0.
+  if (batch_id == 0 && job_ids.empty()) return Status::Ok();
   NS_ASSIGN_OR_RETURN(std::vector<JobChange> changes,
                       store_->HandBack(worker_id, batch_id, job_ids));
   Forget(changes);

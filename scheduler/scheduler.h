@@ -40,7 +40,7 @@ class SchedulerMetrics;
 
 // What the scheduler tells a worker.
 struct WorkerCommand {
-  enum class Kind { kWelcome, kAssign, kCancel };
+  enum class Kind { kWelcome, kAssign, kCancel, kResultsStored };
   Kind kind = Kind::kWelcome;
   // kWelcome
   int64_t session = 0;
@@ -53,7 +53,7 @@ struct WorkerCommand {
   int64_t lease_expires_at_ms = 0;
   bool top_up = false;
   std::vector<Job> jobs;         // kAssign: specs with token ids
-  std::vector<int64_t> job_ids;  // kCancel
+  std::vector<int64_t> job_ids;  // kCancel, kResultsStored
   std::string reason;            // kCancel
 };
 

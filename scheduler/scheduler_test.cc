@@ -198,6 +198,12 @@ TEST_F(SchedulerTest, ResultsOfOnePassAreTakenTogether) {
   EXPECT_EQ((*statuses)[1].code(), StatusCode::kAlreadyExists);
   EXPECT_TRUE((*statuses)[2].ok());
   EXPECT_TRUE(scheduler_->GetSubmission(reply.submission_id)->submission.done());
+  // The worker is told every result is settled, the refused copy included,
+  // so it stops keeping them for a resend.
+  auto stored = link.Of(WorkerCommand::Kind::kResultsStored);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].job_ids,
+            (std::vector<int64_t>{reply.job_ids[0], reply.job_ids[0], reply.job_ids[1]}));
   EXPECT_EQ(scheduler_->Results("w1", session + 1, {}).status().code(),
             StatusCode::kFailedPrecondition);
 }
@@ -532,6 +538,14 @@ TEST_F(SchedulerTest, ADrainingWorkerHandsBackAndGetsNothingNew) {
   FakeLink other;
   Attach(Worker("w2", 1 << 20, {Offer("m")}), &other);
   EXPECT_EQ(other.Of(WorkerCommand::Kind::kAssign).at(0).jobs.size(), 2u);
+}
+
+TEST_F(SchedulerTest, AnIdleWorkerAnnouncesItsDrainWithAnEmptyHandBack) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  ASSERT_TRUE(scheduler_->HandBack("w1", session, 0, {}, true).ok());
+  Submit({TokenJob("a", "m")});
+  EXPECT_TRUE(link.Of(WorkerCommand::Kind::kAssign).empty());
 }
 
 TEST_F(SchedulerTest, AWithdrawnModelGetsNoMoreBatchesThere) {

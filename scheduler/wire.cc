@@ -399,6 +399,9 @@ void ToProto(const WorkerCommand& c, v1::SchedulerMessage* out) {
       x->set_reason(c.reason);
       break;
     }
+    case WorkerCommand::Kind::kResultsStored:
+      out->mutable_stored()->mutable_job_ids()->Assign(c.job_ids.begin(), c.job_ids.end());
+      break;
   }
 }
 

@@ -48,12 +48,13 @@ void Session::Stop(double flush_seconds) {
     flushing_ = true;  // cuts a long reconnect backoff short
     cv_.notify_all();
     cv_.wait_until(lock, deadline, [this] {
-      return queue_.empty() ||
+      return (queue_.empty() && unacked_.empty()) ||
              (!connected_ && std::none_of(queue_.begin(), queue_.end(),
                                           [](const auto& m) { return m.has_results(); }));
     });
-    if (!queue_.empty()) {
-      LogLine(std::to_string(queue_.size()) + " messages to the scheduler could not be sent");
+    if (!queue_.empty() || !unacked_.empty()) {
+      LogLine(std::to_string(queue_.size()) + " messages to the scheduler could not be sent, " +
+              std::to_string(unacked_.size()) + " results messages were not acknowledged");
     }
     stopping_ = true;
     cv_.notify_all();
@@ -153,6 +154,8 @@ grpc::Status Session::AttachOnce(bool* attached) {
         worker_->Assign(wire::FromProto(m.assign()));
       } else if (m.has_cancel()) {
         worker_->Cancel(wire::FromProto(m.cancel()));
+      } else if (m.has_stored()) {
+        Acknowledge(m.stored());
       }
     }
   }
@@ -163,9 +166,15 @@ grpc::Status Session::AttachOnce(bool* attached) {
     queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
                                 [](const v1::WorkerMessage& m) { return m.has_pass(); }),
                  queue_.end());
+    // Results the scheduler may not have stored go first on the next stream.
+    queue_.insert(queue_.begin(), unacked_.begin(), unacked_.end());
+    unacked_.clear();
     cv_.notify_all();
   }
-  context.TryCancel();  // ends the call if only our side saw the break; unblocks a stuck write
+  // Once attached, the writer and heartbeat threads may be stuck in a write:
+  // cancelling ends the call if only our side saw the break. A refused attach
+  // is not cancelled, so Finish reports the scheduler's reason (a bad token).
+  if (*attached) context.TryCancel();
   if (heartbeat.joinable()) heartbeat.join();
   if (writer.joinable()) writer.join();
   {
@@ -235,9 +244,27 @@ void Session::WriterLoop() {
     if (written && next.has_results()) LogLine("results sent: " + Summary(next.results()));
     lock.lock();
     if (!written) return;  // the stream broke: kept for the next attach
+    if (next.has_results()) unacked_.push_back(next);
     queue_.pop_front();
     cv_.notify_all();
   }
+}
+
+void Session::Acknowledge(const v1::ResultsStored& stored) {
+  const std::set<int64_t> ids(stored.job_ids().begin(), stored.job_ids().end());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (v1::WorkerMessage& m : unacked_) {
+    auto* results = m.mutable_results()->mutable_results();
+    results->erase(
+        std::remove_if(results->begin(), results->end(),
+                       [&](const v1::JobResultReport& r) { return ids.count(r.job_id()) != 0; }),
+        results->end());
+  }
+  unacked_.erase(
+      std::remove_if(unacked_.begin(), unacked_.end(),
+                     [](const v1::WorkerMessage& m) { return m.results().results_size() == 0; }),
+      unacked_.end());
+  cv_.notify_all();
 }
 
 void Session::Queue(v1::WorkerMessage message) {

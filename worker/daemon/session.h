@@ -15,10 +15,15 @@
 // in order. Pass reports are queued only while connected and dropped when
 // the stream ends; results, hand-backs and withdrawals are kept and written
 // as soon as a stream is attached, so results finished while the scheduler
-// was away are sent on reconnect. The hello of a
-// reconnect lists the batch still running and every batch with queued
-// results, so the scheduler keeps those leases (its lease rules decide
-// whether the results count: a lease that expired meanwhile refuses them).
+// was away are sent on reconnect. Results written are kept until the
+// scheduler says it stored them (ResultsStored): a write that returns has
+// only reached the transport, and a scheduler that dies before its commit
+// would otherwise lose them. When the stream ends, the results not yet
+// acknowledged go back to the front of the queue. The hello of a
+// reconnect lists the batch still running and every batch with results to
+// (re)send, so the scheduler keeps those leases (its lease rules decide
+// whether the results count: a lease that expired meanwhile refuses them;
+// one stored already refuses the copy).
 //
 // Thread-safety: the SchedulerLink methods may be called from any thread;
 // Start and Stop from the owning thread, once each.
@@ -91,6 +96,8 @@ class Session : public SchedulerLink {
   // write is stuck.
   void CloseWrites();
   bool Write(const v1::WorkerMessage& message);
+  // Forgets the written results the scheduler stored.
+  void Acknowledge(const v1::ResultsStored& stored);
 
   SessionOptions options_;
   Worker* worker_;
@@ -104,6 +111,7 @@ class Session : public SchedulerLink {
   bool connected_ = false;
   grpc::ClientContext* context_ = nullptr;  // of the current stream
   std::deque<v1::WorkerMessage> queue_;     // every message but heartbeats, in order
+  std::deque<v1::WorkerMessage> unacked_;   // results written, not yet stored, in order
 
   std::timed_mutex write_mu_;  // one writer at a time on the stream
   Stream* stream_ = nullptr;   // guarded by write_mu_

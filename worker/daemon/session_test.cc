@@ -7,6 +7,9 @@
 #include <future>
 #include <thread>
 
+#include "worker/daemon/fake_engine.h"
+#include "worker/daemon/test_util.h"
+
 namespace nightshift::worker {
 namespace {
 
@@ -120,7 +123,12 @@ class RecordingScheduler final : public v1::WorkerService::Service {
     welcome.mutable_welcome()->set_session(1);
     welcome.mutable_welcome()->set_heartbeat_seconds(60);
     stream->Write(welcome);
-    while (stream->Read(&m)) results += m.results().results_size();
+    while (stream->Read(&m)) {
+      results += m.results().results_size();
+      v1::SchedulerMessage stored;  // as the scheduler acknowledges what it stored
+      for (const auto& r : m.results().results()) stored.mutable_stored()->add_job_ids(r.job_id());
+      if (m.has_results()) stream->Write(stored);
+    }
     return grpc::Status::OK;
   }
   std::atomic<int> results{0};
@@ -153,6 +161,96 @@ TEST_F(SessionTest, StopRetriesAtOnceToDeliverResultsKeptForTheReconnect) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(8));
   server->Shutdown(std::chrono::system_clock::now() + seconds(2));
   EXPECT_EQ(back.results, 1);
+}
+
+// A scheduler that dies after receiving the first results, before
+// committing them (the stream breaks), then comes back: it records the
+// hello's running batches and the results of its second session.
+class ForgetfulScheduler final : public v1::WorkerService::Service {
+ public:
+  grpc::Status Attach(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::SchedulerMessage, v1::WorkerMessage>* stream) override {
+    v1::WorkerMessage m;
+    if (!stream->Read(&m)) return grpc::Status::OK;
+    const bool first = sessions++ == 0;
+    if (!first)
+      hello_batches.assign(m.hello().running_batches().begin(), m.hello().running_batches().end());
+    v1::SchedulerMessage welcome;
+    welcome.mutable_welcome()->set_session(sessions);
+    welcome.mutable_welcome()->set_heartbeat_seconds(60);
+    stream->Write(welcome);
+    while (stream->Read(&m)) {
+      if (!m.has_results()) continue;
+      if (first) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "died before committing");
+      for (const auto& r : m.results().results()) committed.push_back(r.job_id());
+    }
+    return grpc::Status::OK;
+  }
+  std::atomic<int> sessions{0};
+  std::vector<int64_t> hello_batches;  // of the second session
+  std::vector<int64_t> committed;      // job ids, second session
+};
+
+// Results the worker wrote just before the scheduler died were never
+// committed. The batch still runs here, so the reconnect's hello keeps its
+// lease (heartbeats then extend it for good): unless the worker sends those
+// results again, their jobs wait forever. A result the scheduler did commit
+// comes back as a refused duplicate, which is harmless.
+TEST_F(SessionTest, ResultsOfARunningBatchWrittenBeforeTheStreamBrokeAreSentAgain) {
+  server_->Shutdown(std::chrono::system_clock::now());
+  ForgetfulScheduler scheduler;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&scheduler);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+
+  testing::TempDir root;
+  testing::MakeStoriesModel(root.path(), "m");
+  CatalogOptions catalog_options;
+  catalog_options.roots = {root.path()};
+  catalog_options.read_bytes_per_second = {1e9};
+  catalog_options.memory_budget_bytes = 1ull << 30;
+  auto catalog = ScanModelRoots(catalog_options);
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  EngineFactory factory = [](const ModelEntry&,
+                             uint64_t) -> StatusOr<std::unique_ptr<BatchEngine>> {
+    return std::unique_ptr<BatchEngine>(std::make_unique<testing::FakeEngine>());
+  };
+  Worker worker(&*catalog, factory, nullptr, nullptr, {});
+  SessionOptions options = Options();
+  options.connect.address = "127.0.0.1:" + std::to_string(port);
+  options.initial_backoff_seconds = 0.05;
+  Session session(options, &worker);
+  worker.SetLink(&session);
+
+  // Batch 1 runs: job 1 finishes in the first pass, job 2 goes on.
+  BatchAssignment batch;
+  batch.batch_id = 1;
+  batch.model = "m";
+  for (int64_t id : {1, 2}) {
+    JobAssignment job;
+    job.job_id = id;
+    job.prompt = {1, 2, 3};
+    job.max_new_tokens = id == 1 ? 1 : 100;
+    batch.jobs.push_back(job);
+  }
+  worker.Assign(batch);
+  ASSERT_TRUE(session.Start().ok());
+  ASSERT_TRUE(WaitConnected(session));
+  ASSERT_TRUE(worker.RunOnce());  // job 1's result goes to the scheduler, which dies with it
+
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (scheduler.committed.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  session.Stop(/*flush_seconds=*/1);
+  server->Shutdown(std::chrono::system_clock::now() + seconds(2));
+  EXPECT_GE(scheduler.sessions, 2);
+  EXPECT_EQ(scheduler.hello_batches, std::vector<int64_t>{1});
+  EXPECT_EQ(scheduler.committed, std::vector<int64_t>{1});
 }
 
 }  // namespace
