@@ -4,6 +4,7 @@
 // and wires the pieces together.
 
 #include <signal.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -193,6 +194,14 @@ int Run(int argc, char** argv) {
   };
   StatusOr<std::string> device = ResolveDevice(f.device, engine::CudaAvailable());
   if (!device.ok()) return fail(device.status());
+  if (Status usable = engine::CheckDevice(*device); !usable.ok()) {
+    // auto falls back to the CPU when the engine cannot compute on the GPU;
+    // an explicit device is refused at start, not at the first batch.
+    const bool automatic = f.device.empty() || strcasecmp(f.device.c_str(), "auto") == 0;
+    if (!automatic) return fail(usable);
+    LogLine("device auto: " + usable.message() + "; using the CPU");
+    device = std::string("cpu");
+  }
   StatusOr<planner::StreamingRequest> streaming = planner::ResolveStreamingRequest(
       flags.Seen("streaming") ? std::optional<std::string>(f.streaming) : std::nullopt,
       Env(planner::kStreamingEnvVar));

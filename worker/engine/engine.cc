@@ -231,15 +231,7 @@ Status ValidateOptions(const EngineOptions& options) {
   if (options.read_streams < 0 || options.read_streams > 64) {
     return InvalidArgument("read_streams must be in 0..64");
   }
-  if (options.device == "cpu") return Status::Ok();
-  if (!IsCudaDevice(options.device)) {
-    return InvalidArgument("device '" + options.device + "': expected cpu, cuda or cuda:N");
-  }
-  if (!CudaAvailable()) {
-    return Unimplemented("device '" + options.device +
-                         "': the linked libtorch has no CUDA or sees no GPU");
-  }
-  return Unimplemented("device '" + options.device + "': CUDA compute is not implemented yet");
+  return CheckDevice(options.device);
 }
 
 std::vector<const checkpoint::TensorInfo*> PresentTensors(const LayerTensors& layer) {
@@ -313,6 +305,17 @@ const char* FinishReasonName(FinishReason reason) {
 
 const char* ResidencyName(Residency residency) {
   return residency == Residency::kResident ? "resident" : "streaming";
+}
+
+Status CheckDevice(const std::string& device) {
+  if (device == "cpu") return Status::Ok();
+  if (!IsCudaDevice(device)) {
+    return InvalidArgument("device '" + device + "': expected cpu, cuda or cuda:N");
+  }
+  if (!CudaAvailable()) {
+    return Unimplemented("device '" + device + "': the linked libtorch has no CUDA or sees no GPU");
+  }
+  return Unimplemented("device '" + device + "': CUDA compute is not implemented yet");
 }
 
 bool CudaAvailable() { return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0; }

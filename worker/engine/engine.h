@@ -166,6 +166,10 @@ struct EngineOptions {
 // Whether the linked libtorch was built with CUDA and sees a GPU.
 bool CudaAvailable();
 
+// OK when Open accepts `device` on this machine; otherwise the error Open
+// would return for it (see Open).
+Status CheckDevice(const std::string& device);
+
 class Engine {
  public:
   // Reads and validates the checkpoint in `dir` (see ReadCheckpoint), finds

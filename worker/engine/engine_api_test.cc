@@ -272,6 +272,7 @@ TEST(EngineApiTest, DevicesAndOptionsAreChecked) {
     StatusOr<std::unique_ptr<Engine>> cuda = Engine::Open(FixtureDir(kFixture), options);
     // No CUDA build here; with one, CUDA compute is not implemented yet either.
     EXPECT_EQ(cuda.status().code(), StatusCode::kUnimplemented) << device;
+    EXPECT_EQ(CheckDevice(device).ToString(), cuda.status().ToString()) << device;
     if (!CudaAvailable()) {
       EXPECT_THAT(cuda.status().message(), HasSubstr("has no CUDA or sees no GPU"));
     }
@@ -281,7 +282,9 @@ TEST(EngineApiTest, DevicesAndOptionsAreChecked) {
     StatusOr<std::unique_ptr<Engine>> bad = Engine::Open(FixtureDir(kFixture), options);
     EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << device;
     EXPECT_THAT(bad.status().message(), HasSubstr("expected cpu, cuda or cuda:N"));
+    EXPECT_EQ(CheckDevice(device).ToString(), bad.status().ToString()) << device;
   }
+  EXPECT_TRUE(CheckDevice("cpu").ok());
   options = Options();
   options.read_streams = -1;
   EXPECT_EQ(Engine::Open(FixtureDir(kFixture), options).status().code(),
