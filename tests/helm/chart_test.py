@@ -127,7 +127,7 @@ class ChartTest(unittest.TestCase):
         w = container(worker)
         self.assertEqual(w["resources"]["limits"]["nvidia.com/gpu"], 1)
         self.assertEqual(w["image"], "ghcr.io/nightshift/nightshift-worker:0.1.0-cuda")
-        self.assertIn("--device=cuda", w["args"])
+        self.assertIn("--device=auto", w["args"])
         self.assertIn("--scheduler=rel-nightshift-scheduler.batch.svc:50051", w["args"])
         pod = worker["spec"]["template"]["spec"]
         self.assertEqual(pod["nodeSelector"], {"nvidia.com/gpu.present": "true"})
