@@ -17,25 +17,17 @@
 #include "nightshift.grpc.pb.h"
 #include "scheduler/client.h"
 #include "scheduler/test_util.h"
+#include "scheduler/testing/paths.h"
 #include "scheduler/testing/process.h"
 
 namespace nightshift::scheduler {
 namespace {
 
+using testing::BinPath;
 using testing::Process;
 using testing::TempDir;
 
-std::string Env(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : fallback;
-}
-
-std::string Bin(const std::string& name) {
-  return Env("NIGHTSHIFT_BIN_DIR", "build/bin") + "/" + name;
-}
-std::string TinyModelDir() {
-  return Env("NIGHTSHIFT_TEST_DATA", "tests/data") + "/scheduler/tiny-model";
-}
+std::string TinyModelDir() { return testing::DataPath("scheduler/tiny-model"); }
 
 class IntegrationTest : public ::testing::Test {
  protected:
@@ -47,7 +39,7 @@ class IntegrationTest : public ::testing::Test {
 
   // Starts a scheduler on a free loopback port; returns its address.
   std::string StartScheduler(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {Bin("nightshift-scheduler"),
+    std::vector<std::string> argv = {BinPath("nightshift-scheduler"),
                                      "--listen",
                                      "127.0.0.1:0",
                                      "--db",
@@ -69,7 +61,7 @@ class IntegrationTest : public ::testing::Test {
 
   Process* StartWorker(const std::string& address, const std::string& id,
                        std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {Bin("nightshift-fake-worker"),
+    std::vector<std::string> argv = {BinPath("nightshift-fake-worker"),
                                      "--scheduler",
                                      address,
                                      "--id",
@@ -356,7 +348,7 @@ TEST_F(IntegrationTest, TokensSeparateClientsFromWorkersAndHealthAndReflectionNe
 }
 
 TEST_F(IntegrationTest, ServesTlsWithTheGivenCertificate) {
-  const std::string tls = Env("NIGHTSHIFT_TEST_DATA", "tests/data") + "/scheduler/tls/";
+  const std::string tls = testing::DataPath("scheduler/tls/");
   const std::string address =
       StartScheduler({"--tls-cert", tls + "cert.pem", "--tls-key", tls + "key.pem",
                       "--client-token", "c", "--worker-token", "w"});
@@ -379,7 +371,7 @@ TEST_F(IntegrationTest, ServesTlsWithTheGivenCertificate) {
 }
 
 TEST_F(IntegrationTest, WithoutTokensItBindsToLoopbackOnly) {
-  std::vector<std::string> argv = {Bin("nightshift-scheduler"), "--listen", "0.0.0.0:0", "--db",
+  std::vector<std::string> argv = {BinPath("nightshift-scheduler"), "--listen", "0.0.0.0:0", "--db",
                                    dir_.file("state.db")};
   auto p = Process::Start(argv, dir_.file("loopback.log"));
   const std::string line = p->WaitForLine("listening on", 20);
@@ -400,7 +392,7 @@ TEST_F(IntegrationTest, ItRefusesADatabaseFromANewerScheduler) {
             SQLITE_OK);
   sqlite3_close(db);
   auto p = Process::Start(
-      {Bin("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db", dir_.file("state.db")},
+      {BinPath("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db", dir_.file("state.db")},
       dir_.file("newer.log"));
   EXPECT_EQ(p->Wait(20), 1);
   EXPECT_NE(p->Log().find("schema version 999"), std::string::npos) << p->Log();

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "scheduler/test_util.h"
+#include "scheduler/testing/paths.h"
 #include "scheduler/testing/process.h"
 
 namespace nightshift::cli {
@@ -25,30 +26,10 @@ using json = nlohmann::json;
 using scheduler::testing::Process;
 using scheduler::testing::TempDir;
 
-std::string Env(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : fallback;
-}
-std::string Bin(const std::string& name) {
-  return Env("NIGHTSHIFT_BIN_DIR", "build/bin") + "/" + name;
-}
-std::string Data(const std::string& path) {
-  return Env("NIGHTSHIFT_TEST_DATA", "tests/data") + "/" + path;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using scheduler::testing::BinPath;
+using scheduler::testing::DataPath;
+using scheduler::testing::Lines;
+using scheduler::testing::ReadFile;
 
 struct Outcome {
   int code = -1;
@@ -60,10 +41,11 @@ class CliEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
     StartScheduler({});
-    worker_ = Process::Start({Bin("nightshift-fake-worker"), "--scheduler", address_, "--id", "w1",
-                              "--model", "tiny", "--tokenizer-dir", Data("scheduler/tiny-model"),
-                              "--pass-seconds", "0.05", "--fail-custom-id", "doomed"},
-                             dir_.file("worker.log"));
+    worker_ =
+        Process::Start({BinPath("nightshift-fake-worker"), "--scheduler", address_, "--id", "w1",
+                        "--model", "tiny", "--tokenizer-dir", DataPath("scheduler/tiny-model"),
+                        "--pass-seconds", "0.05", "--fail-custom-id", "doomed"},
+                       dir_.file("worker.log"));
     ASSERT_NE(worker_, nullptr);
   }
 
@@ -71,7 +53,7 @@ class CliEndToEndTest : public ::testing::Test {
   // address_.
   void StartScheduler(const std::vector<std::string>& extra,
                       const std::string& listen = "127.0.0.1:0") {
-    std::vector<std::string> argv = {Bin("nightshift-scheduler"),
+    std::vector<std::string> argv = {BinPath("nightshift-scheduler"),
                                      "--listen",
                                      listen,
                                      "--db",
@@ -101,7 +83,7 @@ class CliEndToEndTest : public ::testing::Test {
   // from the environment leaks in.
   Outcome Nightshift(const std::string& args, const std::string& env = kCleanEnv,
                      bool with_address = true) {
-    return Shell(env + " " + Bin("nightshift") + " " + args +
+    return Shell(env + " " + BinPath("nightshift") + " " + args +
                  (with_address ? " --scheduler " + address_ : ""));
   }
 
@@ -236,7 +218,7 @@ TEST_F(CliEndToEndTest, SubmitWatchResultsRoundTrip) {
 }
 
 TEST_F(CliEndToEndTest, EveryMalformedLineIsListedAndNothingIsSubmitted) {
-  Outcome run = Nightshift("submit " + Data("cli/invalid.jsonl"));
+  Outcome run = Nightshift("submit " + DataPath("cli/invalid.jsonl"));
   EXPECT_EQ(run.code, 1);
   EXPECT_TRUE(run.out.empty()) << run.out;
   for (const char* expected :
@@ -361,7 +343,7 @@ TEST_F(CliEndToEndTest, WatchDrawsABarOnATerminal) {
       Submit(Write("t.jsonl", {Completion("t", {{"prompt", "x"}, {"max_tokens", 5}})}));
   ASSERT_GT(id, 0);
   // script(1) runs the command on a pseudo-terminal and keeps its exit code.
-  Outcome run = Shell(std::string(kCleanEnv) + " /usr/bin/script -qec '" + Bin("nightshift") +
+  Outcome run = Shell(std::string(kCleanEnv) + " /usr/bin/script -qec '" + BinPath("nightshift") +
                       " watch " + std::to_string(id) + " --scheduler " + address_ + "' /dev/null");
   EXPECT_EQ(run.code, 0) << run.err;
   EXPECT_NE(run.out.find("\r[####################] 1/1 done"), std::string::npos) << run.out;
@@ -379,7 +361,7 @@ TEST_F(CliEndToEndTest, WatchRidesOutASchedulerRestart) {
       Submit(Write("r.jsonl", {Completion("r", {{"prompt", "x"}, {"max_tokens", 40}})}));
   ASSERT_GT(id, 0);
   setenv("NIGHTSHIFT_CONFIG", "/nonexistent", 1);
-  auto watch = Process::Start({Bin("nightshift"), "watch", std::to_string(id), "--scheduler",
+  auto watch = Process::Start({BinPath("nightshift"), "watch", std::to_string(id), "--scheduler",
                                address_, "--reconnect-seconds", "30"},
                               dir_.file("watch.log"));
   ASSERT_NE(watch, nullptr);
@@ -391,8 +373,8 @@ TEST_F(CliEndToEndTest, WatchRidesOutASchedulerRestart) {
   StartScheduler({}, address);  // same port, same database
   ASSERT_EQ(address_, address);
   auto worker = Process::Start(
-      {Bin("nightshift-fake-worker"), "--scheduler", address_, "--id", "w2", "--model", "tiny",
-       "--tokenizer-dir", Data("scheduler/tiny-model"), "--pass-seconds", "0.05"},
+      {BinPath("nightshift-fake-worker"), "--scheduler", address_, "--id", "w2", "--model", "tiny",
+       "--tokenizer-dir", DataPath("scheduler/tiny-model"), "--pass-seconds", "0.05"},
       dir_.file("worker2.log"));
   ASSERT_NE(worker, nullptr);
 
@@ -418,7 +400,7 @@ class CliSecureTest : public CliEndToEndTest {
     StartScheduler({"--tls-cert", tls_ + "cert.pem", "--tls-key", tls_ + "key.pem",
                     "--client-token", "secret", "--worker-token", "w"});
   }
-  const std::string tls_ = Data("scheduler/tls/");
+  const std::string tls_ = DataPath("scheduler/tls/");
 };
 
 TEST_F(CliSecureTest, TokenFromFlagEnvironmentOrConfigFileAndTls) {

@@ -18,11 +18,6 @@ namespace nightshift::e2e {
 
 namespace {
 
-std::string Env(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : fallback;
-}
-
 // A message as the CLI's --json prints it; null when it cannot be printed.
 json ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
@@ -54,28 +49,6 @@ std::string Join(const std::vector<std::string>& words) {
 }
 
 }  // namespace
-
-std::string BinPath(const std::string& name) {
-  return Env("NIGHTSHIFT_BIN_DIR", "build/bin") + "/" + name;
-}
-
-std::string DataPath(const std::string& path) {
-  return Env("NIGHTSHIFT_TEST_DATA", "tests/data") + "/" + path;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 std::vector<json> JsonLines(const std::string& text) {
   std::vector<json> values;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nightshift.grpc.pb.h"
+#include "scheduler/testing/paths.h"
 #include "scheduler/testing/process.h"
 
 namespace nightshift::e2e {
@@ -24,13 +25,11 @@ namespace nightshift::e2e {
 using json = nlohmann::json;
 using scheduler::testing::Process;
 
-// $NIGHTSHIFT_BIN_DIR/name (default build/bin/name).
-std::string BinPath(const std::string& name);
-// $NIGHTSHIFT_TEST_DATA/path (default tests/data/path).
-std::string DataPath(const std::string& path);
-// The whole file, "" when it cannot be read.
-std::string ReadFile(const std::string& path);
-std::vector<std::string> Lines(const std::string& text);
+using scheduler::testing::BinPath;
+using scheduler::testing::DataPath;
+using scheduler::testing::Lines;
+using scheduler::testing::ReadFile;
+
 // One JSON value per line; a line that is not JSON becomes a string value
 // holding the line (so a caller's field checks fail naming it).
 std::vector<json> JsonLines(const std::string& text);

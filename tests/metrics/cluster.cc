@@ -10,6 +10,7 @@
 #include "common/metrics_test_util.h"
 #include "nightshift.grpc.pb.h"
 #include "scheduler/client.h"
+#include "scheduler/testing/paths.h"
 
 namespace nightshift::metrics_test {
 
@@ -18,16 +19,9 @@ namespace {
 namespace v1 = nightshift::v1;
 using Clock = std::chrono::steady_clock;
 
-std::string Env(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : fallback;
-}
+using scheduler::testing::BinPath;
 
-std::string Bin(const std::string& name) {
-  return Env("NIGHTSHIFT_BIN_DIR", "build/bin") + "/" + name;
-}
-
-std::string ModelDir() { return Env("NIGHTSHIFT_TEST_DATA", "tests/data") + "/models/" + kModel; }
+std::string ModelDir() { return scheduler::testing::DataPath(std::string("models/") + kModel); }
 
 // The port of the "metrics listening on HOST:PORT" line in the log of `p`,
 // waiting up to `timeout_seconds`; 0 if it never appears.
@@ -121,7 +115,7 @@ std::string MetricsCluster::StartProcess(const std::string& name,
 
 std::string MetricsCluster::StartScheduler() {
   std::string error =
-      StartProcess("scheduler", {Bin("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db",
+      StartProcess("scheduler", {BinPath("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db",
                                  dir_ + "/state.db", "--lease-seconds", "5", "--heartbeat-seconds",
                                  "0.5", "--metrics-port", "0"});
   if (!error.empty()) return error;
@@ -146,7 +140,7 @@ std::string MetricsCluster::StartWorker(const std::string& id) {
     if (error_code) return "cannot copy the model: " + error_code.message();
   }
   std::string error = StartProcess(
-      id, {Bin("nightshift-worker"), "--scheduler", address_, "--id", id, "--model-root", root,
+      id, {BinPath("nightshift-worker"), "--scheduler", address_, "--id", id, "--model-root", root,
            "--device", "cpu", "--threads", "1", "--read-bandwidth", "1e9", "--state-dir",
            dir_ + "/state-" + id, "--metrics-port", "0"});
   if (!error.empty()) return error;
@@ -157,7 +151,7 @@ std::string MetricsCluster::StartWorker(const std::string& id) {
 }
 
 std::string MetricsCluster::StartFakeWorker(const std::string& id) {
-  return StartProcess(id, {Bin("nightshift-fake-worker"), "--scheduler", address_, "--id", id,
+  return StartProcess(id, {BinPath("nightshift-fake-worker"), "--scheduler", address_, "--id", id,
                            "--model", kModel, "--pass-seconds", "0.02"});
 }
 

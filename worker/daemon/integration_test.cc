@@ -19,6 +19,7 @@
 #include "nightshift.grpc.pb.h"
 #include "scheduler/client.h"
 #include "scheduler/prompt_encoder.h"
+#include "scheduler/testing/paths.h"
 #include "scheduler/testing/process.h"
 #include "worker/daemon/model_catalog.h"
 #include "worker/daemon/test_util.h"
@@ -28,14 +29,10 @@ namespace nightshift::worker {
 namespace {
 
 namespace fs = std::filesystem;
+using scheduler::testing::BinPath;
 using scheduler::testing::Process;
 using testing::MakeStoriesModel;
 using testing::TempDir;
-
-std::string Bin(const std::string& name) {
-  const char* dir = std::getenv("NIGHTSHIFT_BIN_DIR");
-  return std::string(dir != nullptr ? dir : "build/bin") + "/" + name;
-}
 
 bool WaitFor(const std::function<bool()>& done, double timeout_seconds) {
   const auto deadline =
@@ -63,7 +60,7 @@ class WorkerIntegrationTest : public ::testing::Test {
   std::string StartScheduler(const std::string& listen = "127.0.0.1:0",
                              const std::string& lease_seconds = "5",
                              std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {Bin("nightshift-scheduler"),
+    std::vector<std::string> argv = {BinPath("nightshift-scheduler"),
                                      "--listen",
                                      listen,
                                      "--db",
@@ -86,7 +83,7 @@ class WorkerIntegrationTest : public ::testing::Test {
   // Starts a worker and, when `wait_attached`, waits for its attach.
   Process* StartWorker(const std::string& address, const std::string& id,
                        std::vector<std::string> extra = {}, bool wait_attached = true) {
-    std::vector<std::string> argv = {Bin("nightshift-worker"),
+    std::vector<std::string> argv = {BinPath("nightshift-worker"),
                                      "--scheduler",
                                      address,
                                      "--id",
@@ -459,8 +456,8 @@ TEST_F(WorkerIntegrationTest, BadFlagValuesAreRefusedByName) {
                                                                 {"--min-pass-seconds", "-1"}};
   for (const auto& [flag, value] : bad) {
     SCOPED_TRACE(flag);
-    auto p = Process::Start({Bin("nightshift-worker"), "--scheduler", "127.0.0.1:1", "--model-root",
-                             dir_.file("models"), flag, value},
+    auto p = Process::Start({BinPath("nightshift-worker"), "--scheduler", "127.0.0.1:1",
+                             "--model-root", dir_.file("models"), flag, value},
                             dir_.file("bad-flag.log"));
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(p->Wait(20), 2);
