@@ -49,8 +49,9 @@ void Session::Stop(double flush_seconds) {
     cv_.notify_all();
     cv_.wait_until(lock, deadline, [this] {
       return (queue_.empty() && unacked_.empty()) ||
-             (!connected_ && std::none_of(queue_.begin(), queue_.end(),
-                                          [](const auto& m) { return m.has_results(); }));
+             (!connected_ && unacked_.empty() &&
+              std::none_of(queue_.begin(), queue_.end(),
+                           [](const auto& m) { return m.has_results(); }));
     });
     if (!queue_.empty() || !unacked_.empty()) {
       LogLine(std::to_string(queue_.size()) + " messages to the scheduler could not be sent, " +
@@ -166,9 +167,6 @@ grpc::Status Session::AttachOnce(bool* attached) {
     queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
                                 [](const v1::WorkerMessage& m) { return m.has_pass(); }),
                  queue_.end());
-    // Results the scheduler may not have stored go first on the next stream.
-    queue_.insert(queue_.begin(), unacked_.begin(), unacked_.end());
-    unacked_.clear();
     cv_.notify_all();
   }
   // Once attached, the writer and heartbeat threads may be stuck in a write:
@@ -177,6 +175,13 @@ grpc::Status Session::AttachOnce(bool* attached) {
   if (*attached) context.TryCancel();
   if (heartbeat.joinable()) heartbeat.join();
   if (writer.joinable()) writer.join();
+  {
+    // Results the scheduler may not have stored go first on the next stream;
+    // only now, with the writer stopped, is none it wrote still to come.
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.insert(queue_.begin(), unacked_.begin(), unacked_.end());
+    unacked_.clear();
+  }
   {
     std::lock_guard<std::timed_mutex> lock(write_mu_);
     stream_ = nullptr;
