@@ -243,14 +243,21 @@ void Session::WriterLoop() {
   while (true) {
     cv_.wait(lock, [this] { return !connected_ || !queue_.empty(); });
     if (!connected_) return;
-    const v1::WorkerMessage next = queue_.front();
+    v1::WorkerMessage next = std::move(queue_.front());
+    queue_.pop_front();
+    // Results wait in unacked_ from before the write: the scheduler's
+    // acknowledgement may arrive before this thread runs again.
+    if (next.has_results()) unacked_.push_back(next);
     lock.unlock();
     const bool written = Write(next);
     if (written && next.has_results()) LogLine("results sent: " + Summary(next.results()));
     lock.lock();
-    if (!written) return;  // the stream broke: kept for the next attach
-    if (next.has_results()) unacked_.push_back(next);
-    queue_.pop_front();
+    if (!written) {
+      // The stream broke: results are resent from unacked_ after the break,
+      // progress is stale, anything else goes first on the next attach.
+      if (!next.has_results() && !next.has_pass()) queue_.push_front(std::move(next));
+      return;
+    }
     cv_.notify_all();
   }
 }

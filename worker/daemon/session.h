@@ -111,7 +111,7 @@ class Session : public SchedulerLink {
   bool connected_ = false;
   grpc::ClientContext* context_ = nullptr;  // of the current stream
   std::deque<v1::WorkerMessage> queue_;     // every message but heartbeats, in order
-  std::deque<v1::WorkerMessage> unacked_;   // results written, not yet stored, in order
+  std::deque<v1::WorkerMessage> unacked_;   // results taken for writing, not yet stored
 
   std::timed_mutex write_mu_;  // one writer at a time on the stream
   Stream* stream_ = nullptr;   // guarded by write_mu_
