@@ -51,12 +51,11 @@ class IntegrationTest : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = Process::Start(argv, dir_.file("scheduler.log"));
     EXPECT_NE(p, nullptr);
-    const std::string line = p->WaitForLine("listening on", 20);
-    EXPECT_FALSE(line.empty()) << p->Log();
+    const std::string address = testing::WaitForListenAddress(*p, 20);
+    EXPECT_FALSE(address.empty()) << p->Log();
     scheduler_ = p.get();
     processes_.push_back(std::move(p));
-    const size_t at = line.find("listening on ") + 13;
-    return line.substr(at, line.find(' ', at) - at);
+    return address;
   }
 
   Process* StartWorker(const std::string& address, const std::string& id,

@@ -65,10 +65,8 @@ class CliEndToEndTest : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     scheduler_ = Process::Start(argv, dir_.file("scheduler.log"));
     ASSERT_NE(scheduler_, nullptr);
-    const std::string line = scheduler_->WaitForLine("listening on", 20);
-    ASSERT_FALSE(line.empty()) << scheduler_->Log();
-    const size_t at = line.find("listening on ") + 13;
-    address_ = line.substr(at, line.find(' ', at) - at);
+    address_ = scheduler::testing::WaitForListenAddress(*scheduler_, 20);
+    ASSERT_FALSE(address_.empty()) << scheduler_->Log();
   }
 
   void TearDown() override {

@@ -136,4 +136,15 @@ class Process {
   int exit_code_ = 0;
 };
 
+// Waits for nightshift-scheduler's "listening on HOST:PORT ..." line on the
+// standard output of `scheduler` and returns HOST:PORT; "" when it does not
+// come within `timeout_seconds`.
+inline std::string WaitForListenAddress(Process& scheduler, double timeout_seconds) {
+  const std::string needle = "listening on ";
+  const std::string line = scheduler.WaitForLine(needle, timeout_seconds);
+  if (line.empty()) return "";
+  const size_t at = line.find(needle) + needle.size();
+  return line.substr(at, line.find(' ', at) - at);
+}
+
 }  // namespace nightshift::scheduler::testing

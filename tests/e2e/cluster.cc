@@ -194,10 +194,8 @@ std::string Cluster::StartScheduler(double lease_seconds, const std::string& lis
        "--lease-seconds", std::to_string(lease_seconds), "--heartbeat-seconds", "0.2"},
       log);
   if (scheduler_ == nullptr) return "cannot spawn " + BinPath("nightshift-scheduler");
-  const std::string line = scheduler_->WaitForLine("listening on", 30);
-  if (line.empty()) return "the scheduler did not start:\n" + scheduler_->Log();
-  const size_t at = line.find("listening on ") + 13;
-  address_ = line.substr(at, line.find(' ', at) - at);
+  address_ = scheduler::testing::WaitForListenAddress(*scheduler_, 30);
+  if (address_.empty()) return "the scheduler did not start:\n" + scheduler_->Log();
   auto channel = scheduler::Connect({address_, "", false, ""});
   if (!channel.ok()) return "connecting to the scheduler: " + channel.status().ToString();
   jobs_ = v1::JobService::NewStub(*channel);

@@ -120,10 +120,8 @@ std::string MetricsCluster::StartScheduler() {
                                  "0.5", "--metrics-port", "0"});
   if (!error.empty()) return error;
   Process& p = *processes_["scheduler"];
-  const std::string line = p.WaitForLine("listening on", 20);
-  if (line.empty()) return "the scheduler did not start:\n" + p.Log();
-  const size_t at = line.find("listening on ") + 13;
-  address_ = line.substr(at, line.find(' ', at) - at);
+  address_ = scheduler::testing::WaitForListenAddress(p, 20);
+  if (address_.empty()) return "the scheduler did not start:\n" + p.Log();
   scheduler_metrics_port_ = WaitForMetricsPort(p, 5);
   if (scheduler_metrics_port_ == 0) return "the scheduler printed no metrics port:\n" + p.Log();
   return "";
