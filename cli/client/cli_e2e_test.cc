@@ -31,11 +31,7 @@ using scheduler::testing::DataPath;
 using scheduler::testing::Lines;
 using scheduler::testing::ReadFile;
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using Outcome = scheduler::testing::ShellOutcome;
 
 class CliEndToEndTest : public ::testing::Test {
  protected:
@@ -87,18 +83,7 @@ class CliEndToEndTest : public ::testing::Test {
 
   // Runs a shell command line; stdout and stderr are captured apart.
   Outcome Shell(const std::string& command_line) {
-    const std::string err = dir_.file("stderr.txt");
-    const std::string command = command_line + " 2>" + err;
-    Outcome run;
-    FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return run;
-    char buffer[4096];
-    size_t n;
-    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
-    const int status = pclose(pipe);
-    run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    run.err = ReadFile(err);
-    return run;
+    return scheduler::testing::RunShell(command_line, dir_.file("stderr.txt"));
   }
 
   static constexpr const char* kCleanEnv = "NIGHTSHIFT_CONFIG=/nonexistent NIGHTSHIFT_TOKEN=";

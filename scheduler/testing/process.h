@@ -14,11 +14,14 @@
 
 #include <fcntl.h>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "scheduler/testing/paths.h"
 
 extern char** environ;
 
@@ -145,6 +148,37 @@ inline std::string WaitForListenAddress(Process& scheduler, double timeout_secon
   if (line.empty()) return "";
   const size_t at = line.find(needle) + needle.size();
   return line.substr(at, line.find(' ', at) - at);
+}
+
+// `text` single-quoted for /bin/sh.
+inline std::string ShellQuote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// A shell command's exit code (-1 when it could not run or was killed) and
+// output.
+struct ShellOutcome {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `command_line` with /bin/sh: standard output is captured, standard
+// error goes to the file `stderr_path` and is returned too.
+inline ShellOutcome RunShell(const std::string& command_line, const std::string& stderr_path) {
+  const std::string command = command_line + " 2>" + ShellQuote(stderr_path);
+  ShellOutcome run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
+  const int status = pclose(pipe);
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.err = ReadFile(stderr_path);
+  return run;
 }
 
 }  // namespace nightshift::scheduler::testing

@@ -35,16 +35,9 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return context;
 }
 
-// Single-quotes `text` for /bin/sh.
-std::string Quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 std::string Join(const std::vector<std::string>& words) {
   std::string line;
-  for (const std::string& w : words) line += (line.empty() ? "" : " ") + Quote(w);
+  for (const std::string& w : words) line += (line.empty() ? "" : " ") + ShellQuote(w);
   return line;
 }
 
@@ -67,18 +60,8 @@ std::string WriteJsonLines(const std::string& path, const std::vector<json>& lin
 
 Outcome Shell(const std::string& command_line, const std::string& stderr_path,
               double timeout_seconds) {
-  const std::string command = "timeout -k 5 " + std::to_string(timeout_seconds) + " " +
-                              command_line + " 2>" + Quote(stderr_path);
-  Outcome run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
-  const int status = pclose(pipe);
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.err = ReadFile(stderr_path);
-  return run;
+  return scheduler::testing::RunShell(
+      "timeout -k 5 " + std::to_string(timeout_seconds) + " " + command_line, stderr_path);
 }
 
 bool WaitUntil(const std::function<bool()>& done, double timeout_seconds) {
@@ -258,12 +241,12 @@ bool Cluster::WaitForWorker(const std::string& id, const std::vector<std::string
 
 Outcome Cluster::Nightshift(const std::string& args, double timeout_seconds) const {
   return Shell("env NIGHTSHIFT_CONFIG=/nonexistent NIGHTSHIFT_TOKEN= " +
-                   Quote(BinPath("nightshift")) + " " + args + " --scheduler " + address_,
+                   ShellQuote(BinPath("nightshift")) + " " + args + " --scheduler " + address_,
                file("cli-stderr.txt"), timeout_seconds);
 }
 
 int64_t Cluster::Submit(const std::string& batch_file) {
-  Outcome run = Nightshift("submit " + Quote(batch_file) + " --json");
+  Outcome run = Nightshift("submit " + ShellQuote(batch_file) + " --json");
   json reply = json::parse(run.out, nullptr, false);
   if (run.code != 0 || !reply.is_object()) {
     last_error_ = "submit exit " + std::to_string(run.code) + ": " + run.err + run.out;

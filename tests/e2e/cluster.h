@@ -29,6 +29,7 @@ using scheduler::testing::BinPath;
 using scheduler::testing::DataPath;
 using scheduler::testing::Lines;
 using scheduler::testing::ReadFile;
+using scheduler::testing::ShellQuote;
 
 // One JSON value per line; a line that is not JSON becomes a string value
 // holding the line (so a caller's field checks fail naming it).
@@ -36,12 +37,7 @@ std::vector<json> JsonLines(const std::string& text);
 // Writes one JSON value per line to `path`; returns `path`.
 std::string WriteJsonLines(const std::string& path, const std::vector<json>& lines);
 
-// A command's exit code (-1 when it could not run or was killed) and output.
-struct Outcome {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using Outcome = scheduler::testing::ShellOutcome;
 
 // Runs `command_line` with /bin/sh under `timeout -k 5 timeout_seconds`;
 // stdout is captured, stderr goes to `stderr_path` and is returned too.
