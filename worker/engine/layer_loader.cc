@@ -13,6 +13,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -77,15 +78,12 @@ GroupLayout Layout(const TensorList& group) {
   return layout;
 }
 
-struct FreeDeleter {
-  void operator()(unsigned char* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<unsigned char[], FreeDeleter>;
+using Buffer = std::shared_ptr<unsigned char>;
 
-Buffer AllocateBuffer(uint64_t bytes) {
-  void* p = std::aligned_alloc(4096, RoundUp(std::max<uint64_t>(bytes, 1), 4096));
+Buffer AlignedAlloc(uint64_t bytes) {
+  void* p = std::aligned_alloc(kAlign, RoundUp(std::max<uint64_t>(bytes, 1), kAlign));
   if (p == nullptr) throw std::bad_alloc();
-  return Buffer(static_cast<unsigned char*>(p));
+  return Buffer(static_cast<unsigned char*>(p), [](unsigned char* q) { std::free(q); });
 }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -209,9 +207,15 @@ struct LayerLoader::Impl {
 
   unsigned char* SlotData(int slot) {
     Buffer& b = slots[static_cast<size_t>(slot)];
-    if (!b)
-      b = AllocateBuffer(options.resident ? groups[static_cast<size_t>(slot)].layout.buffer_bytes
-                                          : largest_buffer);
+    if (!b) {
+      const uint64_t bytes =
+          options.resident ? groups[static_cast<size_t>(slot)].layout.buffer_bytes : largest_buffer;
+      b = options.allocate ? options.allocate(bytes) : AlignedAlloc(bytes);
+      if (!b) throw std::bad_alloc();
+      if (reinterpret_cast<uintptr_t>(b.get()) % kAlign != 0) {
+        throw std::invalid_argument("layer loader: a buffer is not 4096-aligned");
+      }
+    }
     return b.get();
   }
 
@@ -316,6 +320,8 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
   }
   const unsigned char* base = d.slots[static_cast<size_t>(g.slot)].get();
   for (uint64_t dst : g.layout.tensor_dst) out.data.push_back(base + dst);
+  out.base = base;
+  out.bytes = g.layout.buffer_bytes;
   d.held = index;
   d.next = (index + 1) % d.groups.size();
   return out;

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -49,11 +50,20 @@ struct LayerLoaderOptions {
   // 1.32-1.92 (nightshift disk-bench, six runs on a 1.7 GB checkpoint).
   bool direct = false;
   uint64_t chunk_bytes = 16ull << 20;  // bytes per read (> 0)
+  // Allocates each buffer: at least `bytes`, 4096-aligned, freed when the
+  // last copy of the pointer goes (it may throw std::bad_alloc). Empty:
+  // std::aligned_alloc. The engine passes page-locked memory when it copies
+  // the buffers to a GPU, so that those copies run asynchronously.
+  std::function<std::shared_ptr<unsigned char>(uint64_t bytes)> allocate;
 };
 
 // One acquired group.
 struct LoadedGroup {
   std::vector<const unsigned char*> data;  // per tensor of the group, in its order
+  // The part of the buffer holding the group: every data pointer lies in
+  // [base, base + bytes), with the tensors' file alignment kept (modulo 4096).
+  const unsigned char* base = nullptr;
+  uint64_t bytes = 0;
   uint64_t bytes_read = 0;  // the group's tensor bytes when read for this acquire; 0 when resident
   double wait_seconds = 0;  // how long Acquire blocked
   double load_seconds = 0;  // from the group's first read starting to its last finishing

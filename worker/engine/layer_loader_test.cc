@@ -7,7 +7,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -104,6 +108,9 @@ TEST_P(LayerLoaderModes, DeliversTheFilesBytesPassAfterPass) {
             << info.name << " pass " << pass;
         // Tensors keep the alignment they have in the file.
         EXPECT_EQ(reinterpret_cast<uintptr_t>(loaded->data[t]) % 64, info.offset % 64);
+        // ... and lie in the range a copy of the group takes.
+        EXPECT_GE(loaded->data[t], loaded->base);
+        EXPECT_LE(loaded->data[t] + info.size, loaded->base + loaded->bytes) << info.name;
       }
       const bool reads = !GetParam().options.resident || pass == 0;
       EXPECT_EQ(loaded->bytes_read, reads ? Bytes(groups[g]) : 0u) << g << " pass " << pass;
@@ -124,6 +131,54 @@ TEST(LayerLoaderTest, LargestGroupIsTheLargestTensorBytes) {
   uint64_t largest = 0;
   for (const TensorList& g : groups) largest = std::max(largest, Bytes(g));
   EXPECT_EQ((*loader)->largest_group_bytes(), largest);
+}
+
+TEST(LayerLoaderTest, BuffersComeFromTheGivenAllocator) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  std::vector<std::string> files;
+  for (const checkpoint::FileInfo& f : ckpt.files) files.push_back(ReadFileBytes(f.path));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  std::vector<std::pair<unsigned char*, uint64_t>> allocated;
+  int freed = 0;
+  LayerLoaderOptions options;
+  options.allocate = [&](uint64_t bytes) {
+    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    allocated.emplace_back(static_cast<unsigned char*>(p), bytes);
+    return std::shared_ptr<unsigned char>(static_cast<unsigned char*>(p), [&](unsigned char* q) {
+      std::free(q);
+      ++freed;
+    });
+  };
+  {
+    StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
+    ASSERT_TRUE(loader.ok());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      StatusOr<LoadedGroup> loaded = (*loader)->Acquire(g);
+      ASSERT_TRUE(loaded.ok());
+      auto owner = std::find_if(allocated.begin(), allocated.end(), [&](const auto& a) {
+        return loaded->base >= a.first && loaded->base + loaded->bytes <= a.first + a.second;
+      });
+      EXPECT_NE(owner, allocated.end()) << "group " << g << " is not in an allocated buffer";
+      const checkpoint::TensorInfo& info = *groups[g][0];
+      EXPECT_EQ(std::memcmp(loaded->data[0],
+                            files[static_cast<size_t>(info.file)].data() + info.offset, info.size),
+                0);
+      (*loader)->Release(g);
+    }
+    EXPECT_EQ(allocated.size(), 2u);  // streaming with prefetch: two buffers, reused
+  }
+  EXPECT_EQ(freed, 2);
+
+  options.allocate = [](uint64_t bytes) {  // misaligned memory is refused, not read into
+    static std::vector<unsigned char> storage;
+    storage.resize(bytes + 4097);
+    unsigned char* p = storage.data();
+    while (reinterpret_cast<uintptr_t>(p) % 4096 != 1) ++p;
+    return std::shared_ptr<unsigned char>(p, [](unsigned char*) {});
+  };
+  StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
+  ASSERT_TRUE(loader.ok());
+  EXPECT_THROW((void)(*loader)->Acquire(0), std::invalid_argument);
 }
 
 TEST(LayerLoaderTest, GroupsAreAcquiredInOrderOneAtATime) {
