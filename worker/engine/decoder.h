@@ -27,7 +27,8 @@ namespace nightshift::engine {
 uint64_t KvBytesPerPosition(const ModelConfig& config);
 
 // One sequence's keys and values for every layer: [kv_heads, capacity,
-// head_dim] float32 per layer, allocated when a layer first writes.
+// head_dim] float32 per layer (on every device), allocated on the keys'
+// device when a layer first writes.
 class KVCache {
  public:
   KVCache(const ModelConfig& config, int64_t capacity);

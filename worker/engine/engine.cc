@@ -19,6 +19,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/engine/architecture.h"
 #include "worker/engine/decoder.h"
+#include "worker/engine/device_stager.h"
 #include "worker/engine/kernels.h"
 #include "worker/engine/layer_loader.h"
 #include "worker/engine/mapped_checkpoint.h"
@@ -289,9 +290,13 @@ std::vector<TensorList> StreamedGroups(const ModelTensors& tensors,
 // preads reached ~1.9 GB/s on a cold 1.7 GB checkpoint here, one ~0.2-1.1.
 constexpr int kDefaultReadStreams = 4;
 
-LayerLoaderOptions LoaderOptions(const EngineOptions& options) {
+// On the accelerator path (`staged`) the loader streams even when the engine
+// is resident: the device keeps the groups, not host memory. For a GPU its
+// buffers are page-locked, so that the copies out of them are asynchronous.
+LayerLoaderOptions LoaderOptions(const EngineOptions& options, bool staged) {
   LayerLoaderOptions out;
-  out.resident = options.residency == Residency::kResident;
+  out.resident = options.residency == Residency::kResident && !staged;
+  if (IsCudaDevice(options.device)) out.allocate = PinnedBuffer;
   out.prefetch = options.prefetch;
   out.read_streams = options.read_streams > 0 ? options.read_streams : kDefaultReadStreams;
   return out;
@@ -315,7 +320,13 @@ Status CheckDevice(const std::string& device) {
   if (!CudaAvailable()) {
     return Unimplemented("device '" + device + "': the linked libtorch has no CUDA or sees no GPU");
   }
-  return Unimplemented("device '" + device + "': CUDA compute is not implemented yet");
+  const int64_t gpus = at::detail::getCUDAHooks().getNumGPUs();
+  const std::string index = device == "cuda" ? "0" : device.substr(5);
+  if (index.size() > 4 || std::stoll(index) >= gpus) {
+    return InvalidArgument("device '" + device + "': this machine has " + std::to_string(gpus) +
+                           " GPU(s)");
+  }
+  return Status::Ok();
 }
 
 bool CudaAvailable() { return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0; }
@@ -329,6 +340,16 @@ struct Engine::Impl {
   // The LM head's row slices (HeadSlices); the loader points into them.
   std::vector<checkpoint::TensorInfo> head_slices;
   std::unique_ptr<LayerLoader> loader;  // every layer, then the head's slices
+  // The accelerator path (a CUDA device, or the CPU when the options ask):
+  // each group the loader reads is staged into device memory and runs
+  // through ATen's generic kernels. Unset on the CPU path.
+  std::optional<at::Device> device;
+  std::unique_ptr<DeviceStager> stager;
+  size_t next_slot = 0;  // streaming: groups alternate between two slots
+  size_t held_slot = 0;  // the acquired group's
+  // Resident on a device: each group as staged by the first pass (slot i
+  // holds group i), after which the loader is not used again.
+  std::vector<std::optional<LoadedGroup>> resident_groups;
   std::vector<float> inv_freq;
   std::vector<int64_t> eos;
   int64_t max_context = 0;
@@ -342,15 +363,15 @@ struct Engine::Impl {
 
   Weight View(const checkpoint::TensorInfo* tensor) const {
     if (tensor == nullptr) return {};
-    return {tensor, mapped->Data(*tensor)};
+    return {tensor, mapped->Data(*tensor), std::nullopt};  // host memory
   }
 
   // The layer's weights in `loaded`, whose data follows PresentTensors(layer).
-  static LayerWeights LayerView(const LayerTensors& layer, const LoadedGroup& loaded) {
+  LayerWeights LayerView(const LayerTensors& layer, const LoadedGroup& loaded) const {
     LayerWeights w;
     size_t next = 0;
     for (size_t i = 0; i < kLayerWeightCount; ++i) {
-      if (layer.weights[i] != nullptr) w[i] = {layer.weights[i], loaded.data[next++]};
+      if (layer.weights[i] != nullptr) w[i] = {layer.weights[i], loaded.data[next++], device};
     }
     return w;
   }
@@ -369,8 +390,11 @@ struct Engine::Impl {
   Status ValidateLabels(const SequenceRequest& r) const;
   StatusOr<PassStats> RunPass();
   PassPlan PlanPass(PassStats* stats) const;
-  // Waits for loader group `index`, counting its bytes and I/O time.
+  // Waits for loader group `index`, counting its bytes and I/O time; on the
+  // accelerator path, stages it (its data then points to device memory).
   StatusOr<LoadedGroup> Acquire(size_t index, PassStats* stats);
+  // Gives group `index` back once the work using it is queued.
+  void Release(size_t index);
   // Embedding and every decoder layer: the final hidden states.
   StatusOr<at::Tensor> RunLayers(const PassPlan& plan, PassStats* stats);
   // Final norm and LM head at `rows` of `hidden`: [rows, vocab] logits.
@@ -385,7 +409,29 @@ struct Engine::Impl {
   // The sequence `id` in flight, or null.
   Sequence* Find(SequenceId id) const;
   uint64_t KvBytesInUse() const;
+  // Sets up the accelerator path: the device and the stager's slots (two the size of the largest
+  // group; one per group when resident).
+  Status OpenStager();
 };
+
+Status Engine::Impl::OpenStager() {
+  device = IsCudaDevice(options.device) ? at::Device(options.device) : at::Device(at::kCPU);
+  std::vector<uint64_t> slots;
+  uint64_t largest = 0;
+  for (size_t g = 0; g < loader->groups(); ++g) {
+    slots.push_back(loader->buffer_bytes(g));
+    largest = std::max(largest, slots.back());
+  }
+  if (options.residency == Residency::kResident) {
+    resident_groups.resize(slots.size());
+  } else {
+    slots = {largest, largest};
+  }
+  return Guarded([&]() -> Status {
+    stager = std::make_unique<DeviceStager>(*device, std::move(slots));
+    return Status::Ok();
+  });
+}
 
 Status Engine::Impl::Validate(const SequenceRequest& r) const {
   if (r.prompt.empty()) return InvalidArgument("empty prompt");
@@ -494,6 +540,11 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
     stats->kv_bytes += s->cache.bytes();
   }
   plan.rows.rope = ComputeRopeAngles(inv_freq, plan.positions);
+  if (device) {
+    for (SequenceRows& r : plan.rows.sequences) r.allowed = r.allowed.to(*device);
+    plan.rows.rope.cos = plan.rows.rope.cos.to(*device);
+    plan.rows.rope.sin = plan.rows.rope.sin.to(*device);
+  }
   stats->sequences = static_cast<int64_t>(active.size());
   stats->tokens = static_cast<int64_t>(plan.ids.size());
   stats->logit_rows = static_cast<int64_t>(plan.logit_rows.size());
@@ -502,11 +553,38 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
 }
 
 StatusOr<LoadedGroup> Engine::Impl::Acquire(size_t index, PassStats* stats) {
+  if (!resident_groups.empty() && resident_groups[index]) {
+    held_slot = index;
+    return *resident_groups[index];
+  }
   NS_ASSIGN_OR_RETURN(LoadedGroup group, loader->Acquire(index));
   stats->bytes_read += group.bytes_read;
   stats->io_seconds += group.wait_seconds;
   stats->load_seconds += group.load_seconds;
+  if (!stager) return group;
+  // Copy the group to the device; the host buffer goes back to the loader at
+  // once, for the read after next.
+  held_slot = resident_groups.empty() ? next_slot++ % 2 : index;
+  const Clock::time_point start = Clock::now();
+  const unsigned char* staged = stager->Stage(held_slot, group.base, group.bytes);
+  stats->io_seconds += SecondsSince(start);
+  for (const unsigned char*& data : group.data) data = staged + (data - group.base);
+  group.base = staged;
+  loader->Release(index);
+  if (!resident_groups.empty()) {
+    LoadedGroup& kept = resident_groups[index].emplace(group);
+    kept.bytes_read = 0;
+    kept.wait_seconds = kept.load_seconds = 0;
+  }
   return group;
+}
+
+void Engine::Impl::Release(size_t index) {
+  if (stager) {
+    stager->Release(held_slot);
+  } else {
+    loader->Release(index);
+  }
 }
 
 StatusOr<at::Tensor> Engine::Impl::RunLayers(const PassPlan& plan, PassStats* stats) {
@@ -517,13 +595,14 @@ StatusOr<at::Tensor> Engine::Impl::RunLayers(const PassPlan& plan, PassStats* st
   stats->bytes_read += plan.ids.size() * row_bytes;
   stats->io_seconds += SecondsSince(start);
   stats->load_seconds += SecondsSince(start);
+  if (device) hidden = hidden.to(*device);
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     const size_t index = static_cast<size_t>(layer);
     NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(index, stats));
     start = Clock::now();
     hidden =
         RunDecoderLayer(config, LayerView(tensors.layers[index], loaded), layer, hidden, plan.rows);
-    loader->Release(index);
+    Release(index);
     stats->compute_seconds += SecondsSince(start);
   }
   return hidden;
@@ -534,26 +613,31 @@ StatusOr<at::Tensor> Engine::Impl::RunHead(const at::Tensor& hidden,
   const size_t first = static_cast<size_t>(config.num_layers);
   NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(first, stats));
   Clock::time_point start = Clock::now();
-  const Weight norm = {tensors.final_norm, loaded.data[0]};
+  const Weight norm = {tensors.final_norm, loaded.data[0], device};
   const Weight norm_bias =
-      tensors.final_norm_bias ? Weight{tensors.final_norm_bias, loaded.data[2]} : Weight{};
-  at::Tensor last = hidden.index_select(0, at::tensor(rows, at::TensorOptions().dtype(at::kLong)));
+      tensors.final_norm_bias ? Weight{tensors.final_norm_bias, loaded.data[2], device} : Weight{};
+  const at::Tensor index = at::tensor(rows, at::TensorOptions().dtype(at::kLong));
+  at::Tensor last = hidden.index_select(0, index.to(hidden.device()));
   const at::Tensor normed = Norm(last, config.norm, norm, norm_bias, config.norm_eps);
   at::Tensor logits = at::empty({normed.size(0), config.vocab_size}, normed.options());
   int64_t row = 0;
   for (size_t s = 0; s < head_slices.size(); ++s) {
     if (s > 0) {
-      loader->Release(first + s - 1);
+      Release(first + s - 1);
       stats->compute_seconds += SecondsSince(start);
       NS_ASSIGN_OR_RETURN(loaded, Acquire(first + s, stats));
       start = Clock::now();
     }
     const checkpoint::TensorInfo& slice = head_slices[s];
-    const Weight weight = {&slice, loaded.data[s == 0 ? 1 : 0]};
-    logits.narrow(1, row, slice.shape[0]).copy_(Linear(normed, weight));
+    const Weight weight = {&slice, loaded.data[s == 0 ? 1 : 0], device};
+    // On a device the head multiplies in float32: logits rounded to BF16
+    // would be off by up to half a BF16 step (0.03 at a logit of 8).
+    logits.narrow(1, row, slice.shape[0])
+        .copy_(device ? at::linear(normed, WeightAs(weight, at::kFloat)) : Linear(normed, weight));
     row += slice.shape[0];
   }
-  loader->Release(first + head_slices.size() - 1);
+  Release(first + head_slices.size() - 1);
+  logits = logits.to(at::Device(at::kCPU), at::kFloat);  // waits for the device's work
   stats->compute_seconds += SecondsSince(start);
   return logits;
 }
@@ -606,6 +690,9 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   RetireFinished();
   stats.compute_seconds += SecondsSince(start);
   stats.seconds = SecondsSince(pass_start);
+  // Device kernels run asynchronously: what the host did not spend waiting
+  // for weights, it spent waiting for (or launching) them.
+  if (stager) stats.compute_seconds = std::max(0.0, stats.seconds - stats.io_seconds);
   return stats;
 }
 
@@ -628,10 +715,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
   if (!st.ok()) return st.Prefixed(dir);
   NS_ASSIGN_OR_RETURN(impl->mapped, MappedCheckpoint::Open(impl->checkpoint));
   impl->head_slices = HeadSlices(impl->tensors);
+  const bool staged = IsCudaDevice(options.device) || options.accelerator_path_on_cpu;
   NS_ASSIGN_OR_RETURN(
       impl->loader,
       LayerLoader::Open(impl->checkpoint, StreamedGroups(impl->tensors, impl->head_slices),
-                        LoaderOptions(options)));
+                        LoaderOptions(options, staged)));
+  if (staged) NS_RETURN_IF_ERROR(impl->OpenStager());
   impl->inv_freq = RopeInverseFrequencies(impl->config.rope);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(cores));

@@ -24,6 +24,13 @@
 //     for (SequenceResult& r : engine->TakeFinished()) ...
 //   }
 //
+// On a CUDA device (the accelerator path) each group the loader reads into
+// page-locked host memory is copied to one of two device buffers on a side
+// stream while the GPU computes the previous group, and the layer runs
+// through ATen's kernels: projections in the weights' dtype (BF16 or F16,
+// accumulating in float32), activations, norms, attention, the KV cache and
+// the logits in float32.
+//
 // This header is libtorch-free, so callers (the CLI, the worker) compile
 // without ATen. CPU computes in float32. An Engine is not thread-safe: one
 // thread drives it.
@@ -119,11 +126,14 @@ struct PassStats {
   // embedding (each layer, the final norm and LM head) plus the embedding
   // rows of the tokens fed; resident, after the first pass, only those rows.
   uint64_t bytes_read = 0;
-  double io_seconds = 0;  // of `seconds`, the compute thread waiting for weights
+  // Of `seconds`, the compute thread waiting for weights (on a device, also
+  // for their copy to it).
+  double io_seconds = 0;
   // Summed over the layers read: from a layer's first read starting to its
   // last finishing. Reads overlap compute (and each other) when prefetching,
   // so this can exceed io_seconds and even `seconds`.
   double load_seconds = 0;
+  // On a device, whose kernels run asynchronously: seconds - io_seconds.
   double compute_seconds = 0;
   int64_t sequences = 0;   // sequences in the pass
   int64_t tokens = 0;      // tokens fed (prompts and labels + one per decoding sequence)
@@ -155,9 +165,14 @@ struct EngineOptions {
   int read_streams = 0;
   // KV cache bytes the sequences in flight may reserve together; 0: no limit.
   uint64_t kv_budget_bytes = 0;
-  // "cpu", or "cuda" / "cuda:N" when the linked libtorch has CUDA. CUDA
-  // compute is not implemented yet: a CUDA device is Unimplemented either way.
+  // "cpu", or "cuda" / "cuda:N" when the linked libtorch has CUDA and sees
+  // that GPU. Resident on a GPU keeps every layer in GPU memory.
   std::string device = "cpu";
+  // For tests: run the CPU through the accelerator path a CUDA device takes
+  // (each group copied into device-side buffers, ATen's generic kernels, BF16
+  // projections in BF16; F16 ones in float32, since libtorch's CPU kernels
+  // have no F16 matmul), so that path is checked without a GPU.
+  bool accelerator_path_on_cpu = false;
   // Called at the end of every pass, on the thread calling Step, with the
   // figures Step returns (before it returns).
   std::function<void(const PassStats&)> on_pass;
@@ -180,8 +195,8 @@ class Engine {
   // heads not divisible by KV heads), missing, unexpected or misshapen
   // tensors; InvalidArgument for a bad option (negative max_context or
   // threads, read_streams outside 0..64, a device other than cpu, cuda or
-  // cuda:N); Unimplemented for a CUDA device (naming the reason when the
-  // linked libtorch has no CUDA or sees no GPU).
+  // cuda:N, a GPU index the machine does not have); Unimplemented for a CUDA
+  // device when the linked libtorch has no CUDA or sees no GPU.
   static StatusOr<std::unique_ptr<Engine>> Open(const std::string& dir,
                                                 const EngineOptions& options = {});
   ~Engine();

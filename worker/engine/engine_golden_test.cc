@@ -1,10 +1,13 @@
 // The registry-wide test: every architecture in the table has a fixture, and
 // every fixture in tests/data/models runs through the engine to the logits and
 // greedy tokens of an independent float32 reference (golden.json), each
-// prompt alone and all prompts in one batch.
+// prompt alone and all prompts in one batch, on the CPU path and on the
+// accelerator path (which a GPU takes) run on the CPU.
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <vector>
 
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/architecture.h"
@@ -46,9 +49,10 @@ SequenceRequest GreedyRequest(const std::vector<TokenId>& prompt, size_t steps) 
   return r;
 }
 
-void ExpectMatchesGolden(const Golden& golden, size_t i, const SequenceResult& result) {
+void ExpectMatchesGolden(const Golden& golden, double atol, size_t i,
+                         const SequenceResult& result) {
   EXPECT_EQ(result.prompt, golden.prompts[i]);
-  EXPECT_LE(MaxAbsDiff(result.last_logits, golden.last_logits[i]), golden.atol) << "prompt " << i;
+  EXPECT_LE(MaxAbsDiff(result.last_logits, golden.last_logits[i]), atol) << "prompt " << i;
   EXPECT_EQ(result.generated, golden.greedy[i]) << "prompt " << i;
   EXPECT_EQ(result.finish_reason, FinishReason::kLength);
 }
@@ -65,21 +69,34 @@ TEST(GoldenRegistryTest, EveryArchitectureHasAFixtureAndEveryFixtureAnArchitectu
   }
 }
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {
+struct GoldenCase {
+  std::string fixture;
+  bool accelerator = false;  // EngineOptions::accelerator_path_on_cpu
+};
+
+class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
  protected:
   void SetUp() override {
+    const GoldenCase& c = GetParam();
     EngineOptions options;
     options.threads =
         1;  // shared test cores: a waiting second OpenMP thread costs more than it gives
-    StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(FixtureDir(GetParam()), options);
+    options.accelerator_path_on_cpu = c.accelerator;
+    StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(FixtureDir(c.fixture), options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     engine_ = std::move(opened).value();
-    golden_ = LoadGolden(GetParam());
+    golden_ = LoadGolden(c.fixture);
     ASSERT_FALSE(golden_.prompts.empty());
+    // The accelerator path runs BF16 projections in BF16 (F16 ones in
+    // float32 on the CPU); greedy tokens must still be the reference's.
+    atol_ = c.accelerator && testing::FixtureTorchDtype(c.fixture) == "bfloat16"
+                ? testing::Bf16ProjectionAtol(golden_)
+                : golden_.atol;
   }
 
   std::unique_ptr<Engine> engine_;
   Golden golden_;
+  double atol_ = 0;
 };
 
 TEST_P(GoldenTest, EachPromptAloneMatchesTheReference) {
@@ -88,7 +105,7 @@ TEST_P(GoldenTest, EachPromptAloneMatchesTheReference) {
     std::vector<SequenceResult> results =
         RunBatch(*engine_, {GreedyRequest(golden_.prompts[i], golden_.greedy[i].size())}, &passes);
     ASSERT_EQ(results.size(), 1u);
-    ExpectMatchesGolden(golden_, i, results[0]);
+    ExpectMatchesGolden(golden_, atol_, i, results[0]);
     EXPECT_EQ(passes, static_cast<int64_t>(golden_.greedy[i].size()));
   }
 }
@@ -101,18 +118,29 @@ TEST_P(GoldenTest, AllPromptsInOneBatchMatchTheReference) {
   int64_t passes = 0;
   std::vector<SequenceResult> results = RunBatch(*engine_, requests, &passes);
   ASSERT_EQ(results.size(), golden_.prompts.size());
-  for (size_t i = 0; i < results.size(); ++i) ExpectMatchesGolden(golden_, i, results[i]);
+  for (size_t i = 0; i < results.size(); ++i) {
+    ExpectMatchesGolden(golden_, atol_, i, results[i]);
+  }
   size_t longest = 0;
   for (const auto& g : golden_.greedy) longest = std::max(longest, g.size());
   EXPECT_EQ(passes, static_cast<int64_t>(longest));  // one pass per token, whatever the batch
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(FixtureNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
+std::vector<GoldenCase> Cases() {
+  std::vector<GoldenCase> cases;
+  for (const std::string& name : FixtureNames()) {
+    cases.push_back({name, false});
+    cases.push_back({name, true});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<GoldenCase>& info) {
+                           std::string name = info.param.fixture;
                            for (char& c : name)
                              c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
+                           return info.param.accelerator ? name + "_accelerator" : name;
                          });
 
 }  // namespace

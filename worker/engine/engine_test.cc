@@ -58,11 +58,15 @@ void EditConfig(const std::string& dir, Edit edit) {
   WriteFileBytes(dir + "/config.json", config.dump());
 }
 
-class EngineTest : public ::testing::Test {
+// On the CPU path and on the accelerator path run on the CPU (the fixture is
+// float32, so both compute in float32 to the reference's tolerance).
+class EngineTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     golden_ = LoadGolden(kFixture);
-    engine_ = OpenOrDie(FixtureDir(kFixture));
+    EngineOptions options = Options();
+    options.accelerator_path_on_cpu = GetParam();
+    engine_ = OpenOrDie(FixtureDir(kFixture), options);
     ASSERT_NE(engine_, nullptr);
   }
 
@@ -70,7 +74,12 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
 };
 
-TEST_F(EngineTest, ASequenceJoiningARunningBatchGetsWhatItGetsAlone) {
+INSTANTIATE_TEST_SUITE_P(Paths, EngineTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Accelerator" : "Cpu";
+                         });
+
+TEST_P(EngineTest, ASequenceJoiningARunningBatchGetsWhatItGetsAlone) {
   ASSERT_TRUE(engine_->Add(Request(golden_.prompts[2], 8)).ok());
   std::vector<PassStats> passes;
   for (int i = 0; i < 3; ++i) passes.push_back(*engine_->Step());
@@ -91,7 +100,7 @@ TEST_F(EngineTest, ASequenceJoiningARunningBatchGetsWhatItGetsAlone) {
   for (size_t i = 0; i < passes.size(); ++i) EXPECT_EQ(passes[i].index, static_cast<int64_t>(i));
 }
 
-TEST_F(EngineTest, APassReadsEveryLayerOnceAndOnlyTheEmbeddingRowsInFlight) {
+TEST_P(EngineTest, APassReadsEveryLayerOnceAndOnlyTheEmbeddingRowsInFlight) {
   StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
   ASSERT_TRUE(ckpt.ok());
   const checkpoint::TensorInfo* embedding = ckpt->Find("model.embed_tokens.weight");
@@ -121,7 +130,7 @@ TEST_F(EngineTest, APassReadsEveryLayerOnceAndOnlyTheEmbeddingRowsInFlight) {
   EXPECT_EQ(passes[0].kv_bytes, reserved * per_token);
 }
 
-TEST_F(EngineTest, MaxNewTokensZeroRunsThePromptOnly) {
+TEST_P(EngineTest, MaxNewTokensZeroRunsThePromptOnly) {
   ASSERT_TRUE(engine_->Add(Request(golden_.prompts[1], 0)).ok());
   std::vector<PassStats> passes;
   std::vector<SequenceResult> results = Drain(*engine_, &passes);
@@ -132,7 +141,7 @@ TEST_F(EngineTest, MaxNewTokensZeroRunsThePromptOnly) {
   EXPECT_LE(MaxAbsDiff(results[0].last_logits, golden_.last_logits[1]), golden_.atol);
 }
 
-TEST_F(EngineTest, LogitsOnlyWhenAsked) {
+TEST_P(EngineTest, LogitsOnlyWhenAsked) {
   SequenceRequest r = Request(golden_.prompts[0], 1);
   r.return_last_logits = false;
   ASSERT_TRUE(engine_->Add(r).ok());
@@ -142,7 +151,7 @@ TEST_F(EngineTest, LogitsOnlyWhenAsked) {
   EXPECT_EQ(results[0].generated, std::vector<TokenId>{golden_.greedy[0][0]});
 }
 
-TEST_F(EngineTest, StopIdsEndTheSequenceAndAreKept) {
+TEST_P(EngineTest, StopIdsEndTheSequenceAndAreKept) {
   SequenceRequest r = Request(golden_.prompts[1], 8);
   r.stop_ids = {golden_.greedy[1][2]};
   ASSERT_TRUE(engine_->Add(r).ok());
@@ -153,11 +162,11 @@ TEST_F(EngineTest, StopIdsEndTheSequenceAndAreKept) {
             std::vector<TokenId>(golden_.greedy[1].begin(), golden_.greedy[1].begin() + 3));
 }
 
-TEST_F(EngineTest, StepWithNothingInFlightIsRefused) {
+TEST_P(EngineTest, StepWithNothingInFlightIsRefused) {
   EXPECT_EQ(engine_->Step().status().code(), StatusCode::kFailedPrecondition);
 }
 
-TEST_F(EngineTest, BadRequestsAreRefused) {
+TEST_P(EngineTest, BadRequestsAreRefused) {
   EXPECT_THAT(engine_->Add(Request({}, 1)).status().message(), HasSubstr("empty prompt"));
   StatusOr<SequenceId> out_of_vocab = engine_->Add(Request({1, 384}, 1));
   EXPECT_EQ(out_of_vocab.status().code(), StatusCode::kInvalidArgument);

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/convert.h"
@@ -33,7 +35,47 @@ at::Tensor ConversionScratch(int64_t rows, int64_t columns) {
   return at::from_blob(buffer.data(), {rows, columns}, FloatOptions());
 }
 
+at::ScalarType ScalarTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return at::kFloat;
+    case DType::kF16:
+      return at::kHalf;
+    case DType::kBF16:
+      return at::kBFloat16;
+    default:
+      throw std::invalid_argument(std::string("no kernels for ") + checkpoint::DTypeName(dtype) +
+                                  " weights");
+  }
+}
+
 }  // namespace
+
+at::ScalarType MatmulDtype(const Weight& w) {
+  if (w.info->dtype == DType::kBF16) return at::kBFloat16;
+  if (w.info->dtype == DType::kF16 && w.device && w.device->is_cuda()) return at::kHalf;
+  return at::kFloat;
+}
+
+at::Tensor WeightAs(const Weight& w, at::ScalarType dtype) {
+  if (!w.device) {
+    if (dtype != at::kFloat) throw std::invalid_argument("host weights are read as float32 only");
+    return ToFloat(w);
+  }
+  const at::ScalarType stored = ScalarTypeOf(w.info->dtype);
+  const at::TensorOptions options = at::TensorOptions().device(*w.device);
+  void* data = const_cast<unsigned char*>(w.data);
+  at::Tensor t;
+  if (reinterpret_cast<uintptr_t>(data) % checkpoint::DTypeSize(w.info->dtype) == 0) {
+    t = at::from_blob(data, w.info->shape, options.dtype(stored));
+  } else {
+    at::Tensor aligned =
+        at::from_blob(data, {static_cast<int64_t>(w.info->size)}, options.dtype(at::kByte)).clone();
+    t = at::from_blob(
+        aligned.data_ptr(), w.info->shape, [aligned](void*) {}, options.dtype(stored));
+  }
+  return t.to(dtype);
+}
 
 void SetComputeThreads(int threads) {
   // ATen's OpenMP threads spin between its many small parallel regions and
@@ -59,6 +101,12 @@ at::Tensor ToFloat(const Weight& w) {
 }
 
 at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int64_t block_bytes) {
+  if (w.device) {
+    const at::ScalarType dtype = MatmulDtype(w);
+    at::Tensor y = at::linear(x.to(dtype), WeightAs(w, dtype)).to(x.scalar_type());
+    if (bias) y.add_(WeightAs(bias, x.scalar_type()));
+    return y;
+  }
   if (IsZeroCopy(w)) return at::linear(x, ToFloat(w), bias ? ToFloat(bias) : at::Tensor());
 
   const int64_t out_features = w.info->shape[0];
@@ -103,9 +151,10 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
 
 at::Tensor Norm(const at::Tensor& x, NormKind kind, const Weight& weight, const Weight& bias,
                 double eps) {
-  at::Tensor w = ToFloat(weight);
+  at::Tensor w = WeightAs(weight, at::kFloat);
   if (kind == NormKind::kLayerNorm) {
-    return at::layer_norm(x, {x.size(-1)}, w, bias ? ToFloat(bias) : at::Tensor(), eps);
+    return at::layer_norm(x, {x.size(-1)}, w, bias ? WeightAs(bias, at::kFloat) : at::Tensor(),
+                          eps);
   }
   at::Tensor normed = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return kind == NormKind::kRmsUnitOffset ? normed * (w + 1.0) : w * normed;

@@ -3,15 +3,18 @@
 // just before use, in blocks (see convert.h), never as whole fp32 copies of a
 // layer.
 //
-// Activations are float32 CPU tensors; every function returns a new tensor
-// and leaves its inputs alone (weights are read-only mappings: writing one
-// would fault). libtorch exceptions propagate; the engine converts them to
+// Activations are float32: CPU tensors on the CPU path, device tensors on the
+// accelerator path (weights with a device), where only the projections run
+// in the weights' 16-bit dtype (MatmulDtype). Every function returns a new
+// tensor and leaves its inputs alone (weights are read-only mappings:
+// writing one would fault). libtorch exceptions propagate; the engine converts them to
 // Status at its boundary. Thread-safe as far as ATen is.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "worker/checkpoint/checkpoint.h"
@@ -19,14 +22,27 @@
 
 namespace nightshift::engine {
 
-// A tensor as stored in the mapped checkpoint. Empty (false) when the model
-// has no such weight, e.g. a bias it does not use.
+// A tensor as stored in the checkpoint, in memory. Empty (false) when the
+// model has no such weight, e.g. a bias it does not use.
 struct Weight {
   const checkpoint::TensorInfo* info = nullptr;
   const unsigned char* data = nullptr;
+  // Unset: `data` is host memory (the mapped file or a loader buffer), which
+  // the CPU kernels read and convert themselves. Set: `data` is in this
+  // device's memory (the engine's accelerator path, see engine.h), and the
+  // kernels run ATen's generic operators on views of it.
+  std::optional<at::Device> device;
 
   explicit operator bool() const { return info != nullptr; }
 };
+
+// The weight as a `dtype` tensor of its stored shape. On a device: a view of
+// its memory, converted when its dtype differs (and first copied to aligned
+// memory when its address is not a multiple of its element size, which
+// safetensors does not promise). In host memory: ToFloat, and `dtype` must
+// be float32. Throws std::invalid_argument for a dtype that is not F32, F16
+// or BF16.
+at::Tensor WeightAs(const Weight& weight, at::ScalarType dtype);
 
 // Sets the process-wide compute threads: the compute pool's (compute_pool.h)
 // to `threads`, which splits the projections; ATen's intra-op threads and
@@ -37,9 +53,16 @@ void SetComputeThreads(int threads);
 // weight this is a zero-copy view of the read-only mapping.
 at::Tensor ToFloat(const Weight& weight);
 
+// The dtype a device weight's projection runs in: BF16 for BF16 weights, F16
+// for F16 ones on CUDA, else float32 (libtorch 1.13's CPU kernels have no F16
+// matmul).
+at::ScalarType MatmulDtype(const Weight& weight);
+
 // x [T, in] times weight [out, in] transposed, plus bias [out] when given:
-// [T, out]. BF16/F16 (and unaligned F32) weights are converted a block of
-// rows (about `block_bytes` of float32) at a time into a scratch buffer.
+// [T, out] in x's dtype. In host memory, BF16/F16 (and unaligned F32) weights
+// are converted a block of rows (about `block_bytes` of float32) at a time
+// into a scratch buffer; on a device, x is cast to MatmulDtype and the
+// product (accumulated in float32 by the BLAS) cast back before the bias.
 inline constexpr int64_t kConvertBlockBytes = 4 << 20;
 at::Tensor Linear(const at::Tensor& x, const Weight& weight, const Weight& bias = {},
                   int64_t block_bytes = kConvertBlockBytes);

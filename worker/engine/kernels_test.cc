@@ -28,7 +28,7 @@ class StoredWeight {
     info_.size = static_cast<uint64_t>(stored.nbytes());
     bytes_.resize(offset + stored.nbytes());
     std::memcpy(bytes_.data() + offset, stored.data_ptr(), stored.nbytes());
-    weight_ = {&info_, bytes_.data() + offset};
+    weight_ = {&info_, bytes_.data() + offset, std::nullopt};
   }
   const Weight& weight() const { return weight_; }
   const at::Tensor& exact() const { return exact_; }  // the stored values as float32

@@ -341,5 +341,8 @@ void LayerLoader::Release(size_t index) {
 
 size_t LayerLoader::groups() const { return impl_->groups.size(); }
 uint64_t LayerLoader::largest_group_bytes() const { return impl_->largest_tensor_bytes; }
+uint64_t LayerLoader::buffer_bytes(size_t index) const {
+  return impl_->groups.at(index).layout.buffer_bytes;
+}
 
 }  // namespace nightshift::engine

@@ -98,6 +98,9 @@ class LayerLoader {
   size_t groups() const;
   // Bytes of the largest group: one buffer's worth of tensor data.
   uint64_t largest_group_bytes() const;
+  // Bytes of group `index`'s part of a buffer (LoadedGroup::bytes): its
+  // tensors and the alignment around them.
+  uint64_t buffer_bytes(size_t index) const;
 
  private:
   struct Impl;

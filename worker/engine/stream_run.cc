@@ -69,7 +69,7 @@ nlohmann::json PassJson(const PassStats& p) {
 }
 
 int Run(int argc, char** argv) {
-  std::string dir, warm_up_dir, residency = "streaming";
+  std::string dir, warm_up_dir, residency = "streaming", device = "cpu";
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
   bool prefetch = true, logits = false;
   FlagSet flags("engine-stream-run --model-dir DIR [flags]",
@@ -86,6 +86,7 @@ int Run(int argc, char** argv) {
   flags.Int("max-context", &max_context, "the engine's context (0: the model's)");
   flags.Int("threads", &threads, "compute threads (0: one per core)");
   flags.Bool("logits", &logits, "print each sequence's last prompt logits");
+  flags.String("device", &device, "cpu (default), cuda or cuda:N", "DEVICE");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -104,6 +105,7 @@ int Run(int argc, char** argv) {
   options.read_streams = static_cast<int>(streams);
   options.max_context = max_context;
   options.threads = static_cast<int>(threads);
+  options.device = device;
   if (!warm_up_dir.empty()) {
     Status warmed = WarmUp(warm_up_dir, options);
     if (!warmed.ok()) {

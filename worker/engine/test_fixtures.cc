@@ -42,6 +42,18 @@ std::string FixtureModelType(const std::string& name) {
   return ReadJson(checkpoint::testing::FixtureDir(name) + "/config.json").value("model_type", "");
 }
 
+double Bf16ProjectionAtol(const Golden& golden) {
+  double largest = 0;
+  for (const std::vector<float>& logits : golden.last_logits) {
+    for (float v : logits) largest = std::max(largest, std::fabs(static_cast<double>(v)));
+  }
+  return 4 * std::ldexp(largest, -8);
+}
+
+std::string FixtureTorchDtype(const std::string& name) {
+  return ReadJson(checkpoint::testing::FixtureDir(name) + "/config.json").value("torch_dtype", "");
+}
+
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double worst = 0;

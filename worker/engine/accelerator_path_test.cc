@@ -1,0 +1,179 @@
+// The accelerator path (what a CUDA device runs), checked on the CPU: the
+// stager's copies, layers resident on the device, classification, the pass
+// figures and the compute dtype. The golden and engine tests run their cases
+// on this path too.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/test_util.h"
+#include "worker/engine/device_stager.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/test_fixtures.h"
+
+namespace nightshift::engine {
+namespace {
+
+using checkpoint::testing::FixtureDir;
+using testing::Drain;
+using testing::Golden;
+using testing::LoadGolden;
+using testing::MaxAbsDiff;
+
+constexpr char kFixture[] = "llama-gqa-sharded";  // float32
+
+EngineOptions AcceleratorOptions(Residency residency = Residency::kStream) {
+  EngineOptions options;
+  options.threads = 1;
+  options.accelerator_path_on_cpu = true;
+  options.residency = residency;
+  return options;
+}
+
+std::unique_ptr<Engine> OpenOrDie(const std::string& dir, const EngineOptions& options) {
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(dir, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+SequenceRequest Request(const std::vector<TokenId>& prompt, int64_t max_new_tokens) {
+  SequenceRequest r;
+  r.prompt = prompt;
+  r.max_new_tokens = max_new_tokens;
+  r.ignore_eos = true;
+  r.return_last_logits = true;
+  return r;
+}
+
+std::vector<unsigned char> Pattern(size_t bytes, unsigned char seed) {
+  std::vector<unsigned char> out(bytes);
+  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(seed + 7 * i);
+  return out;
+}
+
+TEST(DeviceStagerTest, StagesBytesIntoItsSlotsAndRefusesMoreThanASlotHolds) {
+  DeviceStager stager(c10::Device(c10::kCPU), {64, 32});
+  const std::vector<unsigned char> a = Pattern(64, 1), b = Pattern(32, 2);
+  const unsigned char* slot0 = stager.Stage(0, a.data(), a.size());
+  const unsigned char* slot1 = stager.Stage(1, b.data(), b.size());
+  EXPECT_NE(slot0, a.data());  // a copy, not the host memory
+  EXPECT_NE(slot0, slot1);
+  EXPECT_EQ(std::memcmp(slot0, a.data(), a.size()), 0);
+  EXPECT_EQ(std::memcmp(slot1, b.data(), b.size()), 0);
+  stager.Release(0);
+  // A slot is reused, not reallocated.
+  EXPECT_EQ(stager.Stage(0, b.data(), b.size()), slot0);
+  EXPECT_EQ(std::memcmp(slot0, b.data(), b.size()), 0);
+  EXPECT_THROW(stager.Stage(1, a.data(), a.size()), std::invalid_argument);
+  EXPECT_THROW(stager.Stage(2, a.data(), 1), std::out_of_range);
+}
+
+TEST(DeviceStagerTest, PinnedMemoryIsAlignedAndNeedsCuda) {
+  if (!CudaAvailable()) {
+    EXPECT_ANY_THROW(PinnedBuffer(4096));
+    return;
+  }
+  std::shared_ptr<unsigned char> buffer = PinnedBuffer(10000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.get()) % 4096, 0u);
+  std::memset(buffer.get(), 1, 10000);
+}
+
+TEST(AcceleratorPathTest, ResidentStagesEachLayerOnceAndGivesTheStreamedResults) {
+  const Golden golden = LoadGolden(kFixture);
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
+  ASSERT_TRUE(ckpt.ok());
+  const checkpoint::TensorInfo* embedding = ckpt->Find("model.embed_tokens.weight");
+  ASSERT_NE(embedding, nullptr);
+  const uint64_t row = embedding->size / static_cast<uint64_t>(embedding->shape[0]);
+  const uint64_t streamed = ckpt->total_bytes - embedding->size;  // untied
+
+  std::vector<std::vector<SequenceResult>> results;
+  std::vector<std::vector<PassStats>> passes(2);
+  for (Residency residency : {Residency::kStream, Residency::kResident}) {
+    std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir(kFixture), AcceleratorOptions(residency));
+    ASSERT_NE(engine, nullptr);
+    ASSERT_TRUE(engine->Add(Request(golden.prompts[2], 4)).ok());
+    ASSERT_TRUE(engine->Add(Request(golden.prompts[1], 4)).ok());
+    results.push_back(Drain(*engine, &passes[results.size()]));
+  }
+  const std::vector<PassStats>& resident = passes[1];
+  ASSERT_EQ(resident.size(), 4u);
+  const uint64_t prompt_tokens = golden.prompts[2].size() + golden.prompts[1].size();
+  EXPECT_EQ(resident[0].bytes_read, streamed + prompt_tokens * row);
+  for (size_t i = 1; i < resident.size(); ++i) {
+    EXPECT_EQ(resident[i].bytes_read, 2 * row) << "pass " << i;  // the embedding rows only
+    EXPECT_EQ(passes[0][i].bytes_read, streamed + 2 * row) << "pass " << i;
+    EXPECT_EQ(resident[i].residency, Residency::kResident);
+  }
+  ASSERT_EQ(results[0].size(), 2u);
+  ASSERT_EQ(results[1].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(results[1][i].generated, results[0][i].generated);
+    EXPECT_EQ(results[1][i].last_logits, results[0][i].last_logits);
+    const std::vector<TokenId>& greedy = golden.greedy[i == 0 ? 2 : 1];
+    EXPECT_EQ(results[1][i].generated, std::vector<TokenId>(greedy.begin(), greedy.begin() + 4));
+  }
+}
+
+TEST(AcceleratorPathTest, ComputeIsThePassTimeNotSpentWaitingForWeights) {
+  std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir(kFixture), AcceleratorOptions());
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(engine->Add(Request({1, 2, 3}, 3)).ok());
+  std::vector<PassStats> passes;
+  Drain(*engine, &passes);
+  ASSERT_EQ(passes.size(), 3u);
+  for (const PassStats& p : passes) {
+    EXPECT_GT(p.io_seconds, 0);
+    EXPECT_NEAR(p.compute_seconds, p.seconds - p.io_seconds, 1e-9);
+  }
+}
+
+TEST(AcceleratorPathTest, ClassificationScoresAreTheCpuPaths) {
+  SequenceRequest request;
+  request.prompt = {5, 9, 2, 7};
+  request.labels = {{3}, {11, 4}, {11, 6, 8}};
+  std::vector<SequenceResult> results;
+  for (bool accelerator : {false, true}) {
+    EngineOptions options = AcceleratorOptions();
+    options.accelerator_path_on_cpu = accelerator;
+    std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir(kFixture), options);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_TRUE(engine->Add(request).ok());
+    std::vector<SequenceResult> out = Drain(*engine);
+    ASSERT_EQ(out.size(), 1u);
+    results.push_back(std::move(out[0]));
+  }
+  ASSERT_EQ(results[1].labels.size(), 3u);
+  EXPECT_EQ(results[1].best_label, results[0].best_label);
+  for (size_t j = 0; j < 3; ++j) {
+    EXPECT_NEAR(results[1].labels[j].logprob, results[0].labels[j].logprob, 1e-4) << j;
+  }
+}
+
+TEST(AcceleratorPathTest, Bf16WeightsAreMultipliedInBf16) {
+  // The CPU path computes in float32 to the reference's float32 tolerance;
+  // the accelerator path rounds each projection's input to BF16 and lands
+  // further away, within a few BF16 steps.
+  const Golden golden = LoadGolden("llama-bf16");
+  std::vector<std::vector<float>> logits;
+  for (bool accelerator : {false, true}) {
+    EngineOptions options = AcceleratorOptions();
+    options.accelerator_path_on_cpu = accelerator;
+    std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir("llama-bf16"), options);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_TRUE(engine->Add(Request(golden.prompts[0], 1)).ok());
+    std::vector<SequenceResult> out = Drain(*engine);
+    ASSERT_EQ(out.size(), 1u);
+    logits.push_back(out[0].last_logits);
+  }
+  EXPECT_LE(MaxAbsDiff(logits[0], golden.last_logits[0]), golden.atol);
+  EXPECT_GT(MaxAbsDiff(logits[1], golden.last_logits[0]), golden.atol);
+  EXPECT_LE(MaxAbsDiff(logits[1], golden.last_logits[0]), testing::Bf16ProjectionAtol(golden));
+}
+
+}  // namespace
+}  // namespace nightshift::engine
