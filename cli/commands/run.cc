@@ -37,6 +37,7 @@ struct RunFlags {
   std::string labels;
   bool logits = false;
   bool json = false;
+  std::string device = "cpu";
 };
 
 StatusOr<std::vector<TokenId>> ParseTokenIds(const std::string& text, const std::string& what) {
@@ -116,8 +117,11 @@ struct RunOutput {
   std::vector<PassStats> passes;
 };
 
-StatusOr<RunOutput> RunBatch(const std::string& model_dir, std::vector<SequenceRequest> requests) {
-  NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(model_dir));
+StatusOr<RunOutput> RunBatch(const std::string& model_dir, const std::string& device,
+                             std::vector<SequenceRequest> requests) {
+  engine::EngineOptions options;
+  options.device = device;
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(model_dir, options));
   for (size_t i = 0; i < requests.size(); ++i) {
     StatusOr<engine::SequenceId> id = engine->Add(std::move(requests[i]));
     if (!id.ok()) return id.status().Prefixed("--ids #" + std::to_string(i + 1));
@@ -211,7 +215,7 @@ int Run(int argc, char** argv) {
   FlagSet flags(
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
-      "[--logits] [--json]",
+      "[--logits] [--json] [--device cpu|cuda[:N]]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -234,11 +238,13 @@ int Run(int argc, char** argv) {
   flags.Bool("logits", &f.logits,
              "also print the full-vocabulary logits at the last prompt position");
   flags.Bool("json", &f.json, "print one JSON document");
+  flags.String("device", &f.device,
+               "cpu (default), or cuda / cuda:N where the linked libtorch has CUDA", "DEVICE");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
   StatusOr<std::vector<SequenceRequest>> requests = BuildRequests(f, flags);
   if (!requests.ok()) return Fail("run", requests.status());
-  StatusOr<RunOutput> out = RunBatch(f.model_dir, std::move(requests).value());
+  StatusOr<RunOutput> out = RunBatch(f.model_dir, f.device, std::move(requests).value());
   if (!out.ok()) return Fail("run", out.status());
   if (f.json) {
     PrintJson(*out, f.logits);

@@ -19,6 +19,7 @@
 
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
+#include "worker/engine/engine.h"
 #include "worker/engine/test_fixtures.h"
 
 namespace nightshift::engine {
@@ -147,6 +148,24 @@ TEST(RunCommandTest, UsageErrorsExitTwo) {
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
     EXPECT_THAT(o.err, StartsWith("nightshift run: ")) << args;
   }
+}
+
+TEST(RunCommandTest, DeviceChoosesWhereTheBatchRuns) {
+  const Golden golden = LoadGolden("llama-gqa-sharded");
+  const std::string args = "run --json --max-new-tokens 8 --model-dir " +
+                           FixtureDir("llama-gqa-sharded") + IdsFlags({golden.prompts[0]});
+  Outcome bad = RunBinary("nightshift-engine", args + " --device gpu");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("expected cpu, cuda or cuda:N"));
+  Outcome cuda = RunBinary("nightshift-engine", args + " --device cuda");
+  if (!CudaAvailable()) {
+    EXPECT_NE(cuda.exit_code, 0);
+    EXPECT_THAT(cuda.err, HasSubstr("has no CUDA or sees no GPU"));
+    return;
+  }
+  ASSERT_EQ(cuda.exit_code, 0) << cuda.err;
+  EXPECT_EQ(json::parse(cuda.out)["sequences"][0]["generated_ids"].get<std::vector<TokenId>>(),
+            golden.greedy[0]);
 }
 
 // ---- Corrupt checkpoints ----------------------------------------------------
