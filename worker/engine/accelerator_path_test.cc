@@ -21,8 +21,10 @@ namespace {
 using checkpoint::testing::FixtureDir;
 using testing::Drain;
 using testing::Golden;
+using testing::GreedyRequest;
 using testing::LoadGolden;
 using testing::MaxAbsDiff;
+using testing::OpenEngine;
 
 constexpr char kFixture[] = "llama-gqa-sharded";  // float32
 
@@ -32,21 +34,6 @@ EngineOptions AcceleratorOptions(Residency residency = Residency::kStream) {
   options.accelerator_path_on_cpu = true;
   options.residency = residency;
   return options;
-}
-
-std::unique_ptr<Engine> OpenOrDie(const std::string& dir, const EngineOptions& options) {
-  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(dir, options);
-  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-  return engine.ok() ? std::move(engine).value() : nullptr;
-}
-
-SequenceRequest Request(const std::vector<TokenId>& prompt, int64_t max_new_tokens) {
-  SequenceRequest r;
-  r.prompt = prompt;
-  r.max_new_tokens = max_new_tokens;
-  r.ignore_eos = true;
-  r.return_last_logits = true;
-  return r;
 }
 
 std::vector<unsigned char> Pattern(size_t bytes, unsigned char seed) {
@@ -94,10 +81,11 @@ TEST(AcceleratorPathTest, ResidentStagesEachLayerOnceAndGivesTheStreamedResults)
   std::vector<std::vector<SequenceResult>> results;
   std::vector<std::vector<PassStats>> passes(2);
   for (Residency residency : {Residency::kStream, Residency::kResident}) {
-    std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir(kFixture), AcceleratorOptions(residency));
+    std::unique_ptr<Engine> engine =
+        OpenEngine(FixtureDir(kFixture), AcceleratorOptions(residency));
     ASSERT_NE(engine, nullptr);
-    ASSERT_TRUE(engine->Add(Request(golden.prompts[2], 4)).ok());
-    ASSERT_TRUE(engine->Add(Request(golden.prompts[1], 4)).ok());
+    ASSERT_TRUE(engine->Add(GreedyRequest(golden.prompts[2], 4)).ok());
+    ASSERT_TRUE(engine->Add(GreedyRequest(golden.prompts[1], 4)).ok());
     results.push_back(Drain(*engine, &passes[results.size()]));
   }
   const std::vector<PassStats>& resident = passes[1];
@@ -120,9 +108,9 @@ TEST(AcceleratorPathTest, ResidentStagesEachLayerOnceAndGivesTheStreamedResults)
 }
 
 TEST(AcceleratorPathTest, ComputeIsThePassTimeNotSpentWaitingForWeights) {
-  std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir(kFixture), AcceleratorOptions());
+  std::unique_ptr<Engine> engine = OpenEngine(FixtureDir(kFixture), AcceleratorOptions());
   ASSERT_NE(engine, nullptr);
-  ASSERT_TRUE(engine->Add(Request({1, 2, 3}, 3)).ok());
+  ASSERT_TRUE(engine->Add(GreedyRequest({1, 2, 3}, 3)).ok());
   std::vector<PassStats> passes;
   Drain(*engine, &passes);
   ASSERT_EQ(passes.size(), 3u);
@@ -140,7 +128,7 @@ TEST(AcceleratorPathTest, ClassificationScoresAreTheCpuPaths) {
   for (bool accelerator : {false, true}) {
     EngineOptions options = AcceleratorOptions();
     options.accelerator_path_on_cpu = accelerator;
-    std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir(kFixture), options);
+    std::unique_ptr<Engine> engine = OpenEngine(FixtureDir(kFixture), options);
     ASSERT_NE(engine, nullptr);
     ASSERT_TRUE(engine->Add(request).ok());
     std::vector<SequenceResult> out = Drain(*engine);
@@ -163,9 +151,9 @@ TEST(AcceleratorPathTest, Bf16WeightsAreMultipliedInBf16) {
   for (bool accelerator : {false, true}) {
     EngineOptions options = AcceleratorOptions();
     options.accelerator_path_on_cpu = accelerator;
-    std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir("llama-bf16"), options);
+    std::unique_ptr<Engine> engine = OpenEngine(FixtureDir("llama-bf16"), options);
     ASSERT_NE(engine, nullptr);
-    ASSERT_TRUE(engine->Add(Request(golden.prompts[0], 1)).ok());
+    ASSERT_TRUE(engine->Add(GreedyRequest(golden.prompts[0], 1)).ok());
     std::vector<SequenceResult> out = Drain(*engine);
     ASSERT_EQ(out.size(), 1u);
     logits.push_back(out[0].last_logits);

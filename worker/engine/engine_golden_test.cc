@@ -40,13 +40,9 @@ std::vector<SequenceResult> RunBatch(Engine& engine, const std::vector<SequenceR
   return results;
 }
 
+// The reference generates a fixed number of steps, EOS or not.
 SequenceRequest GreedyRequest(const std::vector<TokenId>& prompt, size_t steps) {
-  SequenceRequest r;
-  r.prompt = prompt;
-  r.max_new_tokens = static_cast<int64_t>(steps);
-  r.ignore_eos = true;  // the reference generates a fixed number of steps
-  r.return_last_logits = true;
-  return r;
+  return testing::GreedyRequest(prompt, static_cast<int64_t>(steps));
 }
 
 void ExpectMatchesGolden(const Golden& golden, double atol, size_t i,

@@ -36,18 +36,11 @@ EngineOptions Options(int64_t max_context = 0) {
 
 std::unique_ptr<Engine> OpenOrDie(const std::string& dir,
                                   const EngineOptions& options = Options()) {
-  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(dir, options);
-  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-  return engine.ok() ? std::move(engine).value() : nullptr;
+  return testing::OpenEngine(dir, options);
 }
 
 SequenceRequest Request(const std::vector<TokenId>& prompt, int64_t max_new_tokens) {
-  SequenceRequest r;
-  r.prompt = prompt;
-  r.max_new_tokens = max_new_tokens;
-  r.ignore_eos = true;
-  r.return_last_logits = true;
-  return r;
+  return testing::GreedyRequest(prompt, max_new_tokens);
 }
 
 // Edits the config.json of the checkpoint copy in `dir`.

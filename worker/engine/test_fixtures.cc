@@ -65,6 +65,21 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+std::unique_ptr<Engine> OpenEngine(const std::string& dir, const EngineOptions& options) {
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(dir, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+SequenceRequest GreedyRequest(const std::vector<TokenId>& prompt, int64_t max_new_tokens) {
+  SequenceRequest r;
+  r.prompt = prompt;
+  r.max_new_tokens = max_new_tokens;
+  r.ignore_eos = true;
+  r.return_last_logits = true;
+  return r;
+}
+
 std::vector<SequenceResult> Drain(Engine& engine, std::vector<PassStats>* passes) {
   std::vector<SequenceResult> results;
   while (engine.active() > 0) {

@@ -34,6 +34,13 @@ std::string FixtureModelType(const std::string& name);
 // Its "torch_dtype" ("float32", "bfloat16", ...; empty when absent).
 std::string FixtureTorchDtype(const std::string& name);
 
+// Engine::Open, failing the test (and returning null) on an error.
+std::unique_ptr<Engine> OpenEngine(const std::string& dir, const EngineOptions& options);
+
+// `prompt` generating `max_new_tokens` greedily, EOS ignored, with the last
+// prompt position's logits.
+SequenceRequest GreedyRequest(const std::vector<TokenId>& prompt, int64_t max_new_tokens);
+
 // Steps `engine` until nothing is in flight (failing the test on an error)
 // and returns every result, by id; appends each pass's figures to `passes`.
 std::vector<SequenceResult> Drain(Engine& engine, std::vector<PassStats>* passes = nullptr);
