@@ -45,15 +45,18 @@ std::vector<unsigned char> Pattern(size_t bytes, unsigned char seed) {
 TEST(DeviceStagerTest, StagesBytesIntoItsSlotsAndRefusesMoreThanASlotHolds) {
   DeviceStager stager(c10::Device(c10::kCPU), {64, 32});
   const std::vector<unsigned char> a = Pattern(64, 1), b = Pattern(32, 2);
-  const unsigned char* slot0 = stager.Stage(0, a.data(), a.size());
-  const unsigned char* slot1 = stager.Stage(1, b.data(), b.size());
-  EXPECT_NE(slot0, a.data());  // a copy, not the host memory
+  const DeviceStager::Staged staged = stager.Stage(0, a.data(), a.size());
+  const unsigned char* slot0 = staged.data;
+  const unsigned char* slot1 = stager.Stage(1, b.data(), b.size()).data;
+  EXPECT_GE(staged.copy_seconds, 0);
+  EXPECT_EQ(staged.slot_wait_seconds, 0);  // nothing to wait for on the CPU
+  EXPECT_NE(slot0, a.data());              // a copy, not the host memory
   EXPECT_NE(slot0, slot1);
   EXPECT_EQ(std::memcmp(slot0, a.data(), a.size()), 0);
   EXPECT_EQ(std::memcmp(slot1, b.data(), b.size()), 0);
   stager.Release(0);
   // A slot is reused, not reallocated.
-  EXPECT_EQ(stager.Stage(0, b.data(), b.size()), slot0);
+  EXPECT_EQ(stager.Stage(0, b.data(), b.size()).data, slot0);
   EXPECT_EQ(std::memcmp(slot0, b.data(), b.size()), 0);
   EXPECT_THROW(stager.Stage(1, a.data(), a.size()), std::invalid_argument);
   EXPECT_THROW(stager.Stage(2, a.data(), 1), std::out_of_range);

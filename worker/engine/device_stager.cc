@@ -6,12 +6,23 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace nightshift::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
 
 struct DeviceStager::Impl {
   struct Slot {
@@ -48,7 +59,7 @@ DeviceStager::~DeviceStager() {
   }
 }
 
-const unsigned char* DeviceStager::Stage(size_t index, const unsigned char* data, uint64_t bytes) {
+DeviceStager::Staged DeviceStager::Stage(size_t index, const unsigned char* data, uint64_t bytes) {
   Impl::Slot& slot = impl_->slots.at(index);
   if (bytes > slot.capacity) {
     throw std::invalid_argument("device stager: " + std::to_string(bytes) +
@@ -61,22 +72,33 @@ const unsigned char* DeviceStager::Stage(size_t index, const unsigned char* data
   const at::Tensor source =
       at::from_blob(const_cast<unsigned char*>(data), {static_cast<int64_t>(bytes)}, at::kByte);
   at::Tensor target = slot.memory.narrow(0, 0, static_cast<int64_t>(bytes));
+  Staged out;
+  out.data = slot.memory.data_ptr<uint8_t>();
+  Clock::time_point start = Clock::now();
   if (!impl_->copy) {
     target.copy_(source);
-    return slot.memory.data_ptr<uint8_t>();
+    out.copy_seconds = SecondsSince(start);
+    return out;
   }
-  // The copy stream waits for the kernels that read the slot's previous
-  // contents; the compute stream waits for the copy.
-  if (slot.released) slot.released->block(*impl_->copy);
+  // The kernels that read the slot's previous contents must finish before
+  // the copy overwrites it. Waiting for them here (rather than only ordering
+  // the copy stream after them) tells compute time from copy time.
+  if (slot.released) {
+    while (!slot.released->query()) std::this_thread::yield();
+    out.slot_wait_seconds = SecondsSince(start);
+    start = Clock::now();
+  }
   {
     c10::StreamGuard on_copy_stream(*impl_->copy);
     target.copy_(source, /*non_blocking=*/true);
   }
+  // The compute stream waits for the copy.
   if (!slot.copied) slot.copied.emplace(device_.type());
   slot.copied->record(*impl_->copy);
   slot.copied->block(*impl_->compute);
   impl_->copy->synchronize();
-  return slot.memory.data_ptr<uint8_t>();
+  out.copy_seconds = SecondsSince(start);
+  return out;
 }
 
 void DeviceStager::Release(size_t index) {

@@ -38,13 +38,17 @@ class DeviceStager {
   DeviceStager(const DeviceStager&) = delete;
   DeviceStager& operator=(const DeviceStager&) = delete;
 
+  struct Staged {
+    const unsigned char* data = nullptr;  // the slot's memory, the bytes at the same offsets
+    double slot_wait_seconds = 0;         // waiting for the kernels still reading the slot
+    double copy_seconds = 0;              // waiting for the copy itself
+  };
   // Copies host [data, data + bytes) into `slot` (bytes <= its capacity)
   // once the work released with the slot's previous contents has finished;
   // work queued on the compute stream after this call waits for the copy.
-  // Returns when the copy is done, so the host memory may be reused, with
-  // the slot's device memory (holding the bytes at the same offsets).
+  // Returns when the copy is done, so the host memory may be reused.
   // libtorch exceptions (out of device memory) propagate.
-  const unsigned char* Stage(size_t slot, const unsigned char* data, uint64_t bytes);
+  Staged Stage(size_t slot, const unsigned char* data, uint64_t bytes);
 
   // Marks the compute work queued so far as the last to read `slot`'s
   // current contents.

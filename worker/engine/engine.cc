@@ -565,11 +565,10 @@ StatusOr<LoadedGroup> Engine::Impl::Acquire(size_t index, PassStats* stats) {
   // Copy the group to the device; the host buffer goes back to the loader at
   // once, for the read after next.
   held_slot = resident_groups.empty() ? next_slot++ % 2 : index;
-  const Clock::time_point start = Clock::now();
-  const unsigned char* staged = stager->Stage(held_slot, group.base, group.bytes);
-  stats->io_seconds += SecondsSince(start);
-  for (const unsigned char*& data : group.data) data = staged + (data - group.base);
-  group.base = staged;
+  const DeviceStager::Staged staged = stager->Stage(held_slot, group.base, group.bytes);
+  stats->io_seconds += staged.copy_seconds;  // the slot wait is compute's
+  for (const unsigned char*& data : group.data) data = staged.data + (data - group.base);
+  group.base = staged.data;
   loader->Release(index);
   if (!resident_groups.empty()) {
     LoadedGroup& kept = resident_groups[index].emplace(group);

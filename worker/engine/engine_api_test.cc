@@ -30,9 +30,7 @@ EngineOptions Options() {
 }
 
 std::unique_ptr<Engine> OpenOrDie(const EngineOptions& options = Options()) {
-  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(FixtureDir(kFixture), options);
-  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-  return engine.ok() ? std::move(engine).value() : nullptr;
+  return testing::OpenEngine(FixtureDir(kFixture), options);
 }
 
 SequenceRequest Request(const std::vector<TokenId>& prompt, int64_t max_new_tokens) {
