@@ -18,7 +18,6 @@
 // thread-safe: the thread driving the engine calls it.
 #pragma once
 
-#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
