@@ -7,8 +7,8 @@
 // accelerator path (weights with a device), where only the projections run
 // in the weights' 16-bit dtype (MatmulDtype). Every function returns a new
 // tensor and leaves its inputs alone (weights are read-only mappings:
-// writing one would fault). libtorch exceptions propagate; the engine converts them to
-// Status at its boundary. Thread-safe as far as ATen is.
+// writing one would fault). libtorch exceptions propagate; the engine
+// converts them to Status at its boundary. Thread-safe as far as ATen is.
 #pragma once
 
 #include <ATen/core/Tensor.h>
