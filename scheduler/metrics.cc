@@ -106,7 +106,7 @@ StatusOr<std::unique_ptr<JobCounter>> JobCounter::Open(const std::string& path) 
 
 StatusOr<std::vector<JobCount>> JobCounter::Count() {
   std::lock_guard<std::mutex> lock(mu_);
-  sqlite::Query q(*db_, "SELECT model, state, COUNT(*) FROM jobs GROUP BY model, state");
+  sqlite::Query q(*db_, kCountSql);
   std::vector<JobCount> counts;
   while (q.Next()) {
     NS_ASSIGN_OR_RETURN(JobState state, ParseJobState(q.Text(1)));

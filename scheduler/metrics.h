@@ -117,8 +117,11 @@ class JobCounter {
   JobCounter& operator=(const JobCounter&) = delete;
 
   // Every (model, state) pair with at least one job, or the database error.
-  // Reads every job row: cost grows with the jobs kept in the database.
+  // Reads the jobs_model_state index (migrations/0002), not the job rows.
   StatusOr<std::vector<JobCount>> Count();
+  // Count's query.
+  static constexpr const char* kCountSql =
+      "SELECT model, state, COUNT(*) FROM jobs GROUP BY model, state";
 
  private:
   explicit JobCounter(std::unique_ptr<sqlite::Db> db);

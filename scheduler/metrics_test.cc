@@ -8,6 +8,7 @@
 
 #include "common/metric_names.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/sqlite.h"
 #include "scheduler/test_util.h"
 
 namespace nightshift::scheduler {
@@ -267,6 +268,17 @@ TEST_F(SchedulerMetricsTest, WorkersAttachedAndSubmitDurationAreRecorded) {
   metrics_.SubmitAnswered(0.2);
   EXPECT_EQ(Count(names::kSubmitDurationSeconds, {}), 2u);
   EXPECT_DOUBLE_EQ(Sum(names::kSubmitDurationSeconds, {}), 0.204);
+}
+
+TEST_F(SchedulerMetricsTest, JobCounterReadsAnIndexNotTheJobRows) {
+  Submit({TokenJob("a", "m")});
+  auto db = sqlite::Db::Open(dir_.file("state.db"), 1000);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  sqlite::Query plan(**db, std::string("EXPLAIN QUERY PLAN ") + JobCounter::kCountSql);
+  std::string details;
+  while (plan.Next()) details += plan.Text(3) + "\n";
+  ASSERT_TRUE(plan.status().ok()) << plan.status().ToString();
+  EXPECT_NE(details.find("COVERING INDEX jobs_model_state"), std::string::npos) << details;
 }
 
 TEST(JobCounterTest, AFileThatIsNotADatabaseIsDataLoss) {
