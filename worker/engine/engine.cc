@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -219,6 +219,13 @@ TokenLogprob LogprobsOf(const float* logits, int64_t vocab, TokenId token, int t
   return out;
 }
 
+// GPUs the linked libtorch sees: 0 without CUDA. (c10's device guard
+// interface, which every libtorch version has, rather than ATen's CUDA hooks.)
+int64_t CudaDeviceCount() {
+  if (!at::hasCUDA()) return 0;
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).deviceCount();
+}
+
 // True for "cuda" and "cuda:N".
 bool IsCudaDevice(const std::string& device) {
   if (device == "cuda") return true;
@@ -320,7 +327,7 @@ Status CheckDevice(const std::string& device) {
   if (!CudaAvailable()) {
     return Unimplemented("device '" + device + "': the linked libtorch has no CUDA or sees no GPU");
   }
-  const int64_t gpus = at::detail::getCUDAHooks().getNumGPUs();
+  const int64_t gpus = CudaDeviceCount();
   const std::string index = device == "cuda" ? "0" : device.substr(5);
   if (index.size() > 4 || std::stoll(index) >= gpus) {
     return InvalidArgument("device '" + device + "': this machine has " + std::to_string(gpus) +
@@ -329,7 +336,7 @@ Status CheckDevice(const std::string& device) {
   return Status::Ok();
 }
 
-bool CudaAvailable() { return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0; }
+bool CudaAvailable() { return CudaDeviceCount() > 0; }
 
 struct Engine::Impl {
   checkpoint::Checkpoint checkpoint;
