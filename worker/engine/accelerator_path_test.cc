@@ -1,11 +1,13 @@
 // The accelerator path (what a CUDA device runs), checked on the CPU: the
 // stager's copies, layers resident on the device, classification, the pass
-// figures and the compute dtype. The golden and engine tests run their cases
+// figures and BF16 projections. The golden and engine tests run their cases
 // on this path too.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
