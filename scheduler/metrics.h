@@ -57,9 +57,8 @@ class SchedulerMetrics {
 
   // SubmitJobs stored `jobs` new jobs of `model` (not for a replay).
   void JobsSubmitted(const std::string& model, int64_t jobs);
-  // A job was leased with no lost lease behind it (attempt 0),
-  // `queue_seconds` after its submission. (A job a draining worker handed
-  // back is observed again when it is leased anew.)
+  // A job was leased for the first time, `queue_seconds` after its
+  // submission (a lease after a lost lease or a hand-back is not observed).
   void JobLeased(const std::string& model, double queue_seconds);
   // A job reached `state` (succeeded, failed or cancelled; other states are
   // ignored) `end_to_end_seconds` after its submission.

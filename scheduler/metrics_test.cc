@@ -152,6 +152,21 @@ TEST_F(SchedulerMetricsTest, QueueAndEndToEndSecondsAndOutcomesFollowEachJob) {
   EXPECT_DOUBLE_EQ(Sum(names::kJobEndToEndSeconds, {{"model", "m"}}), 2 * 5.0);
 }
 
+TEST_F(SchedulerMetricsTest, AHandedBackJobsQueueTimeEndsAtItsFirstLease) {
+  auto reply = Submit({TokenJob("a", "m"), TokenJob("b", "m")});
+  clock_.Advance(3'000);
+  RecordingLink link;
+  const int64_t session = Attach("w1", &link);
+  EXPECT_EQ(Count(names::kJobQueueSeconds, {{"model", "m"}}), 2u);
+  clock_.Advance(4'000);  // a draining worker hands the jobs back; another takes them
+  ASSERT_TRUE(scheduler_->HandBack("w1", session, link.Batch(0), reply.job_ids, true).ok());
+  RecordingLink other;
+  Attach("w2", &other);
+  other.Batch(0);  // the jobs went to w2 (a failure otherwise)
+  EXPECT_EQ(Count(names::kJobQueueSeconds, {{"model", "m"}}), 2u);
+  EXPECT_DOUBLE_EQ(Sum(names::kJobQueueSeconds, {{"model", "m"}}), 2 * 3.0);
+}
+
 TEST_F(SchedulerMetricsTest, ACancelledJobCountsAsCancelled) {
   auto reply = Submit({TokenJob("a", "m"), TokenJob("b", "m"), TokenJob("c", "m")});
   ASSERT_TRUE(scheduler_->CancelSubmission(reply.submission_id).ok());

@@ -672,12 +672,13 @@ void Scheduler::ApplyAssignment(const Assignment& assignment) {
   batch->free_kv_bytes = std::max<int64_t>(0, batch->free_kv_bytes - assignment.kv_bytes);
   worker.batch_id = lease->batch_id;
   std::vector<JobChange> changes;
-  const int64_t now = clock_->NowMs();
   for (const Job& job : lease->jobs) {
     batch->jobs[job.id] = {job.submission_id, PassesNeeded(job.spec), 0, batch->passes_done};
-    if (options_.metrics != nullptr && job.attempt == 0) {
-      options_.metrics->JobLeased(job.spec.model,
-                                  static_cast<double>(now - job.created_at_ms) / 1e3);
+    // Queue time ends at the first lease; a lease after a lost one or a
+    // hand-back leaves first_leased_at_ms where it was.
+    if (options_.metrics != nullptr && job.first_leased_at_ms == job.updated_at_ms) {
+      options_.metrics->JobLeased(
+          job.spec.model, static_cast<double>(job.first_leased_at_ms - job.created_at_ms) / 1e3);
     }
     changes.push_back({job.id, job.submission_id, JobState::kQueued, JobState::kLeased,
                        lease->batch_id, worker.info.id, ""});

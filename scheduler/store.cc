@@ -23,8 +23,8 @@ std::string Dump(const json& value) {
 constexpr char kJobColumns[] =
     "j.id, j.submission_id, j.idx, j.spec, j.state, j.attempt, j.max_attempts, "
     "j.batch_id, j.worker_id, j.reason, j.prompt_tokens, j.label_tokens, j.kv_tokens, "
-    "j.created_at_ms, j.updated_at_ms";
-constexpr int kJobColumnCount = 15;
+    "j.created_at_ms, j.updated_at_ms, j.first_leased_at_ms";
+constexpr int kJobColumnCount = 16;
 
 constexpr char kResultColumns[] =
     "r.job_id, r.batch_id, r.worker_id, r.ok, r.output, r.error, r.created_at_ms";
@@ -70,6 +70,7 @@ StatusOr<Job> ReadJobRow(Query& q) {
   }
   job.created_at_ms = q.Int(13);
   job.updated_at_ms = q.Int(14);
+  job.first_leased_at_ms = q.IsNull(15) ? 0 : q.Int(15);
   return job;
 }
 
@@ -529,7 +530,8 @@ StatusOr<std::vector<Job>> Store::LeaseInto(int64_t batch_id, const std::string&
   for (int64_t id : job_ids) {
     Query q(*db_,
             "UPDATE jobs SET state = 'leased', batch_id = ?1, worker_id = ?2, reason = '', "
-            "updated_at_ms = ?3 WHERE id = ?4 AND state = 'queued' AND kv_tokens IS NOT NULL "
+            "updated_at_ms = ?3, first_leased_at_ms = COALESCE(first_leased_at_ms, ?3) "
+            "WHERE id = ?4 AND state = 'queued' AND kv_tokens IS NOT NULL "
             "AND model = (SELECT model FROM batches WHERE id = ?1) "
             "AND (SELECT sealed FROM submissions WHERE id = jobs.submission_id) = 1");
     q.Bind(1, batch_id).Bind(2, worker_id).Bind(3, clock_->NowMs()).Bind(4, id);

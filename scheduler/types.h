@@ -136,6 +136,7 @@ struct Job {
   int64_t kv_tokens = 0;   // valid when tokenised
   int64_t created_at_ms = 0;
   int64_t updated_at_ms = 0;
+  int64_t first_leased_at_ms = 0;  // when it was first leased; 0: never
 };
 
 struct StateCounts {
