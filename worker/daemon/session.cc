@@ -144,6 +144,10 @@ grpc::Status Session::AttachOnce(bool* attached) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       connected_ = true;
+      if (latest_pass_) {
+        queue_.push_back(std::move(*latest_pass_));
+        latest_pass_.reset();
+      }
     }
     LogLine("attached to " + options_.connect.address + " as " + options_.info.id + " (session " +
             std::to_string(welcome.session()) + ")");
@@ -163,7 +167,10 @@ grpc::Status Session::AttachOnce(bool* attached) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     connected_ = false;
-    // Progress of this stream is stale on the next one.
+    // Of the pass reports not written, the newest goes on the next stream.
+    for (const v1::WorkerMessage& m : queue_) {
+      if (m.has_pass()) latest_pass_ = m;
+    }
     queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
                                 [](const v1::WorkerMessage& m) { return m.has_pass(); }),
                  queue_.end());
@@ -254,8 +261,13 @@ void Session::WriterLoop() {
     lock.lock();
     if (!written) {
       // The stream broke: results are resent from unacked_ after the break,
-      // progress is stale, anything else goes first on the next attach.
-      if (!next.has_results() && !next.has_pass()) queue_.push_front(std::move(next));
+      // a pass report unless a newer one is kept, anything else goes first on
+      // the next attach.
+      if (next.has_pass()) {
+        if (!latest_pass_) latest_pass_ = std::move(next);
+      } else if (!next.has_results()) {
+        queue_.push_front(std::move(next));
+      }
       return;
     }
     cv_.notify_all();
@@ -281,7 +293,10 @@ void Session::Acknowledge(const v1::ResultsStored& stored) {
 
 void Session::Queue(v1::WorkerMessage message) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (message.has_pass() && !connected_) return;  // progress is not kept
+  if (message.has_pass() && !connected_) {  // it stands for the reports before it
+    latest_pass_ = std::move(message);
+    return;
+  }
   if (!connected_ && message.has_results()) {
     LogLine("results kept for the reconnect: " + Summary(message.results()));
   }

@@ -12,8 +12,10 @@
 //
 // As the Worker's SchedulerLink it never waits for the network: every
 // message is queued and a writer thread of the attached stream writes them
-// in order. Pass reports are queued only while connected and dropped when
-// the stream ends; results, hand-backs and withdrawals are kept and written
+// in order. While disconnected only the newest pass report is kept (each
+// carries every job's tokens so far, so it stands for the ones before it)
+// and written on the next attach; results, hand-backs and withdrawals are
+// kept and written
 // as soon as a stream is attached, so results finished while the scheduler
 // was away are sent on reconnect. Results written are kept until the
 // scheduler says it stored them (ResultsStored): a write that returns has
@@ -35,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -109,9 +112,10 @@ class Session : public SchedulerLink {
   bool stopping_ = false;
   bool flushing_ = false;  // Stop is waiting for the queue to be written
   bool connected_ = false;
-  grpc::ClientContext* context_ = nullptr;  // of the current stream
-  std::deque<v1::WorkerMessage> queue_;     // every message but heartbeats, in order
-  std::deque<v1::WorkerMessage> unacked_;   // results taken for writing, not yet stored
+  grpc::ClientContext* context_ = nullptr;        // of the current stream
+  std::deque<v1::WorkerMessage> queue_;           // every message but heartbeats, in order
+  std::deque<v1::WorkerMessage> unacked_;         // results taken for writing, not yet stored
+  std::optional<v1::WorkerMessage> latest_pass_;  // while disconnected: the newest pass report
 
   std::timed_mutex write_mu_;  // one writer at a time on the stream
   Stream* stream_ = nullptr;   // guarded by write_mu_

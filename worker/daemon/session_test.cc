@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "worker/daemon/fake_engine.h"
@@ -125,6 +126,10 @@ class RecordingScheduler final : public v1::WorkerService::Service {
     stream->Write(welcome);
     while (stream->Read(&m)) {
       results += m.results().results_size();
+      if (m.has_pass()) {
+        std::lock_guard<std::mutex> lock(mu);
+        pass_indexes.push_back(m.pass().pass_index());
+      }
       v1::SchedulerMessage stored;  // as the scheduler acknowledges what it stored
       for (const auto& r : m.results().results()) stored.mutable_stored()->add_job_ids(r.job_id());
       if (m.has_results()) stream->Write(stored);
@@ -132,6 +137,8 @@ class RecordingScheduler final : public v1::WorkerService::Service {
     return grpc::Status::OK;
   }
   std::atomic<int> results{0};
+  std::mutex mu;
+  std::vector<int64_t> pass_indexes;  // of the pass reports received
 };
 
 // SIGTERM while the scheduler was away: Stop waits for results, and the
@@ -161,6 +168,52 @@ TEST_F(SessionTest, StopRetriesAtOnceToDeliverResultsKeptForTheReconnect) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(8));
   server->Shutdown(std::chrono::system_clock::now() + seconds(2));
   EXPECT_EQ(back.results, 1);
+}
+
+// Progress made while the scheduler was away reaches it on the reconnect:
+// the newest pass report (it carries every job's tokens so far), not every
+// one, and nothing else.
+TEST_F(SessionTest, TheNewestPassReportMadeWhileDisconnectedIsSentOnTheReconnect) {
+  const int port = port_;
+  server_->Shutdown(std::chrono::system_clock::now());  // nobody listens on the port now
+  Catalog catalog;
+  Worker worker(&catalog, EngineFactory(), nullptr, nullptr, {});
+  SessionOptions options = Options();
+  options.initial_backoff_seconds = 0.2;
+  options.max_backoff_seconds = 0.2;
+  Session session(options, &worker);
+  worker.SetLink(&session);
+  ASSERT_TRUE(session.Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_FALSE(session.connected());
+  for (int64_t index : {3, 4}) {
+    scheduler::PassProgress pass;
+    pass.batch_id = 7;
+    pass.pass_index = index;
+    pass.generated = {{70, index + 1}};
+    session.SendPass(pass);
+  }
+
+  RecordingScheduler back;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials());
+  builder.RegisterService(&back);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(WaitConnected(session));
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(back.mu);
+      if (!back.pass_indexes.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // nothing else follows
+  session.Stop(/*flush_seconds=*/1);
+  server->Shutdown(std::chrono::system_clock::now() + seconds(2));
+  std::lock_guard<std::mutex> lock(back.mu);
+  EXPECT_EQ(back.pass_indexes, std::vector<int64_t>{4});
 }
 
 // A scheduler that dies after receiving the first results, before
