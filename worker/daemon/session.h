@@ -15,12 +15,11 @@
 // in order. While disconnected only the newest pass report is kept (each
 // carries every job's tokens so far, so it stands for the ones before it)
 // and written on the next attach; results, hand-backs and withdrawals are
-// kept and written
-// as soon as a stream is attached, so results finished while the scheduler
-// was away are sent on reconnect. Results written are kept until the
-// scheduler says it stored them (ResultsStored): a write that returns has
-// only reached the transport, and a scheduler that dies before its commit
-// would otherwise lose them. When the stream ends, the results not yet
+// kept and written as soon as a stream is attached, so results finished
+// while the scheduler was away are sent on reconnect. Results written are
+// kept until the scheduler says it stored them (ResultsStored): a write that
+// returns has only reached the transport, and a scheduler that dies before
+// its commit would otherwise lose them. When the stream ends, the results not yet
 // acknowledged go back to the front of the queue. The hello of a
 // reconnect lists the batch still running and every batch with results to
 // (re)send, so the scheduler keeps those leases (its lease rules decide
