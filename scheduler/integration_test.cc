@@ -39,15 +39,7 @@ class IntegrationTest : public ::testing::Test {
 
   // Starts a scheduler on a free loopback port; returns its address.
   std::string StartScheduler(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {BinPath("nightshift-scheduler"),
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--db",
-                                     dir_.file("state.db"),
-                                     "--lease-seconds",
-                                     "1.5",
-                                     "--heartbeat-seconds",
-                                     "0.2"};
+    std::vector<std::string> argv = testing::SchedulerArgv(dir_.file("state.db"), "1.5");
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = Process::Start(argv, dir_.file("scheduler.log"));
     EXPECT_NE(p, nullptr);

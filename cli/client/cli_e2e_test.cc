@@ -49,15 +49,8 @@ class CliEndToEndTest : public ::testing::Test {
   // address_.
   void StartScheduler(const std::vector<std::string>& extra,
                       const std::string& listen = "127.0.0.1:0") {
-    std::vector<std::string> argv = {BinPath("nightshift-scheduler"),
-                                     "--listen",
-                                     listen,
-                                     "--db",
-                                     dir_.file("state.db"),
-                                     "--lease-seconds",
-                                     "2",
-                                     "--heartbeat-seconds",
-                                     "0.2"};
+    std::vector<std::string> argv =
+        scheduler::testing::SchedulerArgv(dir_.file("state.db"), "2", "0.2", listen);
     argv.insert(argv.end(), extra.begin(), extra.end());
     scheduler_ = Process::Start(argv, dir_.file("scheduler.log"));
     ASSERT_NE(scheduler_, nullptr);

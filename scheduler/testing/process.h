@@ -139,6 +139,24 @@ class Process {
   int exit_code_ = 0;
 };
 
+// nightshift-scheduler's command line for a test: listening on `listen`,
+// its database at `db`, leases of `lease_seconds`, heartbeats every
+// `heartbeat_seconds`. Further flags go after it.
+inline std::vector<std::string> SchedulerArgv(const std::string& db,
+                                              const std::string& lease_seconds,
+                                              const std::string& heartbeat_seconds = "0.2",
+                                              const std::string& listen = "127.0.0.1:0") {
+  return {BinPath("nightshift-scheduler"),
+          "--listen",
+          listen,
+          "--db",
+          db,
+          "--lease-seconds",
+          lease_seconds,
+          "--heartbeat-seconds",
+          heartbeat_seconds};
+}
+
 // Waits for nightshift-scheduler's "listening on HOST:PORT ..." line on the
 // standard output of `scheduler` and returns HOST:PORT; "" when it does not
 // come within `timeout_seconds`.

@@ -172,10 +172,9 @@ Cluster::~Cluster() = default;  // each Process kills and reaps its child
 
 std::string Cluster::StartScheduler(double lease_seconds, const std::string& listen) {
   const std::string log = file("scheduler-" + std::to_string(++scheduler_starts_) + ".log");
-  scheduler_ = Process::Start(
-      {BinPath("nightshift-scheduler"), "--listen", listen, "--db", file("state.db"),
-       "--lease-seconds", std::to_string(lease_seconds), "--heartbeat-seconds", "0.2"},
-      log);
+  scheduler_ = Process::Start(scheduler::testing::SchedulerArgv(
+                                  file("state.db"), std::to_string(lease_seconds), "0.2", listen),
+                              log);
   if (scheduler_ == nullptr) return "cannot spawn " + BinPath("nightshift-scheduler");
   address_ = scheduler::testing::WaitForListenAddress(*scheduler_, 30);
   if (address_.empty()) return "the scheduler did not start:\n" + scheduler_->Log();

@@ -114,10 +114,9 @@ std::string MetricsCluster::StartProcess(const std::string& name,
 }
 
 std::string MetricsCluster::StartScheduler() {
-  std::string error =
-      StartProcess("scheduler", {BinPath("nightshift-scheduler"), "--listen", "127.0.0.1:0", "--db",
-                                 dir_ + "/state.db", "--lease-seconds", "5", "--heartbeat-seconds",
-                                 "0.5", "--metrics-port", "0"});
+  std::vector<std::string> argv = scheduler::testing::SchedulerArgv(dir_ + "/state.db", "5", "0.5");
+  argv.insert(argv.end(), {"--metrics-port", "0"});
+  std::string error = StartProcess("scheduler", argv);
   if (!error.empty()) return error;
   Process& p = *processes_["scheduler"];
   address_ = scheduler::testing::WaitForListenAddress(p, 20);

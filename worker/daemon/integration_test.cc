@@ -60,15 +60,8 @@ class WorkerIntegrationTest : public ::testing::Test {
   std::string StartScheduler(const std::string& listen = "127.0.0.1:0",
                              const std::string& lease_seconds = "5",
                              std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {BinPath("nightshift-scheduler"),
-                                     "--listen",
-                                     listen,
-                                     "--db",
-                                     dir_.file("state.db"),
-                                     "--lease-seconds",
-                                     lease_seconds,
-                                     "--heartbeat-seconds",
-                                     "0.2"};
+    std::vector<std::string> argv =
+        scheduler::testing::SchedulerArgv(dir_.file("state.db"), lease_seconds, "0.2", listen);
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = Process::Start(argv, dir_.file("scheduler.log"));
     EXPECT_NE(p, nullptr);

@@ -16,19 +16,24 @@ namespace {
 
 using std::chrono::seconds;
 
+using SchedulerStream = grpc::ServerReaderWriter<v1::SchedulerMessage, v1::WorkerMessage>;
+
+// Writes the welcome of session `session` (heartbeats every 60 s).
+void Welcome(SchedulerStream* stream, int64_t session) {
+  v1::SchedulerMessage welcome;
+  welcome.mutable_welcome()->set_session(session);
+  welcome.mutable_welcome()->set_heartbeat_seconds(60);
+  stream->Write(welcome);
+}
+
 // A scheduler that welcomes the worker and then reads nothing until
 // released, as a stuck or unreachable one does (the connection stays open).
 class StallingScheduler final : public v1::WorkerService::Service {
  public:
-  grpc::Status Attach(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::SchedulerMessage, v1::WorkerMessage>* stream) override {
+  grpc::Status Attach(grpc::ServerContext* context, SchedulerStream* stream) override {
     v1::WorkerMessage hello;
     if (!stream->Read(&hello)) return grpc::Status::OK;
-    v1::SchedulerMessage welcome;
-    welcome.mutable_welcome()->set_session(1);
-    welcome.mutable_welcome()->set_heartbeat_seconds(60);
-    stream->Write(welcome);
+    Welcome(stream, 1);
     while (!released && !context->IsCancelled()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -115,15 +120,10 @@ TEST_F(SessionTest, AStalledSchedulerBlocksNeitherTheRunnerNorStop) {
 // A scheduler that records the results it is sent.
 class RecordingScheduler final : public v1::WorkerService::Service {
  public:
-  grpc::Status Attach(
-      grpc::ServerContext*,
-      grpc::ServerReaderWriter<v1::SchedulerMessage, v1::WorkerMessage>* stream) override {
+  grpc::Status Attach(grpc::ServerContext*, SchedulerStream* stream) override {
     v1::WorkerMessage m;
     if (!stream->Read(&m)) return grpc::Status::OK;
-    v1::SchedulerMessage welcome;
-    welcome.mutable_welcome()->set_session(1);
-    welcome.mutable_welcome()->set_heartbeat_seconds(60);
-    stream->Write(welcome);
+    Welcome(stream, 1);
     while (stream->Read(&m)) {
       results += m.results().results_size();
       if (m.has_pass()) {
@@ -221,18 +221,13 @@ TEST_F(SessionTest, TheNewestPassReportMadeWhileDisconnectedIsSentOnTheReconnect
 // hello's running batches and the results of its second session.
 class ForgetfulScheduler final : public v1::WorkerService::Service {
  public:
-  grpc::Status Attach(
-      grpc::ServerContext*,
-      grpc::ServerReaderWriter<v1::SchedulerMessage, v1::WorkerMessage>* stream) override {
+  grpc::Status Attach(grpc::ServerContext*, SchedulerStream* stream) override {
     v1::WorkerMessage m;
     if (!stream->Read(&m)) return grpc::Status::OK;
     const bool first = sessions++ == 0;
     if (!first)
       hello_batches.assign(m.hello().running_batches().begin(), m.hello().running_batches().end());
-    v1::SchedulerMessage welcome;
-    welcome.mutable_welcome()->set_session(sessions);
-    welcome.mutable_welcome()->set_heartbeat_seconds(60);
-    stream->Write(welcome);
+    Welcome(stream, sessions);
     while (stream->Read(&m)) {
       if (!m.has_results()) continue;
       if (first) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "died before committing");
