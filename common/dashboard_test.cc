@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/metric_names.h"
+#include "tests/testing/paths.h"
 
 namespace nightshift::metrics {
 namespace {
@@ -19,10 +20,7 @@ namespace {
 using nlohmann::json;
 
 json LoadDashboard() {
-  const char* source = std::getenv("NIGHTSHIFT_SOURCE_DIR");
-  EXPECT_NE(source, nullptr) << "NIGHTSHIFT_SOURCE_DIR is not set (run through ctest)";
-  if (source == nullptr) return {};
-  std::ifstream in(std::string(source) + "/helm/nightshift/dashboards/nightshift.json");
+  std::ifstream in(testutil::SourcePath("helm/nightshift/dashboards/nightshift.json"));
   EXPECT_TRUE(in.good()) << "cannot open the dashboard";
   std::stringstream text;
   text << in.rdbuf();
@@ -49,7 +47,7 @@ MetricUse Resolve(const std::string& name) {
     const std::string s(suffix);
     if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
       const MetricDef* def = FindMetric(name.substr(0, name.size() - s.size()));
-      if (def != nullptr && def->type == MetricType::kHistogram) return {def, s};
+      if (def != nullptr && def->type == prometheus::MetricType::Histogram) return {def, s};
     }
   }
   return {};
@@ -154,10 +152,10 @@ std::vector<std::string> CheckQuery(const std::string& expr) {
       uses_bucket = true;
       allowed_labels.insert("le");
     }
-    if (use.def->type == MetricType::kHistogram && use.suffix.empty()) {
+    if (use.def->type == prometheus::MetricType::Histogram && use.suffix.empty()) {
       problems.push_back(name + " is a histogram: query _bucket, _sum or _count");
     }
-    const bool cumulative = use.def->type == MetricType::kCounter || !use.suffix.empty();
+    const bool cumulative = use.def->type == prometheus::MetricType::Counter || !use.suffix.empty();
     if (cumulative && kCounterFunctions.count(enclosing) == 0) {
       problems.push_back(name + " is cumulative: wrap it in rate() or increase()");
     }

@@ -25,9 +25,9 @@ const std::vector<std::string> kStates = {"queued",    "leased", "running",
 const std::vector<std::string> kOutcomes = {"succeeded", "failed", "cancelled"};
 const std::vector<std::string> kModes = {"streaming", "resident"};
 
-constexpr MetricType C = MetricType::kCounter;
-constexpr MetricType G = MetricType::kGauge;
-constexpr MetricType H = MetricType::kHistogram;
+constexpr prometheus::MetricType C = prometheus::MetricType::Counter;
+constexpr prometheus::MetricType G = prometheus::MetricType::Gauge;
+constexpr prometheus::MetricType H = prometheus::MetricType::Histogram;
 constexpr Exporter W = Exporter::kWorker;
 constexpr Exporter S = Exporter::kScheduler;
 
@@ -168,7 +168,23 @@ const std::vector<std::string>& AllowedLabelValues(std::string_view label) {
   return kNoValues;
 }
 
-const MetricDef& CatalogueDef(std::string_view name, MetricType type) {
+const char* MetricTypeName(prometheus::MetricType type) {
+  switch (type) {
+    case prometheus::MetricType::Counter:
+      return "counter";
+    case prometheus::MetricType::Gauge:
+      return "gauge";
+    case prometheus::MetricType::Summary:
+      return "summary";
+    case prometheus::MetricType::Untyped:
+      return "untyped";
+    case prometheus::MetricType::Histogram:
+      return "histogram";
+  }
+  return "untyped";
+}
+
+const MetricDef& CatalogueDef(std::string_view name, prometheus::MetricType type) {
   const MetricDef* def = FindMetric(name);
   if (def == nullptr) {
     throw std::invalid_argument("metric '" + std::string(name) + "' is not in the catalogue");
@@ -180,7 +196,7 @@ const MetricDef& CatalogueDef(std::string_view name, MetricType type) {
   return *def;
 }
 
-void CheckCatalogueLabels(const MetricDef& def, const Labels& labels) {
+void CheckCatalogueLabels(const MetricDef& def, const prometheus::Labels& labels) {
   const bool same_names =
       labels.size() == def.labels.size() &&
       std::all_of(def.labels.begin(), def.labels.end(),
@@ -195,23 +211,6 @@ void CheckCatalogueLabels(const MetricDef& def, const Labels& labels) {
     const std::vector<std::string>& allowed = AllowedLabelValues(name);
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
       throw std::invalid_argument("'" + value + "' is not a value of label '" + name + "'");
-    }
-  }
-}
-
-void RegisterAll(Registry& registry, Exporter exporter) {
-  for (const MetricDef& def : Catalogue()) {
-    if (def.exporter != exporter) continue;
-    switch (def.type) {
-      case MetricType::kCounter:
-        CatalogueFamily<Counter>(registry, def.name);
-        break;
-      case MetricType::kGauge:
-        CatalogueFamily<Gauge>(registry, def.name);
-        break;
-      case MetricType::kHistogram:
-        CatalogueFamily<Histogram>(registry, def.name);
-        break;
     }
   }
 }

@@ -1,25 +1,34 @@
 // The catalogue of every nightshift metric family: name, type, help, label
-// names and histogram buckets. The scheduler and the worker register their
-// metrics from here and nowhere else; the dashboard test checks every panel
-// query against it.
+// names and histogram buckets. The scheduler and the worker build their
+// prometheus-cpp families from here and nowhere else; the dashboard test
+// checks every panel query against it.
 //
 // Conventions: names are nightshift_<what>_<unit> in base units (_seconds,
 // _bytes), counters end in _total. Labels are only `model`, `worker` and the
 // fixed enums `state`, `outcome` and `mode` (never job or submission ids, which
 // would grow without bound).
 //
-//   auto registry = std::make_shared<metrics::Registry>();
-//   metrics::CatalogueFamily<metrics::Histogram> passes(*registry,
-//                                                        metrics::names::kPassDurationSeconds);
-//   metrics::Histogram& h = passes.With({{"model", m}, {"worker", w}, {"mode", "streaming"}});
-//   h.Observe(stats.seconds);  // keep `h`; With takes a lock
+//   auto registry = std::make_shared<prometheus::Registry>();
+//   metrics::CatalogueFamily<prometheus::Histogram> passes(*registry,
+//                                                          metrics::names::kPassDurationSeconds);
+//   prometheus::Histogram& h = passes.With({{"model", m}, {"worker", w}, {"mode", "streaming"}});
+//   h.Observe(stats.seconds);  // keep `h`; With takes the family's lock
+//
+// prometheus-cpp exports a family once it has a series: a labelled family
+// nothing was recorded in yet has no HELP or TYPE line in a scrape.
 #pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/labels.h>
+#include <prometheus/metric_type.h>
+#include <prometheus/registry.h>
 
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "common/metrics.h"
 
 namespace nightshift::metrics {
 
@@ -28,10 +37,10 @@ enum class Exporter { kScheduler, kWorker };
 
 struct MetricDef {
   std::string_view name;
-  MetricType type;
+  prometheus::MetricType type;
   std::string_view help;
   std::vector<std::string> labels;  // label names, in the order documented
-  std::vector<double> buckets;      // histograms only
+  std::vector<double> buckets;      // histograms only: finite, strictly increasing
   Exporter exporter;
 };
 
@@ -78,49 +87,52 @@ const MetricDef* FindMetric(std::string_view name);
 // empty list for free labels ("model", "worker").
 const std::vector<std::string>& AllowedLabelValues(std::string_view label);
 
-// Registers every family `exporter` exports, so each appears (HELP and TYPE)
-// before its first sample. std::invalid_argument if `registry` holds one of
-// these names with another type or help.
-void RegisterAll(Registry& registry, Exporter exporter);
+// "counter", "gauge", "histogram", ...: the spelling of the # TYPE line.
+const char* MetricTypeName(prometheus::MetricType type);
 
-// A family registered from the catalogue. Thread-safe; cheap to copy; valid as
-// long as the registry it was made with.
+// A prometheus-cpp family built from the catalogue. Thread-safe; cheap to
+// copy; valid as long as the registry it was made with.
 template <typename T>
 class CatalogueFamily {
  public:
-  // Registers (or finds) the family `name` in `registry`. std::invalid_argument
-  // if `name` is not in the catalogue or is not of T's type.
-  CatalogueFamily(Registry& registry, std::string_view name);
+  // Builds (or finds) the family `name` in `registry`. std::invalid_argument
+  // if `name` is not in the catalogue or is not of T's type, or if the
+  // registry holds the name with another type.
+  CatalogueFamily(prometheus::Registry& registry, std::string_view name);
 
   // The metric for `labels`, created on first use (a histogram with the
   // catalogue's buckets). std::invalid_argument unless the label names are
   // exactly the catalogue's and every enum label has an allowed value. Takes
   // the family's lock: keep the reference on hot paths.
-  T& With(const Labels& labels);
-  // Drops a metric (e.g. of a worker that left); see Family::Remove.
+  T& With(const prometheus::Labels& labels);
+  // Drops a metric (e.g. of a model without an ETA): its series disappears
+  // from the next scrape and `metric` must not be used afterwards.
   void Remove(T* metric) { family_->Remove(metric); }
 
   const MetricDef& def() const { return *def_; }
 
  private:
   const MetricDef* def_;
-  Family<T>* family_;
+  prometheus::Family<T>* family_;
 };
 
 // Throws std::invalid_argument unless `labels` fit `def` (see With).
-void CheckCatalogueLabels(const MetricDef& def, const Labels& labels);
+void CheckCatalogueLabels(const MetricDef& def, const prometheus::Labels& labels);
 // Throws std::invalid_argument unless `name` is a catalogue family of `type`.
-const MetricDef& CatalogueDef(std::string_view name, MetricType type);
+const MetricDef& CatalogueDef(std::string_view name, prometheus::MetricType type);
 
 template <typename T>
-CatalogueFamily<T>::CatalogueFamily(Registry& registry, std::string_view name)
-    : def_(&CatalogueDef(name, T::kType)),
-      family_(&registry.AddFamily<T>(std::string(def_->name), std::string(def_->help))) {}
+CatalogueFamily<T>::CatalogueFamily(prometheus::Registry& registry, std::string_view name)
+    : def_(&CatalogueDef(name, T::metric_type)),
+      family_(&prometheus::detail::Builder<T>()
+                   .Name(std::string(def_->name))
+                   .Help(std::string(def_->help))
+                   .Register(registry)) {}
 
 template <typename T>
-T& CatalogueFamily<T>::With(const Labels& labels) {
+T& CatalogueFamily<T>::With(const prometheus::Labels& labels) {
   CheckCatalogueLabels(*def_, labels);
-  if constexpr (T::kType == MetricType::kHistogram) {
+  if constexpr (T::metric_type == prometheus::MetricType::Histogram) {
     return family_->Add(labels, def_->buckets);
   } else {
     return family_->Add(labels);

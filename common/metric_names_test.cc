@@ -1,7 +1,9 @@
 #include "common/metric_names.h"
 
 #include <gtest/gtest.h>
+#include <prometheus/check_names.h>
 
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
@@ -10,6 +12,13 @@
 
 namespace nightshift::metrics {
 namespace {
+
+using prometheus::Counter;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+using prometheus::MetricType;
+using prometheus::Registry;
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -25,10 +34,12 @@ TEST(CatalogueTest, NamesFollowTheConventions) {
   for (const MetricDef& def : Catalogue()) {
     SCOPED_TRACE(std::string(def.name));
     EXPECT_TRUE(seen.insert(def.name).second) << "duplicate name";
-    EXPECT_TRUE(IsValidMetricName(def.name));
+    EXPECT_TRUE(prometheus::CheckMetricName(std::string(def.name)));
     EXPECT_TRUE(StartsWith(def.name, "nightshift_"));
     EXPECT_FALSE(def.help.empty());
-    EXPECT_EQ(def.type == MetricType::kCounter, EndsWith(def.name, "_total"));
+    EXPECT_TRUE(def.type == MetricType::Counter || def.type == MetricType::Gauge ||
+                def.type == MetricType::Histogram);
+    EXPECT_EQ(def.type == MetricType::Counter, EndsWith(def.name, "_total"));
     for (std::string_view reserved : {"_bucket", "_sum", "_count"}) {
       EXPECT_FALSE(EndsWith(def.name, reserved));
     }
@@ -37,16 +48,24 @@ TEST(CatalogueTest, NamesFollowTheConventions) {
     }
     std::set<std::string> labels(def.labels.begin(), def.labels.end());
     EXPECT_EQ(labels.size(), def.labels.size()) << "repeated label";
-    for (const std::string& label : def.labels) EXPECT_EQ(allowed_labels.count(label), 1u) << label;
-    if (def.type == MetricType::kHistogram) {
+    for (const std::string& label : def.labels) {
+      EXPECT_EQ(allowed_labels.count(label), 1u) << label;
+      EXPECT_TRUE(prometheus::CheckLabelName(label)) << label;
+    }
+    if (def.type == MetricType::Histogram) {
       ASSERT_FALSE(def.buckets.empty());
-      EXPECT_NO_THROW(Histogram{def.buckets});
+      for (size_t i = 0; i < def.buckets.size(); ++i) {
+        EXPECT_TRUE(std::isfinite(def.buckets[i])) << "bucket " << i;
+        if (i > 0) {
+          EXPECT_LT(def.buckets[i - 1], def.buckets[i]) << "bucket " << i;
+        }
+      }
     } else {
       EXPECT_TRUE(def.buckets.empty());
     }
   }
   EXPECT_EQ(FindMetric("nightshift_nothing"), nullptr);
-  EXPECT_EQ(FindMetric(names::kPassDurationSeconds)->type, MetricType::kHistogram);
+  EXPECT_EQ(FindMetric(names::kPassDurationSeconds)->type, MetricType::Histogram);
 }
 
 TEST(CatalogueTest, CoversWhatTheIssueAsksFor) {
@@ -84,7 +103,11 @@ TEST(CatalogueFamilyTest, ChecksTypeAndLabels) {
   CatalogueFamily<Histogram> passes(registry, names::kPassDurationSeconds);
   Histogram& h = passes.With({{"model", "m"}, {"worker", "w"}, {"mode", "streaming"}});
   h.Observe(3);
-  EXPECT_EQ(h.Collect().buckets.size(), passes.def().buckets.size() + 1);
+  const prometheus::ClientMetric sample = h.Collect();
+  ASSERT_EQ(sample.histogram.bucket.size(), passes.def().buckets.size() + 1);  // and +Inf
+  for (size_t i = 0; i < passes.def().buckets.size(); ++i) {
+    EXPECT_EQ(sample.histogram.bucket[i].upper_bound, passes.def().buckets[i]);
+  }
   // Missing, extra and misspelt labels, and enum values outside the set.
   EXPECT_THROW(passes.With({{"model", "m"}, {"worker", "w"}}), std::invalid_argument);
   EXPECT_THROW(passes.With({{"model", "m"}, {"worker", "w"}, {"mode", "streaming"}, {"job", "1"}}),
@@ -100,6 +123,28 @@ TEST(CatalogueFamilyTest, ChecksTypeAndLabels) {
   CatalogueFamily<Gauge> again(registry, names::kJobs);
   EXPECT_EQ(&again.With({{"model", "m"}, {"state", "queued"}}),
             &jobs.With({{"model", "m"}, {"state", "queued"}}));
+  // A name the registry holds with another type.
+  prometheus::BuildCounter().Name("x_clash").Help("x").Register(registry);
+  EXPECT_THROW(prometheus::BuildGauge().Name("x_clash").Help("x").Register(registry),
+               std::invalid_argument);
+}
+
+TEST(CatalogueFamilyTest, RemoveDropsTheSeries) {
+  Registry registry;
+  CatalogueFamily<Gauge> etas(registry, names::kSubmissionEtaSeconds);
+  etas.With({{"model", "a"}}).Set(1);
+  etas.With({{"model", "b"}}).Set(2);
+  etas.Remove(&etas.With({{"model", "a"}}));
+  const std::vector<prometheus::MetricFamily> families = registry.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  ASSERT_EQ(families[0].metric.size(), 1u);
+  EXPECT_EQ(families[0].metric[0].label.at(0).value, "b");
+}
+
+TEST(CatalogueTest, MetricTypeNames) {
+  EXPECT_STREQ(MetricTypeName(MetricType::Counter), "counter");
+  EXPECT_STREQ(MetricTypeName(MetricType::Gauge), "gauge");
+  EXPECT_STREQ(MetricTypeName(MetricType::Histogram), "histogram");
 }
 
 // Every combination of enum label values, with "m" and "w" for the free ones.
@@ -124,23 +169,24 @@ std::vector<Labels> LabelSets(const MetricDef& def) {
 // A registry holding every family `exporter` exports, each with samples.
 std::shared_ptr<Registry> FilledRegistry(Exporter exporter) {
   auto registry = std::make_shared<Registry>();
-  RegisterAll(*registry, exporter);
   for (const MetricDef& def : Catalogue()) {
     if (def.exporter != exporter) continue;
     for (const Labels& labels : LabelSets(def)) {
       switch (def.type) {
-        case MetricType::kCounter:
+        case MetricType::Counter:
           CatalogueFamily<Counter>(*registry, def.name).With(labels).Increment(12.5);
           break;
-        case MetricType::kGauge:
+        case MetricType::Gauge:
           CatalogueFamily<Gauge>(*registry, def.name).With(labels).Set(1.5e9);
           break;
-        case MetricType::kHistogram: {
+        case MetricType::Histogram: {
           Histogram& h = CatalogueFamily<Histogram>(*registry, def.name).With(labels);
           for (double bound : def.buckets) h.Observe(bound * 0.9);
           h.Observe(def.buckets.back() * 10);
           break;
         }
+        default:
+          ADD_FAILURE() << def.name << " has a type the catalogue does not use";
       }
     }
   }
@@ -150,7 +196,8 @@ std::shared_ptr<Registry> FilledRegistry(Exporter exporter) {
 class ExporterTest : public ::testing::TestWithParam<Exporter> {};
 
 // What a scrape of the scheduler's or the worker's endpoint returns, with every
-// catalogue family it exports filled in, passes promtool's checks and lints.
+// catalogue family it exports filled in, passes promtool's checks and lints:
+// our names, help texts and buckets in prometheus-cpp's exposition.
 TEST_P(ExporterTest, EndpointOutputPassesPromtool) {
   auto registry = FilledRegistry(GetParam());
   auto server = MetricsServer::Start({"127.0.0.1", 0, {}}, registry);

@@ -1,7 +1,8 @@
 // A real Prometheus server (Debian's `prometheus`, which scripts/bootstrap
-// installs) scrapes a MetricsServer on loopback holding the worker's catalogue
-// families; the test then asks Prometheus' HTTP API for the pass-duration
-// histogram. Fails, never skips, when Prometheus is missing.
+// installs) scrapes a MetricsServer (prometheus-cpp's Exposer) on loopback
+// holding the worker's pass-duration family from the catalogue; the test then
+// asks Prometheus' HTTP API for the histogram. Fails, never skips, when
+// Prometheus is missing.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,13 +15,13 @@
 #include "common/metric_names.h"
 #include "common/metrics_http.h"
 #include "common/metrics_test_util.h"
-#include "scheduler/testing/process.h"
+#include "tests/testing/process.h"
 
 namespace nightshift::metrics {
 namespace {
 
 using nlohmann::json;
-using scheduler::testing::Process;
+using testutil::Process;
 
 // A port free right now (the kernel's choice for a socket bound to port 0).
 int FreePort() {
@@ -42,10 +43,9 @@ json Query(int port, const std::string& promql) {
 }
 
 TEST(PrometheusScrapeTest, PrometheusIngestsThePassDurationHistogram) {
-  auto registry = std::make_shared<Registry>();
-  RegisterAll(*registry, Exporter::kWorker);
-  Histogram& passes =
-      CatalogueFamily<Histogram>(*registry, names::kPassDurationSeconds)
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::Histogram& passes =
+      CatalogueFamily<prometheus::Histogram>(*registry, names::kPassDurationSeconds)
           .With({{"model", "llama-3-8b"}, {"worker", "gpu-1"}, {"mode", "streaming"}});
   for (double seconds : {0.7, 1.3, 2.2, 40.0}) passes.Observe(seconds);
   auto server = MetricsServer::Start({"127.0.0.1", 0, {}}, registry);

@@ -4,21 +4,10 @@
 
 namespace nightshift::scheduler {
 
-namespace {
-
 namespace names = metrics::names;
 
-// Registers every scheduler family first, so that all of them are exported
-// (HELP and TYPE) before their first sample.
-metrics::Registry& WithSchedulerFamilies(metrics::Registry& registry) {
-  metrics::RegisterAll(registry, metrics::Exporter::kScheduler);
-  return registry;
-}
-
-}  // namespace
-
-SchedulerMetrics::SchedulerMetrics(metrics::Registry& registry)
-    : submitted_(WithSchedulerFamilies(registry), names::kJobsSubmittedTotal),
+SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry)
+    : submitted_(registry, names::kJobsSubmittedTotal),
       finished_(registry, names::kJobsFinishedTotal),
       queue_seconds_(registry, names::kJobQueueSeconds),
       end_to_end_seconds_(registry, names::kJobEndToEndSeconds),
@@ -28,9 +17,9 @@ SchedulerMetrics::SchedulerMetrics(metrics::Registry& registry)
       jobs_(registry, names::kJobs),
       etas_(registry, names::kSubmissionEtaSeconds),
       workers_attached_(
-          metrics::CatalogueFamily<metrics::Gauge>(registry, names::kWorkersAttached).With({})),
+          metrics::CatalogueFamily<prometheus::Gauge>(registry, names::kWorkersAttached).With({})),
       submit_seconds_(
-          metrics::CatalogueFamily<metrics::Histogram>(registry, names::kSubmitDurationSeconds)
+          metrics::CatalogueFamily<prometheus::Histogram>(registry, names::kSubmitDurationSeconds)
               .With({})) {}
 
 void SchedulerMetrics::JobsSubmitted(const std::string& model, int64_t jobs) {

@@ -1,13 +1,14 @@
 // The scheduler's Prometheus metrics: the Exporter::kScheduler families of
-// common/metric_names.h, filled by plain calls from the domain core
-// (Scheduler, through SchedulerOptions::metrics) and the gRPC service, and
-// refreshed before each scrape from the scheduler's live state and the
-// database (JobCounter).
+// common/metric_names.h on a prometheus-cpp registry, filled by plain calls
+// from the domain core (Scheduler, through SchedulerOptions::metrics) and the
+// gRPC service, and refreshed at each scrape (the MetricsServer's
+// before_scrape hook, common/metrics_http.h) from the scheduler's live state
+// and the database (JobCounter).
 //
-//   auto registry = std::make_shared<metrics::Registry>();
+//   auto registry = std::make_shared<prometheus::Registry>();
 //   SchedulerMetrics metrics(*registry);
 //   options.metrics = &metrics;  // the Scheduler fills the event counters
-//   ... before each scrape: metrics.SetJobCounts(counter->Count()), SetWorkersAttached,
+//   ... at each scrape: metrics.SetJobCounts(counter->Count()), SetWorkersAttached,
 //   SetEtas(scheduler.Gauges().eta_seconds) ...
 //
 // Labels are only the catalogue's: model, worker, state, outcome (never job or
@@ -25,8 +26,12 @@
 #include <string>
 #include <vector>
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
 #include "common/metric_names.h"
-#include "common/metrics.h"
 #include "common/status.h"
 #include "scheduler/types.h"
 
@@ -45,11 +50,11 @@ struct JobCount {
 
 class SchedulerMetrics {
  public:
-  // Registers every scheduler family of the catalogue in `registry` (so each
-  // appears with HELP and TYPE before its first sample). `registry` is not
-  // owned and must outlive this object. std::invalid_argument when the
-  // registry holds one of the names with another type or help.
-  explicit SchedulerMetrics(metrics::Registry& registry);
+  // Builds every scheduler family of the catalogue in `registry` (a family
+  // shows in a scrape once it has a series). `registry` is not owned and must
+  // outlive this object. std::invalid_argument when the registry holds one of
+  // the names with another type.
+  explicit SchedulerMetrics(prometheus::Registry& registry);
   SchedulerMetrics(const SchedulerMetrics&) = delete;
   SchedulerMetrics& operator=(const SchedulerMetrics&) = delete;
 
@@ -74,7 +79,7 @@ class SchedulerMetrics {
   // One SubmitJobs call was answered (whatever its outcome) in `seconds`.
   void SubmitAnswered(double seconds);
 
-  // ---- gauges, refreshed before each scrape
+  // ---- gauges, refreshed at each scrape
 
   void SetWorkersAttached(int64_t workers);
   // Sets nightshift_jobs{model,state} from `counts`; every pair reported
@@ -86,17 +91,17 @@ class SchedulerMetrics {
   void SetEtas(const std::map<std::string, double>& eta_seconds);
 
  private:
-  metrics::CatalogueFamily<metrics::Counter> submitted_;
-  metrics::CatalogueFamily<metrics::Counter> finished_;
-  metrics::CatalogueFamily<metrics::Histogram> queue_seconds_;
-  metrics::CatalogueFamily<metrics::Histogram> end_to_end_seconds_;
-  metrics::CatalogueFamily<metrics::Counter> retries_;
-  metrics::CatalogueFamily<metrics::Counter> lease_expirations_;
-  metrics::CatalogueFamily<metrics::Counter> results_refused_;
-  metrics::CatalogueFamily<metrics::Gauge> jobs_;
-  metrics::CatalogueFamily<metrics::Gauge> etas_;
-  metrics::Gauge& workers_attached_;
-  metrics::Histogram& submit_seconds_;
+  metrics::CatalogueFamily<prometheus::Counter> submitted_;
+  metrics::CatalogueFamily<prometheus::Counter> finished_;
+  metrics::CatalogueFamily<prometheus::Histogram> queue_seconds_;
+  metrics::CatalogueFamily<prometheus::Histogram> end_to_end_seconds_;
+  metrics::CatalogueFamily<prometheus::Counter> retries_;
+  metrics::CatalogueFamily<prometheus::Counter> lease_expirations_;
+  metrics::CatalogueFamily<prometheus::Counter> results_refused_;
+  metrics::CatalogueFamily<prometheus::Gauge> jobs_;
+  metrics::CatalogueFamily<prometheus::Gauge> etas_;
+  prometheus::Gauge& workers_attached_;
+  prometheus::Histogram& submit_seconds_;
 
   std::mutex mu_;  // guards the label sets below
   std::set<std::pair<std::string, JobState>> counted_;

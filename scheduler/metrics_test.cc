@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <prometheus/metric_family.h>
+
 #include <fstream>
+#include <map>
 #include <optional>
-#include <set>
 
 #include "common/metric_names.h"
 #include "scheduler/scheduler.h"
@@ -39,13 +41,34 @@ class RecordingLink : public WorkerLink {
   std::vector<WorkerCommand> sent;
 };
 
-// The sample of family `name` with exactly `labels`, if exported.
-std::optional<metrics::ClientMetric> Sample(const metrics::Registry& registry,
-                                            std::string_view name, const metrics::Labels& labels) {
-  for (const metrics::MetricFamily& family : registry.Collect()) {
+// One series as a scrape reads it: a counter's or a gauge's value, a
+// histogram's count and sum.
+struct SampleValues {
+  double value = 0;
+  uint64_t count = 0;
+  double sum = 0;
+};
+
+// The series of family `name` with exactly `labels`, if exported.
+std::optional<SampleValues> Sample(const prometheus::Registry& registry, std::string_view name,
+                                   const prometheus::Labels& labels) {
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
     if (family.name != name) continue;
-    for (const metrics::ClientMetric& m : family.metric) {
-      if (m.labels == labels) return m;
+    for (const prometheus::ClientMetric& m : family.metric) {
+      prometheus::Labels got;
+      for (const prometheus::ClientMetric::Label& label : m.label) got[label.name] = label.value;
+      if (got != labels) continue;
+      switch (family.type) {
+        case prometheus::MetricType::Counter:
+          return SampleValues{m.counter.value, 0, 0};
+        case prometheus::MetricType::Gauge:
+          return SampleValues{m.gauge.value, 0, 0};
+        case prometheus::MetricType::Histogram:
+          return SampleValues{0, m.histogram.sample_count, m.histogram.sample_sum};
+        default:
+          ADD_FAILURE() << name << " is of a type the catalogue does not use";
+          return std::nullopt;
+      }
     }
   }
   return std::nullopt;
@@ -77,8 +100,10 @@ class SchedulerMetricsTest : public ::testing::Test {
   }
 
   int64_t Attach(const std::string& id, RecordingLink* link, std::vector<int64_t> running = {}) {
-    auto session =
-        scheduler_->Attach({Worker(id, 1 << 20, {Offer("m")}), std::move(running)}, link);
+    WorkerHello hello;
+    hello.info = Worker(id, 1 << 20, {Offer("m")});
+    hello.running_batches = std::move(running);
+    auto session = scheduler_->Attach(hello, link);
     EXPECT_TRUE(session.ok()) << session.status().ToString();
     return session.ok() ? *session : 0;
   }
@@ -93,35 +118,66 @@ class SchedulerMetricsTest : public ::testing::Test {
     return r;
   }
 
-  double Value(std::string_view name, const metrics::Labels& labels) {
+  double Value(std::string_view name, const prometheus::Labels& labels) {
     auto sample = Sample(*registry_, name, labels);
     EXPECT_TRUE(sample.has_value()) << name << " has no sample with these labels";
     return sample ? sample->value : -1;
   }
-  uint64_t Count(std::string_view name, const metrics::Labels& labels) {
+  uint64_t Count(std::string_view name, const prometheus::Labels& labels) {
     auto sample = Sample(*registry_, name, labels);
-    return sample ? sample->sample_count : 0;
+    return sample ? sample->count : 0;
   }
-  double Sum(std::string_view name, const metrics::Labels& labels) {
+  double Sum(std::string_view name, const prometheus::Labels& labels) {
     auto sample = Sample(*registry_, name, labels);
-    return sample ? sample->sample_sum : -1;
+    return sample ? sample->sum : -1;
   }
 
   TempDir dir_;
   FakeClock clock_;
-  std::shared_ptr<metrics::Registry> registry_ = std::make_shared<metrics::Registry>();
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   SchedulerMetrics metrics_{*registry_};
   std::unique_ptr<Store> store_;
   std::unique_ptr<Scheduler> scheduler_;
 };
 
-TEST_F(SchedulerMetricsTest, EverySchedulerFamilyIsExportedBeforeItsFirstSample) {
-  std::set<std::string> exported;
-  for (const metrics::MetricFamily& family : registry_->Collect()) exported.insert(family.name);
-  for (const metrics::MetricDef& def : metrics::Catalogue()) {
-    EXPECT_EQ(exported.count(std::string(def.name)), def.exporter == metrics::Exporter::kScheduler)
-        << def.name;
+// The names and types a scrape shows: every scheduler family of the
+// catalogue once each has a series, and nothing else.
+std::map<std::string, prometheus::MetricType> Exported(const prometheus::Registry& registry) {
+  std::map<std::string, prometheus::MetricType> exported;
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    EXPECT_TRUE(exported.emplace(family.name, family.type).second) << "twice: " << family.name;
   }
+  return exported;
+}
+
+TEST_F(SchedulerMetricsTest, ExportsEverySchedulerFamilyOfTheCatalogueAndNothingElse) {
+  // The unlabelled families have their series from the start.
+  std::map<std::string, prometheus::MetricType> exported = Exported(*registry_);
+  EXPECT_EQ(exported.count(std::string(names::kWorkersAttached)), 1u);
+  EXPECT_EQ(exported.count(std::string(names::kSubmitDurationSeconds)), 1u);
+  metrics_.JobsSubmitted("m", 1);
+  metrics_.JobLeased("m", 1);
+  metrics_.JobFinished("m", JobState::kSucceeded, 2);
+  metrics_.LeaseExpired("m", "w1");
+  metrics_.JobRetried("m");
+  metrics_.ResultRefused("m", "w1");
+  metrics_.SubmitAnswered(0.01);
+  metrics_.SetWorkersAttached(1);
+  metrics_.SetJobCounts({{"m", JobState::kQueued, 1}});
+  metrics_.SetEtas({{"m", 5}});
+  exported = Exported(*registry_);
+  for (const metrics::MetricDef& def : metrics::Catalogue()) {
+    const auto it = exported.find(std::string(def.name));
+    EXPECT_EQ(it != exported.end(), def.exporter == metrics::Exporter::kScheduler) << def.name;
+    if (it != exported.end()) {
+      EXPECT_EQ(it->second, def.type) << def.name;
+    }
+  }
+  size_t scheduler_families = 0;
+  for (const metrics::MetricDef& def : metrics::Catalogue()) {
+    scheduler_families += def.exporter == metrics::Exporter::kScheduler;
+  }
+  EXPECT_EQ(exported.size(), scheduler_families);
 }
 
 TEST_F(SchedulerMetricsTest, SubmittedJobsAreCountedPerModelAndAReplayIsNot) {

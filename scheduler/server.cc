@@ -48,7 +48,8 @@ Status SplitAddress(const std::string& address, std::string* host, std::string* 
   return Status::Ok();
 }
 
-// Sets the gauges a scrape shows from the database and the live state. A
+// Sets the gauges a scrape shows from the database and the live state; the
+// metrics server runs it at each scrape, before collecting the registry. A
 // count the database cannot give leaves the last one (and says why).
 void RefreshGauges(Scheduler& scheduler, JobCounter& counter, SchedulerMetrics& metrics) {
   auto counts = counter.Count();
@@ -116,7 +117,7 @@ Status RunServer(const ServerConfig& config) {
 
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(config.db_path, SystemClock()));
   const bool serve_metrics = config.metrics_port >= 0;
-  auto registry = std::make_shared<metrics::Registry>();
+  auto registry = std::make_shared<prometheus::Registry>();
   SchedulerMetrics scheduler_metrics(*registry);
   SchedulerOptions options;
   options.metrics = serve_metrics ? &scheduler_metrics : nullptr;

@@ -9,8 +9,8 @@
 
 #include "common/metrics_test_util.h"
 #include "nightshift.grpc.pb.h"
-#include "scheduler/client.h"
-#include "scheduler/testing/paths.h"
+#include "proto/client.h"
+#include "tests/testing/paths.h"
 
 namespace nightshift::metrics_test {
 
@@ -19,9 +19,9 @@ namespace {
 namespace v1 = nightshift::v1;
 using Clock = std::chrono::steady_clock;
 
-using scheduler::testing::BinPath;
+using testutil::BinPath;
 
-std::string ModelDir() { return scheduler::testing::DataPath(std::string("models/") + kModel); }
+std::string ModelDir() { return testutil::DataPath(std::string("models/") + kModel); }
 
 // The port of the "metrics listening on HOST:PORT" line in the log of `p`,
 // waiting up to `timeout_seconds`; 0 if it never appears.
@@ -114,12 +114,12 @@ std::string MetricsCluster::StartProcess(const std::string& name,
 }
 
 std::string MetricsCluster::StartScheduler() {
-  std::vector<std::string> argv = scheduler::testing::SchedulerArgv(dir_ + "/state.db", "5", "0.5");
+  std::vector<std::string> argv = testutil::SchedulerArgv(dir_ + "/state.db", "5", "0.5");
   argv.insert(argv.end(), {"--metrics-port", "0"});
   std::string error = StartProcess("scheduler", argv);
   if (!error.empty()) return error;
   Process& p = *processes_["scheduler"];
-  address_ = scheduler::testing::WaitForListenAddress(p, 20);
+  address_ = testutil::WaitForListenAddress(p, 20);
   if (address_.empty()) return "the scheduler did not start:\n" + p.Log();
   scheduler_metrics_port_ = WaitForMetricsPort(p, 5);
   if (scheduler_metrics_port_ == 0) return "the scheduler printed no metrics port:\n" + p.Log();
@@ -153,7 +153,7 @@ std::string MetricsCluster::StartFakeWorker(const std::string& id) {
 }
 
 std::string MetricsCluster::RunJobs(int jobs, int max_new_tokens, double timeout_seconds) {
-  auto channel = scheduler::Connect({address_, "", false, ""});
+  auto channel = api::Connect({address_, "", false, ""});
   if (!channel.ok()) return channel.status().message();
   auto stub = v1::JobService::NewStub(*channel);
   v1::SubmitJobsRequest request;
@@ -168,7 +168,7 @@ std::string MetricsCluster::RunJobs(int jobs, int max_new_tokens, double timeout
   v1::SubmitJobsResponse reply;
   {
     grpc::ClientContext context;
-    Status status = scheduler::FromGrpcStatus(stub->SubmitJobs(&context, request, &reply));
+    Status status = api::FromGrpcStatus(stub->SubmitJobs(&context, request, &reply));
     if (!status.ok()) return "SubmitJobs: " + status.ToString();
   }
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds);
@@ -177,7 +177,7 @@ std::string MetricsCluster::RunJobs(int jobs, int max_new_tokens, double timeout
     grpc::ClientContext context;
     v1::GetSubmissionRequest get;
     get.set_submission_id(reply.submission_id());
-    Status status = scheduler::FromGrpcStatus(stub->GetSubmission(&context, get, &submission));
+    Status status = api::FromGrpcStatus(stub->GetSubmission(&context, get, &submission));
     if (!status.ok()) return "GetSubmission: " + status.ToString();
     if (submission.done()) {
       if (submission.counts().succeeded() == jobs) return "";

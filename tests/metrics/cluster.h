@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/testing/process.h"
+#include "tests/testing/process.h"
 
 namespace nightshift::metrics_test {
 
-using scheduler::testing::Process;
+using testutil::Process;
 
 // The model every worker here serves: llama2.c's stories260k (ids only, no
 // tokenizer), so the jobs carry token ids.

@@ -229,7 +229,7 @@ int Run(int argc, char** argv) {
   if (!catalog.ok()) return fail(catalog.status());
   LogCatalog(*catalog);
 
-  auto registry = std::make_shared<metrics::Registry>();
+  auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics worker_metrics(registry, f.id);
   double slowest = 0;
   for (double b : *bandwidths) slowest = slowest == 0 ? b : std::min(slowest, b);

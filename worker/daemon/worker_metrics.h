@@ -1,21 +1,27 @@
 // The worker's Prometheus metrics: every worker family of the catalogue
-// (common/metric_names.h), filled from the engine's per-pass figures and the
-// batch's token counts, labelled by model, worker and mode.
+// (common/metric_names.h) on a prometheus-cpp registry, filled from the
+// engine's per-pass figures and the batch's token counts, labelled by model,
+// worker and mode.
 //
-//   auto registry = std::make_shared<metrics::Registry>();
+//   auto registry = std::make_shared<prometheus::Registry>();
 //   WorkerMetrics m(registry, "gpu-box-1");
 //   m.SetKvBudget(budget);
 //   m.OnPass("llama", stats, pass.prompt_tokens, pass.generated_tokens, kv_in_use);
 //
-// Thread-safety: every method may be called from any thread (the registry's
-// metrics are atomic); the registry is scraped concurrently.
+// Thread-safety: every method may be called from any thread (prometheus-cpp's
+// metrics are thread-safe); the registry is scraped concurrently.
 #pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "common/metrics.h"
+#include "common/metric_names.h"
 #include "worker/engine/engine.h"
 
 namespace nightshift::worker {
@@ -25,10 +31,13 @@ const char* ModeName(engine::Residency residency);
 
 class WorkerMetrics {
  public:
-  // Registers every worker family in `registry` (shared: the /metrics server
-  // holds it too). Throws std::invalid_argument if the registry already holds
-  // one of those names with another type (a programming error).
-  WorkerMetrics(std::shared_ptr<metrics::Registry> registry, std::string worker_id);
+  // Builds every worker family in `registry` (shared: the /metrics server
+  // holds it too), with the per-worker gauges (read bandwidth, KV budget and
+  // KV in use) at 0. Throws std::invalid_argument if the registry already
+  // holds one of those names with another type (a programming error).
+  WorkerMetrics(std::shared_ptr<prometheus::Registry> registry, std::string worker_id);
+  WorkerMetrics(const WorkerMetrics&) = delete;
+  WorkerMetrics& operator=(const WorkerMetrics&) = delete;
 
   void SetReadBandwidth(double bytes_per_second);
   void SetKvBudget(uint64_t bytes);
@@ -39,11 +48,24 @@ class WorkerMetrics {
   void OnPass(const std::string& model, const engine::PassStats& stats, int64_t prompt_tokens,
               int64_t generated_tokens, uint64_t kv_in_use);
 
-  const std::shared_ptr<metrics::Registry>& registry() const { return registry_; }
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
  private:
-  std::shared_ptr<metrics::Registry> registry_;
+  std::shared_ptr<prometheus::Registry> registry_;
   std::string worker_id_;
+  metrics::CatalogueFamily<prometheus::Histogram> pass_seconds_;
+  metrics::CatalogueFamily<prometheus::Counter> load_seconds_;
+  metrics::CatalogueFamily<prometheus::Counter> compute_seconds_;
+  metrics::CatalogueFamily<prometheus::Counter> io_wait_seconds_;
+  metrics::CatalogueFamily<prometheus::Counter> read_bytes_;
+  metrics::CatalogueFamily<prometheus::Gauge> read_throughput_;
+  metrics::CatalogueFamily<prometheus::Histogram> pass_sequences_;
+  metrics::CatalogueFamily<prometheus::Histogram> pass_tokens_;
+  metrics::CatalogueFamily<prometheus::Counter> prompt_tokens_;
+  metrics::CatalogueFamily<prometheus::Counter> generated_tokens_;
+  prometheus::Gauge& read_bandwidth_;
+  prometheus::Gauge& kv_budget_;
+  prometheus::Gauge& kv_in_use_;
 };
 
 }  // namespace nightshift::worker

@@ -1,32 +1,45 @@
 #include "worker/daemon/worker_metrics.h"
 
 #include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
+
+#include <set>
 
 #include "common/metric_names.h"
 
 namespace nightshift::worker {
 namespace {
 
-std::string Scrape(const metrics::Registry& registry) {
-  return metrics::TextSerializer().Serialize(registry.Collect());
+std::string Scrape(const prometheus::Registry& registry) {
+  return prometheus::TextSerializer().Serialize(registry.Collect());
 }
 
 bool Has(const std::string& text, const std::string& line) {
   return text.find(line + "\n") != std::string::npos;
 }
 
-TEST(WorkerMetricsTest, RegistersEveryWorkerFamily) {
-  auto registry = std::make_shared<metrics::Registry>();
+TEST(WorkerMetricsTest, ExportsEveryWorkerFamilyOfTheCatalogueAndNothingElse) {
+  auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics m(registry, "w1");
-  const std::string text = Scrape(*registry);
+  // The per-worker gauges are there from the start, at 0.
+  const std::string before = Scrape(*registry);
+  EXPECT_TRUE(Has(before, "nightshift_kv_in_use_bytes{worker=\"w1\"} 0")) << before;
+  m.OnPass("llama", engine::PassStats{}, 1, 1, 0);
+  std::set<std::string> exported;
+  for (const prometheus::MetricFamily& family : registry->Collect()) {
+    EXPECT_TRUE(exported.insert(family.name).second) << "twice: " << family.name;
+    const metrics::MetricDef* def = metrics::FindMetric(family.name);
+    ASSERT_NE(def, nullptr) << family.name;
+    EXPECT_EQ(family.type, def->type) << family.name;
+  }
   for (const metrics::MetricDef& def : metrics::Catalogue()) {
-    const bool present = text.find("# TYPE " + std::string(def.name) + " ") != std::string::npos;
-    EXPECT_EQ(present, def.exporter == metrics::Exporter::kWorker) << def.name;
+    EXPECT_EQ(exported.count(std::string(def.name)), def.exporter == metrics::Exporter::kWorker)
+        << def.name;
   }
 }
 
 TEST(WorkerMetricsTest, FillsTheFamiliesFromPassesAndBudgets) {
-  auto registry = std::make_shared<metrics::Registry>();
+  auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics m(registry, "w1");
   m.SetReadBandwidth(2e9);
   m.SetKvBudget(4096);
@@ -43,7 +56,8 @@ TEST(WorkerMetricsTest, FillsTheFamiliesFromPassesAndBudgets) {
   m.OnPass("llama", stats, 0, 3, 256);
   const std::string text = Scrape(*registry);
   const std::string mw = "{model=\"llama\",worker=\"w1\"}";
-  EXPECT_TRUE(Has(text, "nightshift_read_bandwidth_bytes_per_second{worker=\"w1\"} 2e+09")) << text;
+  EXPECT_TRUE(Has(text, "nightshift_read_bandwidth_bytes_per_second{worker=\"w1\"} 2000000000"))
+      << text;
   EXPECT_TRUE(Has(text, "nightshift_kv_budget_bytes{worker=\"w1\"} 4096"));
   EXPECT_TRUE(Has(text, "nightshift_kv_in_use_bytes{worker=\"w1\"} 256"));
   EXPECT_TRUE(Has(text,

@@ -1,11 +1,12 @@
 #include "worker/daemon/worker.h"
 
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <chrono>
 #include <filesystem>
 
-#include "common/metrics.h"
 #include "worker/daemon/fake_engine.h"
 #include "worker/daemon/test_util.h"
 
@@ -19,7 +20,7 @@ using testing::TempDir;
 // Records what the runner sends.
 class RecordingLink : public SchedulerLink {
  public:
-  void SendPass(const scheduler::PassProgress& pass) override {
+  void SendPass(const api::PassProgress& pass) override {
     passes.push_back(pass);
     order.push_back("pass");
   }
@@ -41,7 +42,7 @@ class RecordingLink : public SchedulerLink {
     std::vector<int64_t> ids;
     bool draining;
   };
-  std::vector<scheduler::PassProgress> passes;
+  std::vector<api::PassProgress> passes;
   std::vector<std::vector<JobOutcome>> results;
   std::vector<HandBack> hand_backs;
   std::vector<std::pair<std::string, std::string>> withdrawals;
@@ -128,7 +129,7 @@ TEST_F(WorkerTest, RunsABatchReportingEveryPassAndEachPassesResults) {
 
   ASSERT_EQ(link_.passes.size(), 3u);
   for (int i = 0; i < 3; ++i) {
-    const scheduler::PassProgress& p = link_.passes[i];
+    const api::PassProgress& p = link_.passes[i];
     EXPECT_EQ(p.batch_id, 10);
     EXPECT_EQ(p.pass_index, i);
     EXPECT_EQ(p.mode, "streaming");
@@ -167,7 +168,7 @@ TEST_F(WorkerTest, TopUpsJoinTheRunningBatchAndCancelsDropJobs) {
   worker->Assign(Batch(4, "alpha", {3}, /*max_new_tokens=*/1, /*top_up=*/true));
   worker->Cancel({4, {2}, "cancelled by the client"});
   worker->RunOnce();
-  const scheduler::PassProgress& second = link_.passes.back();
+  const api::PassProgress& second = link_.passes.back();
   EXPECT_EQ(second.pass_index, 1);
   EXPECT_EQ(second.sequences, 2);  // 1 and the top-up 3
   EXPECT_EQ(second.generated.count(3), 1u);
@@ -362,11 +363,11 @@ TEST_F(WorkerTest, AssignmentsArrivingAfterTheDrainAreHandedBack) {
 // nightshift_kv_in_use_bytes follows the batch between passes too: jobs
 // cancelled (or handed back, or failed) free their KV at once.
 TEST_F(WorkerTest, KvInUseGaugeDropsWhenJobsLeaveBetweenPasses) {
-  auto registry = std::make_shared<metrics::Registry>();
+  auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics(registry, "w1");
   auto worker = MakeWorker({}, &metrics);
   auto gauge = [&] {
-    const std::string text = metrics::TextSerializer().Serialize(registry->Collect());
+    const std::string text = prometheus::TextSerializer().Serialize(registry->Collect());
     const std::string key = "nightshift_kv_in_use_bytes{worker=\"w1\"} ";
     const size_t at = text.find(key);
     return at == std::string::npos
