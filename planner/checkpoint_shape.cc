@@ -1,50 +1,18 @@
 #include "planner/checkpoint_shape.h"
 
-#include <initializer_list>
 #include <map>
-#include <optional>
 #include <string>
+
+#include "planner/model_facts.h"
+#include "worker/checkpoint/model_config.h"
 
 namespace nightshift::planner {
 namespace {
 
-using nlohmann::json;
-
-// The first of `names` holding a positive integer.
-std::optional<int64_t> PositiveInt(const json& config, std::initializer_list<const char*> names) {
-  for (const char* name : names) {
-    auto it = config.find(name);
-    if (it != config.end() && it->is_number_integer() && it->get<int64_t>() > 0) {
-      return it->get<int64_t>();
-    }
-  }
-  return std::nullopt;
-}
-
-const std::initializer_list<const char*> kHiddenNames = {"hidden_size", "n_embd", "d_model"};
-
-// Multimodal configs nest the language model's shapes under text_config.
-const json& TextConfig(const json& config) {
-  auto nested = config.find("text_config");
-  if (!PositiveInt(config, kHiddenNames) && nested != config.end() && nested->is_object()) {
-    return *nested;
-  }
-  return config;
-}
-
-int64_t KvHeads(const json& config, int64_t heads) {
-  if (auto kv = PositiveInt(config, {"num_key_value_heads", "num_kv_heads", "n_head_kv"})) {
-    return *kv;
-  }
-  auto multi_query = config.find("multi_query");
-  if (multi_query != config.end() && multi_query->is_boolean() && multi_query->get<bool>()) {
-    return 1;
-  }
-  return heads;
-}
-
-int64_t VocabRows(const checkpoint::Checkpoint& ckpt, const json& config) {
-  if (auto vocab = PositiveInt(config, {"vocab_size"})) return *vocab;
+// The LM head's rows: the config's vocab_size, else the first dimension of
+// the largest embedding tensor.
+int64_t VocabRows(const checkpoint::Checkpoint& ckpt, int64_t config_vocab) {
+  if (config_vocab > 0) return config_vocab;
   const checkpoint::TensorInfo* largest = nullptr;
   for (int index : ckpt.embedding.tensors) {
     const checkpoint::TensorInfo& t = ckpt.tensors[index];
@@ -67,27 +35,19 @@ size_t DominantDTypeSize(const checkpoint::Checkpoint& ckpt) {
 }  // namespace
 
 StatusOr<CheckpointShape> ShapeOf(const checkpoint::Checkpoint& ckpt) {
-  const std::string where = ckpt.dir + "/config.json: ";
-  const json& config = TextConfig(ckpt.config);
-  std::optional<int64_t> hidden = PositiveInt(config, kHiddenNames);
-  if (!hidden) return DataLoss(where + "no hidden size (hidden_size, n_embd or d_model)");
-  std::optional<int64_t> heads =
-      PositiveInt(config, {"num_attention_heads", "n_head", "num_heads"});
-  if (!heads) return DataLoss(where + "no attention head count (num_attention_heads or n_head)");
+  NS_ASSIGN_OR_RETURN(checkpoint::ModelConfig config,
+                      checkpoint::ParseModelShape(ckpt.config, ckpt.dir + "/config.json"));
   if (ckpt.layers.empty()) return DataLoss(ckpt.dir + ": no decoder layers among the tensors");
 
   CheckpointShape s;
-  s.hidden = *hidden;
-  s.heads = *heads;
-  s.kv_heads = KvHeads(config, s.heads);
-  s.head_dim = PositiveInt(config, {"head_dim"}).value_or(s.hidden / s.heads);
-  if (s.head_dim <= 0) return DataLoss(where + "hidden size smaller than the head count");
-  s.intermediate =
-      PositiveInt(config, {"intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"})
-          .value_or(4 * s.hidden);
-  s.vocab = VocabRows(ckpt, config);
+  s.hidden = config.hidden_size;
+  s.heads = config.num_heads;
+  s.kv_heads = config.num_kv_heads;
+  s.head_dim = config.head_dim;
+  s.intermediate = config.intermediate_size;
+  s.vocab = VocabRows(ckpt, config.vocab_size);
   s.layers = static_cast<int>(ckpt.layers.size());
-  s.tensor_bytes = ckpt.total_bytes;
+  s.tensor_bytes = StreamedBytesPerPass(ckpt);
   for (const checkpoint::FileInfo& f : ckpt.files) s.file_bytes += f.size;
   s.largest_group_bytes = ckpt.LargestGroupBytes();
   for (const checkpoint::TensorInfo& t : ckpt.tensors) {

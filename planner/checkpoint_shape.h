@@ -10,22 +10,17 @@
 namespace nightshift::planner {
 
 // The sizes and shapes exact mode needs. Sizes come from the tensors and
-// files; shapes from config.json (from its `text_config` when the top level
-// has no hidden size, as multimodal configs nest it), under the names the
-// families use:
-//   hidden        hidden_size | n_embd | d_model
-//   heads         num_attention_heads | n_head | num_heads
-//   kv_heads      num_key_value_heads | num_kv_heads | n_head_kv,
-//                 1 when multi_query is true, else = heads
-//   head_dim      head_dim when a positive integer, else hidden / heads
-//   intermediate  intermediate_size | n_inner | ffn_dim | ffn_hidden_size,
-//                 else 4 x hidden
-//   vocab         vocab_size, else the first dimension of the largest
-//                 embedding tensor
-// layers is the number of decoder layers found in the tensors;
-// stored_dtype_bytes the element size of the dtype holding the most bytes.
-// A config without a hidden size or head count, or a checkpoint without
-// decoder layers, is DataLoss naming what is missing. Pure; thread-safe.
+// files (tensor_bytes: StreamedBytesPerPass, planner/model_facts.h); shapes
+// from config.json through the one config reader,
+// checkpoint::ParseModelShape (worker/checkpoint/model_config.h): a
+// registered family's own parser, else the names the other families use
+// (hidden_size | n_embd | d_model, text_config nesting, multi_query, ...).
+// vocab is the config's vocab_size, else the first dimension of the largest
+// embedding tensor; layers is the number of decoder layers found in the
+// tensors; stored_dtype_bytes the element size of the dtype holding the most
+// bytes. A config without a hidden size or head count, or a checkpoint
+// without decoder layers, is DataLoss naming what is missing. Pure;
+// thread-safe.
 StatusOr<CheckpointShape> ShapeOf(const checkpoint::Checkpoint& ckpt);
 
 }  // namespace nightshift::planner

@@ -6,14 +6,12 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include "tests/testing/paths.h"
 
 namespace nightshift::planner {
 namespace {
 
-std::string FixtureDir(const std::string& name) {
-  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-  return std::string(data != nullptr ? data : "tests/data") + "/models/" + name;
-}
+std::string FixtureDir(const std::string& name) { return testutil::DataPath("models/" + name); }
 
 struct FixtureCase {
   const char* name;

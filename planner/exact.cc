@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/model_facts.h"
 #include "planner/round.h"
 
 namespace nightshift::planner {
@@ -26,8 +27,7 @@ int64_t ContextTokens(double context_k) {
 }
 
 uint64_t KvBytesPerToken(const CheckpointShape& shape, int kv_dtype_bytes) {
-  return 2ull * static_cast<uint64_t>(shape.layers) * static_cast<uint64_t>(shape.kv_heads) *
-         static_cast<uint64_t>(shape.head_dim) * static_cast<uint64_t>(kv_dtype_bytes);
+  return KvBytesPerToken(shape.layers, shape.kv_heads, shape.head_dim, kv_dtype_bytes);
 }
 
 uint64_t ActivationBytes(const CheckpointShape& shape, int compute_dtype_bytes, int64_t batch,

@@ -54,8 +54,9 @@ int ComputeDtypeBytes(const CheckpointShape& shape, Device device);
 // Tokens of context for `context_k` units of 1024 (rounded up).
 int64_t ContextTokens(double context_k);
 
-// K and V of one token across all layers: 2 x layers x kv_heads x head_dim x
-// kv_dtype_bytes.
+// K and V of one token across all layers: planner/model_facts.h's
+// KvBytesPerToken (2 x layers x kv_heads x head_dim x kv_dtype_bytes) of
+// `shape`.
 uint64_t KvBytesPerToken(const CheckpointShape& shape, int kv_dtype_bytes);
 
 // A fixed allowance for what is not tensors of the pass: libtorch's own

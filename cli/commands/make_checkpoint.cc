@@ -8,10 +8,20 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "worker/checkpoint/model_config.h"
 #include "worker/generator/generator.h"
 
 namespace nightshift::cli {
 namespace {
+
+// The registered families, "llama, mistral, ...".
+std::string FamilyList(const char* separator) {
+  std::string out;
+  for (const checkpoint::ModelFamily* family : checkpoint::ModelFamilies()) {
+    out += (out.empty() ? "" : separator) + family->model_type;
+  }
+  return out;
+}
 
 std::string PresetList() {
   std::string out;
@@ -31,24 +41,25 @@ int RunMakeCheckpoint(int argc, char** argv) {
   int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, intermediate = 0, vocab = 0;
   int64_t head_dim = 0, shards = 1, seed = 0, max_position = 4096;
   bool tie = false, json = false, quiet = false;
-  FlagSet flags(
-      "nightshift make-checkpoint --arch llama|mistral|qwen2|qwen3 (--preset NAME | --hidden H "
-      "--layers L --heads N --kv-heads K --intermediate I --vocab V) [--head-dim D] "
-      "[--dtype bf16|f16|f32] [--shards N] [--tie-embeddings] [--tokenizer DIR] --seed S --out DIR",
-      "Writes a HuggingFace-format checkpoint with random weights: config.json,\n"
-      "generation_config.json, model.safetensors or N shards with\n"
-      "model.safetensors.index.json, and with --tokenizer a copy of tokenizer.json and\n"
-      "tokenizer_config.json (the vocabulary size and BOS/EOS ids then come from it).\n"
-      "Tensors are exactly those the engine expects for the architecture; values\n"
-      "depend only on --seed and each tensor's name. Random weights produce noise,\n"
-      "not language: these checkpoints are for benchmarks, demos and tests.\n"
-      "Presets: " +
-          PresetList() +
-          ".\n"
-          "Progress goes to stderr; the summary (with --json, one object: out, files,\n"
-          "tensors, bytes, seconds, mb_per_s) to stdout.");
-  flags.String("arch", &arch, "model_type: llama, mistral, qwen2 or qwen3 (implied by --preset)",
-               "ARCH");
+  const std::string usage =
+      "nightshift make-checkpoint --arch " + FamilyList("|") +
+      " (--preset NAME | --hidden H --layers L --heads N --kv-heads K --intermediate I --vocab V) "
+      "[--head-dim D] [--dtype bf16|f16|f32] [--shards N] [--tie-embeddings] [--tokenizer DIR] "
+      "--seed S --out DIR";
+  FlagSet flags(usage,
+                "Writes a HuggingFace-format checkpoint with random weights: config.json,\n"
+                "generation_config.json, model.safetensors or N shards with\n"
+                "model.safetensors.index.json, and with --tokenizer a copy of tokenizer.json and\n"
+                "tokenizer_config.json (the vocabulary size and BOS/EOS ids then come from it).\n"
+                "Tensors are exactly those the engine expects for the architecture; values\n"
+                "depend only on --seed and each tensor's name. Random weights produce noise,\n"
+                "not language: these checkpoints are for benchmarks, demos and tests.\n"
+                "Presets: " +
+                    PresetList() +
+                    ".\n"
+                    "Progress goes to stderr; the summary (with --json, one object: out, files,\n"
+                    "tensors, bytes, seconds, mb_per_s) to stdout.");
+  flags.String("arch", &arch, "model_type: " + FamilyList(", ") + " (implied by --preset)", "ARCH");
   flags.String("preset", &preset, "a real model's shape: " + PresetList(), "NAME");
   flags.Int("hidden", &hidden, "hidden size", "H");
   flags.Int("layers", &layers, "decoder layers", "L");

@@ -285,7 +285,7 @@ TEST(CheckpointFuzzTest, MutatedFiles) {
   Mutator m(99);
   int accepted = 0;
   for (int round = 0; round < kFileRounds; ++round) {
-    const std::string dir = tmp / ("r" + std::to_string(round));
+    const std::string dir = tmp.file("r" + std::to_string(round));
     const std::string fixture = fixtures[m.Below(fixtures.size())];
     std::filesystem::create_directories(dir);
     testing::WriteFileBytes(dir + "/config.json",

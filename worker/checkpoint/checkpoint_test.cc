@@ -254,12 +254,12 @@ TEST(GroupingTest, BareGpt2NamesAndUnknownTensors) {
 
 TEST(CheckpointTest, SymlinksInsideTheDirectoryAreFollowed) {
   TempDir tmp;
-  testing::CopyFixture("llama-gqa-sharded", tmp / "m");
-  std::filesystem::create_directory(tmp / "m/blobs");
-  std::filesystem::rename(tmp / ("m/" + std::string("model-00001-of-00002.safetensors")),
-                          tmp / "m/blobs/abc");
-  std::filesystem::create_symlink("blobs/abc", tmp / "m/model-00001-of-00002.safetensors");
-  StatusOr<Checkpoint> ckpt = ReadCheckpoint(tmp / "m");
+  testing::CopyFixture("llama-gqa-sharded", tmp.file("m"));
+  std::filesystem::create_directory(tmp.file("m/blobs"));
+  std::filesystem::rename(tmp.file("m/" + std::string("model-00001-of-00002.safetensors")),
+                          tmp.file("m/blobs/abc"));
+  std::filesystem::create_symlink("blobs/abc", tmp.file("m/model-00001-of-00002.safetensors"));
+  StatusOr<Checkpoint> ckpt = ReadCheckpoint(tmp.file("m"));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   EXPECT_EQ(ckpt->files[0].name, "model-00001-of-00002.safetensors");
   EXPECT_EQ(ckpt->files[0].path, ckpt->dir + "/blobs/abc");
@@ -268,7 +268,7 @@ TEST(CheckpointTest, SymlinksInsideTheDirectoryAreFollowed) {
 TEST(GroupingTest, ReadsGenerationConfig) {
   TempDir tmp;
   WriteSynthetic(tmp.path(), {{"model.layers.0.w", F32({2})}});
-  WriteFileBytes(tmp / "generation_config.json", R"({"eos_token_id": [1, 2]})");
+  WriteFileBytes(tmp.file("generation_config.json"), R"({"eos_token_id": [1, 2]})");
   StatusOr<Checkpoint> ckpt = ReadCheckpoint(tmp.path());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   EXPECT_EQ(ckpt->generation_config["eos_token_id"], json({1, 2}));
@@ -609,7 +609,7 @@ std::vector<Corruption> Corruptions() {
 class CorruptionTest : public ::testing::TestWithParam<Corruption> {};
 
 StatusOr<Checkpoint> ReadCorrupted(const Corruption& c, const TempDir& tmp) {
-  const std::string dir = tmp / "model";
+  const std::string dir = tmp.file("model");
   if (*c.fixture != '\0') testing::CopyFixture(c.fixture, dir);
   c.corrupt(dir);
   return ReadCheckpoint(dir, c.options);
@@ -624,7 +624,7 @@ TEST_P(CorruptionTest, GivesItsOwnOneLineError) {
   EXPECT_NE(message.find(c.expect), std::string::npos) << message;
   EXPECT_EQ(read.status().code(), c.code) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  EXPECT_EQ(message.rfind(tmp / "model", 0), 0u) << message;  // names the checkpoint
+  EXPECT_EQ(message.rfind(tmp.file("model"), 0), 0u) << message;  // names the checkpoint
   EXPECT_NE(message.find(c.names_file), std::string::npos) << message;
   if (*c.names_tensor != '\0') {
     EXPECT_NE(message.find("tensor '" + std::string(c.names_tensor) + "'"), std::string::npos)

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/paths.h"
 #include "worker/checkpoint/test_util.h"
 
 namespace nightshift::checkpoint {
@@ -29,17 +30,14 @@ struct CliRun {
 
 // Runs `nightshift ARGS` with stdout and stderr captured.
 CliRun Nightshift(const std::string& args) {
-  const char* bin = std::getenv("NIGHTSHIFT_BIN_DIR");
-  EXPECT_NE(bin, nullptr) << "NIGHTSHIFT_BIN_DIR is not set (run through ctest)";
-  if (bin == nullptr) return {};
   TempDir tmp;
-  const std::string cmd =
-      std::string(bin) + "/nightshift " + args + " >" + (tmp / "out") + " 2>" + (tmp / "err");
+  const std::string cmd = testutil::BinPath("nightshift") + " " + args + " >" + tmp.file("out") +
+                          " 2>" + tmp.file("err");
   const int status = std::system(cmd.c_str());
   CliRun run;
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = ReadFileBytes(tmp / "out");
-  run.err = ReadFileBytes(tmp / "err");
+  run.out = ReadFileBytes(tmp.file("out"));
+  run.err = ReadFileBytes(tmp.file("err"));
   return run;
 }
 
@@ -99,7 +97,7 @@ TEST(InspectCliTest, TextNamesTiedHeadAndIgnoredTensors) {
 
 TEST(InspectCliTest, CorruptCheckpointFailsWithOneLine) {
   TempDir tmp;
-  const std::string dir = tmp / "bad";
+  const std::string dir = tmp.file("bad");
   testing::CopyFixture("llama-bf16", dir);
   // Claim one more element for the final norm than its span holds.
   const std::string path = dir + "/model.safetensors";
@@ -129,9 +127,9 @@ TEST(InspectCliTest, CorruptCheckpointFailsWithOneLine) {
 
 TEST(InspectCliTest, PickleOnlyIsRefusedWithTheReason) {
   TempDir tmp;
-  testing::CopyFixture("mistral", tmp / "m");
-  std::filesystem::rename(tmp / "m/model.safetensors", tmp / "m/pytorch_model.bin");
-  const CliRun run = Nightshift("inspect --model-dir " + (tmp / "m"));
+  testing::CopyFixture("mistral", tmp.file("m"));
+  std::filesystem::rename(tmp.file("m/model.safetensors"), tmp.file("m/pytorch_model.bin"));
+  const CliRun run = Nightshift("inspect --model-dir " + tmp.file("m"));
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("reading one layer of a pickle means reading the whole file"),
             std::string::npos)

@@ -9,19 +9,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "tests/testing/paths.h"
 #include "worker/checkpoint/checkpoint.h"
 
 namespace nightshift::checkpoint::testing {
 namespace fs = std::filesystem;
 
-std::string FixtureDir(const std::string& name) {
-  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-  if (data == nullptr) {
-    std::cerr << "NIGHTSHIFT_TEST_DATA is not set (run through ctest)\n";
-    std::abort();
-  }
-  return std::string(data) + "/models/" + name;
-}
+std::string FixtureDir(const std::string& name) { return testutil::DataPath("models/" + name); }
 
 std::vector<std::string> FixtureNames() {
   std::vector<std::string> names;
@@ -32,30 +26,10 @@ std::vector<std::string> FixtureNames() {
   return names;
 }
 
-TempDir::TempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "ns_checkpoint_test.XXXXXX").string();
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    std::cerr << "mkdtemp failed\n";
-    std::abort();
-  }
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
-std::string ReadFileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadFileBytes(const std::string& path) { return testutil::ReadFile(path); }
 
 void WriteFileBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  testutil::WriteFile(path, bytes);
 }
 
 void CopyFixture(const std::string& name, const std::string& dest) {

@@ -7,30 +7,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/temp_dir.h"
+
 namespace nightshift::checkpoint::testing {
 
-// $NIGHTSHIFT_TEST_DATA/models/<name>; aborts the test binary when the
-// variable is unset (ctest sets it).
+// $NIGHTSHIFT_TEST_DATA/models/<name> (testutil::DataPath).
 std::string FixtureDir(const std::string& name);
 
 // The fixture names under $NIGHTSHIFT_TEST_DATA/models, sorted.
 std::vector<std::string> FixtureNames();
 
-// A fresh directory under $TMPDIR, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  // path() + "/" + name.
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+// Temporary directories: the shared test helper (tests/testing/temp_dir.h).
+using testutil::TempDir;
 
- private:
-  std::string path_;
-};
-
+// The whole file / the file replaced by `bytes` (tests/testing/paths.h).
 std::string ReadFileBytes(const std::string& path);
 void WriteFileBytes(const std::string& path, const std::string& bytes);
 

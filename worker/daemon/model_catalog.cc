@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "planner/checkpoint_shape.h"
+#include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/engine/architecture.h"
 
@@ -48,20 +49,6 @@ StatusOr<std::string> ReadFile(const fs::path& path) {
   return content.str();
 }
 
-// The engine keeps its KV cache in float32 on every device and charges its
-// KV budget so (engine::Engine::KvBytesFor). The advert must use the same
-// figure: the scheduler sizes batches with it, and a smaller one (the stored
-// dtype on a GPU) would lease twice the jobs the engine admits.
-constexpr int kEngineKvDtypeBytes = 4;
-
-// The longest context the engine runs for this config (its rule:
-// max_position_embeddings, or the sliding window when shorter).
-int64_t MaxContext(const engine::ModelConfig& config) {
-  int64_t context = config.max_position_embeddings;
-  if (config.sliding_window && *config.sliding_window < context) context = *config.sliding_window;
-  return context;
-}
-
 // Reads the metadata of checkpoint `name` under `root`, checking that every
 // file the engine reads resolves inside the root: the JSON files before
 // they are read, the weights files (which the reader keeps inside the
@@ -89,7 +76,7 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   const int compute_bytes = planner::ComputeDtypeBytes(shape, options.device);
   // Weights are held in the compute dtype once loaded (fp32 on a CPU).
   const double widen = static_cast<double>(compute_bytes) / std::max(1, shape.stored_dtype_bytes);
-  const int64_t context = MaxContext(config);
+  const int64_t context = planner::MaxContextTokens(config);
   const uint64_t activations =
       planner::ActivationBytes(shape, compute_bytes, /*batch=*/1, /*prompt_tokens=*/0, context);
   const uint64_t whole = static_cast<uint64_t>(shape.tensor_bytes * widen) + activations;
@@ -119,11 +106,16 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
                              std::to_string(options.memory_budget_bytes) + " for the KV cache");
   }
   entry.dir = ckpt.dir;
+  // The model facts the scheduler sizes and prices with, from the functions
+  // the engine uses (planner/model_facts.h): KV bytes in the engine's float32
+  // (a smaller figure, the stored dtype on a GPU, would lease twice the jobs
+  // the engine admits), the bytes a pass streams at the measured bandwidth,
+  // and the engine's default context.
   entry.offer.kv_bytes_per_token =
-      static_cast<int64_t>(planner::KvBytesPerToken(shape, kEngineKvDtypeBytes));
-  entry.offer.checkpoint_bytes = static_cast<int64_t>(shape.tensor_bytes);
-  entry.offer.seconds_per_pass =
-      read_bytes_per_second > 0 ? shape.tensor_bytes / read_bytes_per_second : 0;
+      static_cast<int64_t>(planner::KvBytesPerToken(config, planner::kEngineKvDtypeBytes));
+  const uint64_t pass_bytes = planner::StreamedBytesPerPass(ckpt);
+  entry.offer.checkpoint_bytes = static_cast<int64_t>(pass_bytes);
+  entry.offer.seconds_per_pass = planner::PassSeconds(pass_bytes, read_bytes_per_second);
   entry.offer.max_context_tokens = context;
   return entry;
 }
@@ -149,7 +141,7 @@ StatusOr<ModelEntry> ScanOne(const CatalogOptions& options, const std::string& r
     }
     entry.tokenizer_files.eos_ids = tok.eos_ids();
     entry.tokenizer = std::make_shared<const tokenizer::Tokenizer>(std::move(tok));
-    entry.offer.tokenizer_hash = scheduler::TokenizerHash(entry.tokenizer_files);
+    entry.offer.tokenizer_hash = api::TokenizerHash(entry.tokenizer_files);
   }
   return entry;
 }
@@ -201,12 +193,11 @@ Status RecheckModelPaths(const ModelEntry& model) {
   return Status::Ok();
 }
 
-StatusOr<scheduler::TokenizerFiles> ReadTokenizerFiles(const std::string& root,
-                                                       const std::string& dir) {
+StatusOr<api::TokenizerFiles> ReadTokenizerFiles(const std::string& root, const std::string& dir) {
   static const char* const kNames[] = {"tokenizer.json", "tokenizer_config.json",
                                        "special_tokens_map.json", "chat_template.jinja",
                                        "chat_template.json"};
-  scheduler::TokenizerFiles files;
+  api::TokenizerFiles files;
   std::error_code ec;
   if (!fs::exists(fs::path(dir) / "tokenizer.json", ec)) return files;
   for (const char* name : kNames) {

@@ -1,7 +1,6 @@
 #include "worker/engine/architecture.h"
 
 #include <map>
-#include <set>
 #include <utility>
 
 namespace nightshift::engine {
@@ -70,6 +69,45 @@ std::map<std::string, Slot> ExpectedSlots(const TensorNames& names, const ModelC
   return slots;
 }
 
+// GPT-NeoX / Pythia: one fused `query_key_value` laid out per head as
+// [q k v], LayerNorm biases, `dense_h_to_4h`/`dense_4h_to_h` MLP, untied
+// `embed_out`.
+TensorNames GptNeoxTensorNames() {
+  TensorNames n;
+  n.embedding = "gpt_neox.embed_in.weight";
+  n.final_norm = "gpt_neox.final_layer_norm.weight";
+  n.final_norm_bias = "gpt_neox.final_layer_norm.bias";
+  n.lm_head = "embed_out.weight";
+  n.layer_prefix = "gpt_neox.layers.";
+  auto set = [&n](LayerWeight role, const char* name) {
+    n.layer[static_cast<size_t>(role)] = name;
+  };
+  set(LayerWeight::kAttnNorm, "input_layernorm.weight");
+  set(LayerWeight::kAttnNormBias, "input_layernorm.bias");
+  set(LayerWeight::kQkv, "attention.query_key_value.weight");
+  set(LayerWeight::kQkvBias, "attention.query_key_value.bias");
+  set(LayerWeight::kO, "attention.dense.weight");
+  set(LayerWeight::kOBias, "attention.dense.bias");
+  set(LayerWeight::kMlpNorm, "post_attention_layernorm.weight");
+  set(LayerWeight::kMlpNormBias, "post_attention_layernorm.bias");
+  set(LayerWeight::kUp, "mlp.dense_h_to_4h.weight");
+  set(LayerWeight::kUpBias, "mlp.dense_h_to_4h.bias");
+  set(LayerWeight::kDown, "mlp.dense_4h_to_h.weight");
+  set(LayerWeight::kDownBias, "mlp.dense_4h_to_h.bias");
+  // Older Pythia checkpoints persist the causal mask buffers too.
+  n.ignored_suffixes = {".inv_freq", ".attention.bias", ".attention.masked_bias"};
+  return n;
+}
+
+// Phi-3: Llama's names with one fused `qkv_proj` (all q rows, then k, then v)
+// and one fused `gate_up_proj` (gate half first).
+TensorNames Phi3TensorNames() {
+  TensorNames n = LlamaStyleTensorNames();
+  n.layer[static_cast<size_t>(LayerWeight::kQkv)] = "self_attn.qkv_proj.weight";
+  n.layer[static_cast<size_t>(LayerWeight::kGateUp)] = "mlp.gate_up_proj.weight";
+  return n;
+}
+
 }  // namespace
 
 const char* LayerWeightName(LayerWeight weight) {
@@ -77,42 +115,35 @@ const char* LayerWeightName(LayerWeight weight) {
 }
 
 const std::vector<const Architecture*>& Architectures() {
-  static const std::vector<const Architecture*> table = {
-      &LlamaArchitecture(), &MistralArchitecture(), &Qwen2Architecture(), &Qwen3Architecture(),
-      &GemmaArchitecture(), &GptNeoxArchitecture(), &Phi3Architecture(),
+  // Each registered config family's tensor names.
+  static const std::map<std::string, TensorNames (*)()> kNames = {
+      {"llama", LlamaStyleTensorNames}, {"mistral", LlamaStyleTensorNames},
+      {"qwen2", LlamaStyleTensorNames}, {"qwen3", LlamaStyleTensorNames},
+      {"gemma", LlamaStyleTensorNames}, {"gpt_neox", GptNeoxTensorNames},
+      {"phi3", Phi3TensorNames},
   };
+  static const std::vector<Architecture> storage = [] {
+    std::vector<Architecture> out;
+    for (const checkpoint::ModelFamily* family : checkpoint::ModelFamilies()) {
+      auto names = kNames.find(family->model_type);
+      if (names != kNames.end()) out.push_back({family->model_type, names->second()});
+    }
+    return out;
+  }();
+  static const std::vector<const Architecture*> table = [] {
+    std::vector<const Architecture*> out;
+    for (const Architecture& arch : storage) out.push_back(&arch);
+    return out;
+  }();
   return table;
 }
 
 StatusOr<const Architecture*> FindArchitecture(const std::string& model_type) {
-  static const std::set<std::string> kMixtureOfExperts = {
-      "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx",
-      "olmoe",   "phimoe",    "jamba",     "granitemoe",  "jetmoe",      "arctic"};
-  if (kMixtureOfExperts.count(model_type)) {
-    return Unimplemented("model_type '" + model_type +
-                         "' is a mixture-of-experts model, which is not supported: every pass "
-                         "would read every expert of every layer");
-  }
-  std::string supported;
+  NS_RETURN_IF_ERROR(checkpoint::FindModelFamily(model_type).status());
   for (const Architecture* arch : Architectures()) {
     if (arch->model_type == model_type) return arch;
-    supported += (supported.empty() ? "" : ", ") + arch->model_type;
   }
-  return Unimplemented("model_type '" + model_type + "' is not supported (supported: " + supported +
-                       ")");
-}
-
-StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& json) {
-  ConfigReader reader(json);
-  std::string model_type = reader.String("model_type", "");
-  NS_RETURN_IF_ERROR(reader.status());
-  if (model_type.empty()) return DataLoss("config.json: required field 'model_type' is missing");
-  NS_ASSIGN_OR_RETURN(const Architecture* arch, FindArchitecture(model_type));
-  ModelConfig config;
-  NS_RETURN_IF_ERROR(arch->parse_config(json, &config));
-  config.model_type = model_type;
-  NS_RETURN_IF_ERROR(ValidateModelConfig(config));
-  return config;
+  return Internal("model_type '" + model_type + "' has a config family but no tensor names");
 }
 
 std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& c) {

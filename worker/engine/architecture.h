@@ -1,8 +1,8 @@
-// Architectures as data. An Architecture names a `model_type`, parses its
-// family's config.json into a ModelConfig (the generic decoder's flags) and
-// says what each weight is called in the checkpoint. Every architecture lives
-// in one small file (arch_<name>.cc) and is listed once in Architectures();
-// tests loop over that table.
+// Architectures as data. An Architecture names a `model_type` and says what
+// each weight is called in the checkpoint; its config.json is read by the
+// family's parser in worker/checkpoint/model_config.h (one Architecture per
+// registered ModelFamily, in the same order). Every architecture is listed
+// once in Architectures(); tests loop over that table.
 //
 // BindTensors() matches a checkpoint's tensors against what the architecture
 // and its config expect: every expected tensor present with the expected shape
@@ -73,24 +73,16 @@ struct TensorNames {
 
 struct Architecture {
   std::string model_type;  // config.json "model_type"
-  // Fills everything but model_type from config.json; the result is then
-  // checked by ValidateModelConfig. Errors name the config field.
-  Status (*parse_config)(const nlohmann::json& config, ModelConfig* out);
   TensorNames names;
 };
 
-// Every registered architecture, in a fixed order.
+// Every registered architecture, in checkpoint::ModelFamilies() order.
 const std::vector<const Architecture*>& Architectures();
 
-// The architecture for `model_type`, or Unimplemented "model_type 'x' is not
-// supported (supported: ...)". Mixture-of-experts families (Mixtral,
-// Qwen2-MoE, ...) are refused with that reason: a pass would have to read
-// every expert of every layer.
+// The architecture for `model_type`; the errors of checkpoint::FindModelFamily
+// (Unimplemented "model_type 'x' is not supported (supported: ...)", or the
+// mixture-of-experts refusal) for a type that is not registered.
 StatusOr<const Architecture*> FindArchitecture(const std::string& model_type);
-
-// Finds the architecture of `config` (its "model_type"; DataLoss when absent),
-// parses and validates it. The result's model_type is set.
-StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& config);
 
 // The roles present in every layer for this config, in LayerWeight order.
 std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& config);
@@ -128,17 +120,9 @@ StatusOr<ModelTensors> BindTensors(const Architecture& architecture, const Model
 // "[2, 3]".
 std::string ShapeString(const std::vector<int64_t>& shape);
 
-// The per-family files' entry points, listed by Architectures().
-const Architecture& LlamaArchitecture();
-const Architecture& MistralArchitecture();
-const Architecture& Qwen2Architecture();
-const Architecture& Qwen3Architecture();
-const Architecture& GemmaArchitecture();
-const Architecture& GptNeoxArchitecture();
-const Architecture& Phi3Architecture();
-
 // Tensor names shared by the families that copied Llama's layout
-// ("model.layers.N.self_attn.q_proj.weight", ...).
+// ("model.layers.N.self_attn.q_proj.weight", ...): llama, mistral, qwen2,
+// qwen3, gemma.
 TensorNames LlamaStyleTensorNames();
 
 }  // namespace nightshift::engine

@@ -75,6 +75,15 @@ TEST(ArchitectureTest, TableHasUniqueModelTypesFoundByName) {
   EXPECT_EQ(FindArchitecture("bert").status().code(), StatusCode::kUnimplemented);
 }
 
+// One architecture (tensor names) per registered config family, in its order.
+TEST(ArchitectureTest, OnePerConfigFamily) {
+  const auto& families = checkpoint::ModelFamilies();
+  ASSERT_EQ(Architectures().size(), families.size());
+  for (size_t i = 0; i < families.size(); ++i) {
+    EXPECT_EQ(Architectures()[i]->model_type, families[i]->model_type);
+  }
+}
+
 TEST(ArchitectureTest, MixtureOfExpertsIsRefusedWithTheReason) {
   for (const char* type : {"mixtral", "qwen2_moe"}) {
     StatusOr<const Architecture*> found = FindArchitecture(type);
@@ -137,7 +146,7 @@ TEST(ArchitectureTest, ExpectedShapes) {
 
 class BindTest : public ::testing::Test {
  protected:
-  const Architecture& arch_ = LlamaArchitecture();
+  const Architecture& arch_ = **FindArchitecture("llama");
   ModelConfig config_ = *ParseModelConfig(BaseConfig("llama"));
 };
 

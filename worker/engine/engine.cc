@@ -16,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/engine/architecture.h"
 #include "worker/engine/decoder.h"
@@ -120,8 +121,9 @@ std::vector<LabelScore> ScoreLabels(const std::vector<std::vector<TokenId>>& lab
   return scores;
 }
 
-// The context the engine runs, from the options and the model; `note`
-// explains a limit that comes from the sliding window.
+// The context the engine runs, from the options and the model (by default
+// planner::MaxContextTokens, what the worker advertises); `note` explains a
+// limit that comes from the sliding window.
 Status ResolveContext(const ModelConfig& c, const EngineOptions& options, int64_t* context,
                       std::string* note) {
   if (options.max_context > c.max_position_embeddings) {
@@ -129,14 +131,14 @@ Status ResolveContext(const ModelConfig& c, const EngineOptions& options, int64_
                            " exceeds the model's max_position_embeddings " +
                            std::to_string(c.max_position_embeddings));
   }
-  *context = options.max_context > 0 ? options.max_context : c.max_position_embeddings;
-  if (c.sliding_window && *c.sliding_window < *context) {
-    if (options.max_context > 0) {
-      return Unimplemented("context " + std::to_string(*context) +
-                           " is longer than sliding_window " + std::to_string(*c.sliding_window) +
-                           "; sliding-window attention is not implemented");
-    }
-    *context = *c.sliding_window;
+  const int64_t model_context = planner::MaxContextTokens(c);
+  if (options.max_context > model_context) {
+    return Unimplemented("context " + std::to_string(options.max_context) +
+                         " is longer than sliding_window " + std::to_string(model_context) +
+                         "; sliding-window attention is not implemented");
+  }
+  *context = options.max_context > 0 ? options.max_context : model_context;
+  if (options.max_context == 0 && model_context < c.max_position_embeddings) {
     *note = " (limited by sliding_window; sliding-window attention is not implemented)";
   }
   return Status::Ok();
@@ -176,19 +178,16 @@ auto Guarded(Fn fn) -> decltype(fn()) {
   }
 }
 
-// The KV cache positions `request` reserves: its prompt and max_new_tokens
-// within `context` (the last generated token is never fed back, so it needs
-// no slot); a classification sequence's prompt and every label's tokens.
+// The KV cache positions `request` reserves: planner::KvPositions (the
+// scheduler's figure), a generation's clamped to `context` (it stops there).
 int64_t CachePositions(const SequenceRequest& request, int64_t context) {
-  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
-  if (request.labels.empty()) {
-    return std::min(prompt + std::max<int64_t>(request.max_new_tokens - 1, 0), context);
-  }
-  int64_t positions = prompt;
+  std::vector<int64_t> label_tokens;
   for (const std::vector<TokenId>& label : request.labels) {
-    positions += static_cast<int64_t>(label.size());
+    label_tokens.push_back(static_cast<int64_t>(label.size()));
   }
-  return positions;
+  const int64_t positions = planner::KvPositions(static_cast<int64_t>(request.prompt.size()),
+                                                 request.max_new_tokens, label_tokens);
+  return request.labels.empty() ? std::min(positions, context) : positions;
 }
 
 // Log-softmax in double of logits[0..vocab): `token`'s log-probability and
@@ -767,7 +766,7 @@ StatusOr<PassStats> Engine::Step() {
 
 uint64_t Engine::KvBytesFor(const SequenceRequest& request) const {
   return static_cast<uint64_t>(CachePositions(request, impl_->max_context)) *
-         KvBytesPerPosition(impl_->config);
+         planner::KvBytesPerToken(impl_->config, planner::kEngineKvDtypeBytes);
 }
 
 uint64_t Engine::kv_bytes_in_use() const { return impl_->KvBytesInUse(); }

@@ -212,8 +212,11 @@ class Engine {
   // left by the sequences in flight.
   StatusOr<SequenceId> Add(SequenceRequest request);
 
-  // The KV cache bytes `request` reserves while in flight (its prompt, labels
-  // and max_new_tokens, within the context). Does not validate it.
+  // The KV cache bytes `request` reserves while in flight:
+  // planner::KvPositions of its prompt, max_new_tokens and labels (a
+  // generation's clamped to the context) x planner::KvBytesPerToken of the
+  // config in float32 (planner/model_facts.h; the worker's advert and the
+  // scheduler's sizing use the same two functions). Does not validate it.
   uint64_t KvBytesFor(const SequenceRequest& request) const;
   // KV bytes reserved by the sequences in flight.
   uint64_t kv_bytes_in_use() const;

@@ -14,6 +14,7 @@
 
 #include "planner/checkpoint_shape.h"
 #include "planner/exact.h"
+#include "tests/testing/paths.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/convert.h"
@@ -64,10 +65,7 @@ uint64_t StreamedBytes(const checkpoint::Checkpoint& ckpt, int64_t tokens) {
 
 // Runs bin/engine-stream-run with `args` and parses its JSON.
 nlohmann::json RunChild(const std::string& args) {
-  const char* bin = std::getenv("NIGHTSHIFT_BIN_DIR");
-  EXPECT_NE(bin, nullptr) << "NIGHTSHIFT_BIN_DIR is not set (run through ctest)";
-  if (bin == nullptr) return nullptr;
-  const std::string command = std::string(bin) + "/engine-stream-run " + args;
+  const std::string command = testutil::BinPath("engine-stream-run") + " " + args;
   FILE* pipe = popen(command.c_str(), "r");
   std::string out;
   char buffer[1 << 16];
@@ -80,11 +78,11 @@ nlohmann::json RunChild(const std::string& args) {
 
 TEST(EngineStreamTest, PeakMemoryFollowsThePlannersFootprintNotTheCheckpoint) {
   TempDir tmp;
-  const std::string dir = tmp / "model";
+  const std::string dir = tmp.file("model");
   // ~190 MB: 30 layers of ~6 MB, a 4 MB embedding and LM head.
   const checkpoint::Checkpoint ckpt = Write(Spec(512, 30, 1536, 4096), dir);
   // Run first in the child so the runtime's one-time setup is not counted.
-  const std::string warm_up = tmp / "warm-up";
+  const std::string warm_up = tmp.file("warm-up");
   Write(Spec(64, 1, 128, 256), warm_up);
   constexpr int64_t kBatch = 4, kPrompt = 16, kNew = 4, kContext = 64;
 
@@ -171,7 +169,7 @@ void WidenToF32(const std::string& dir, const std::string& name) {
 // logits and greedy tokens.
 TEST(EngineStreamTest, AHeadLargerThanALayerIsStreamedInSlicesAndMatchesTheReference) {
   TempDir tmp;
-  const std::string dir = tmp / "model";
+  const std::string dir = tmp.file("model");
   CopyFixture("llama-fp16", dir);
   WidenToF32(dir, "lm_head.weight");
   StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(dir);
@@ -214,7 +212,7 @@ class SmallCheckpointTest : public ::testing::Test {
     delete ckpt_;
     delete tmp_;
   }
-  static std::string dir() { return *tmp_ / "small"; }
+  static std::string dir() { return tmp_->file("small"); }
 
   static std::unique_ptr<Engine> Open(EngineOptions options = {}) {
     options.threads = 1;

@@ -205,7 +205,7 @@ TEST(EngineContextTest, AContextBeyondTheModelIsRefused) {
 
 TEST(EngineContextTest, SlidingWindowLimitsTheContextAndLongerIsRefusedByName) {
   TempDir tmp;
-  const std::string dir = tmp / "mistral";
+  const std::string dir = tmp.file("mistral");
   CopyFixture("mistral", dir);
   EditConfig(dir, [](nlohmann::json& c) { c["sliding_window"] = 16; });
 
@@ -225,7 +225,7 @@ TEST(EngineContextTest, SlidingWindowLimitsTheContextAndLongerIsRefusedByName) {
 TEST(EngineEosTest, GenerationConfigEosWinsAndIgnoreEosOverrides) {
   Golden golden = LoadGolden(kFixture);
   TempDir tmp;
-  const std::string dir = tmp / "model";
+  const std::string dir = tmp.file("model");
   CopyFixture(kFixture, dir);
   const TokenId eos = golden.greedy[1][1];
   WriteFileBytes(dir + "/generation_config.json",
@@ -279,7 +279,7 @@ TEST(EngineSamplingTest, SeededSamplingIsReproducibleAndIndependentOfTheBatch) {
 
 TEST(EngineOpenTest, CorruptCheckpointsAreRefusedWithTheDirectoryNamed) {
   TempDir tmp;
-  const std::string dir = tmp / "model";
+  const std::string dir = tmp.file("model");
   CopyFixture("qwen3-qknorm", dir);
   EditConfig(dir, [](nlohmann::json& c) { c["num_key_value_heads"] = 3; });
   StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(dir, Options());

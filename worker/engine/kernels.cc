@@ -224,11 +224,17 @@ at::Tensor AttentionRows(const at::Tensor& q, const at::Tensor& keys, const at::
   at::Tensor grouped = q.reshape({rows, kv_heads, group, dim})
                            .permute({1, 2, 0, 3})
                            .reshape({kv_heads, group * rows, dim});
-  at::Tensor scores = at::bmm(grouped, keys.transpose(1, 2)) * scale;
+  // The scores are scaled and masked in place, and dropped once softmax has
+  // read them: at most two score matrices are alive at once.
+  at::Tensor scores = at::bmm(grouped, keys.transpose(1, 2));
+  grouped.reset();
+  scores.mul_(scale);
   scores.view({kv_heads, group, rows, length})
       .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
   at::Tensor probs = at::softmax(scores, -1);
+  scores.reset();
   at::Tensor out = at::bmm(probs, values);  // [kv, group * rows, d]
+  probs.reset();
   return out.view({kv_heads, group, rows, dim}).permute({2, 0, 1, 3}).reshape({rows, heads * dim});
 }
 

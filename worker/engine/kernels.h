@@ -97,8 +97,10 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles);
 // head h / (heads / kv_heads), as transformers' repeat_kv), `allowed`
 // [rows, L] bool (true: row may attend to that key). Softmax in float32.
 // Returns [rows, heads * d]. Rows are processed in chunks whose score matrix
-// stays under `max_score_bytes`, so a long prompt never materialises
-// rows x L x heads scores at once.
+// stays under `max_score_bytes` (at least one row), so a long prompt never
+// materialises rows x L x heads scores at once: the scores are scaled and
+// masked in place, so a chunk's temporaries are at most two score matrices
+// (scores and their softmax) plus its rows of `allowed` negated.
 inline constexpr int64_t kMaxAttentionScoreBytes = 64 << 20;
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                      const at::Tensor& allowed, double scale,

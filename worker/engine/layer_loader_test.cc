@@ -214,7 +214,7 @@ TEST(LayerLoaderTest, BadOptionsAreRefused) {
 
 TEST(LayerLoaderTest, AShortFileIsDataLossNamingItAndTheLoaderStaysFailed) {
   TempDir tmp;
-  const std::string dir = tmp / "model";
+  const std::string dir = tmp.file("model");
   CopyFixture(kFixture, dir);
   checkpoint::Checkpoint ckpt = ReadOrDie(dir);
   StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, Groups(ckpt), {});
@@ -250,7 +250,7 @@ INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, LayerLoaderPageCache, ::testing::Boo
 
 TEST_P(LayerLoaderPageCache, ThePageCacheDoesNotKeepWhatWasRead) {
   TempDir tmp;
-  const std::string dir = tmp / "model";
+  const std::string dir = tmp.file("model");
   CopyFixture(kFixture, dir);
   checkpoint::Checkpoint ckpt = ReadOrDie(dir);
   for (const checkpoint::FileInfo& f : ckpt.files) {

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/paths.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/engine.h"
@@ -48,16 +49,14 @@ struct Outcome {
 
 // Runs `binary args` under a 120 s timeout, capturing stdout and stderr.
 Outcome RunBinary(const std::string& binary, const std::string& args) {
-  const char* bin_dir = std::getenv("NIGHTSHIFT_BIN_DIR");
-  EXPECT_NE(bin_dir, nullptr) << "run through ctest";
   TempDir tmp;
-  const std::string command = "timeout 120 " + std::string(bin_dir ? bin_dir : ".") + "/" + binary +
-                              " " + args + " >" + (tmp / "out") + " 2>" + (tmp / "err");
+  const std::string command = "timeout 120 " + testutil::BinPath(binary) + " " + args + " >" +
+                              tmp.file("out") + " 2>" + tmp.file("err");
   int status = std::system(command.c_str());
   Outcome o;
   if (WIFEXITED(status)) o.exit_code = WEXITSTATUS(status);
-  o.out = ReadFileBytes(tmp / "out");
-  o.err = ReadFileBytes(tmp / "err");
+  o.out = ReadFileBytes(tmp.file("out"));
+  o.err = ReadFileBytes(tmp.file("err"));
   return o;
 }
 
@@ -353,7 +352,7 @@ class CorruptCheckpointTest : public ::testing::TestWithParam<Corruption> {
     for (size_t first = 0; first < cases.size(); first += kParallel) {
       std::vector<std::future<Outcome>> running;
       for (size_t i = first; i < std::min(first + kParallel, cases.size()); ++i) {
-        const std::string dir = *root_ / cases[i].name;
+        const std::string dir = root_->file(cases[i].name);
         CopyFixture(cases[i].fixture, dir);
         cases[i].corrupt(dir);
         running.push_back(
@@ -476,7 +475,7 @@ TEST(RunLabelsTest, TextNamesTheBestLabel) {
 
 TEST(RunLabelsTest, BadLabelsExitTwoWithTheReason) {
   TempDir tmp;
-  const std::string dir = tmp / "model";
+  const std::string dir = tmp.file("model");
   CopyFixture("llama-gqa-sharded", dir);  // vocabulary 384
   EditJson(dir + "/config.json", [](json& c) { c["max_position_embeddings"] = 8; });
   const std::string run = "run --model-dir " + dir + " --ids 1,2,3,4,5";

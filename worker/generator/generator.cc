@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "worker/checkpoint/model_config.h"
 #include "worker/engine/architecture.h"
 
 namespace nightshift::generator {
@@ -176,7 +177,7 @@ Status AdoptTokenizer(CheckpointSpec* spec) {
 
 // Every tensor the engine expects for `config`, in checkpoint order.
 std::vector<PlannedTensor> PlanTensors(const engine::Architecture& arch,
-                                       const engine::ModelConfig& c, DType dtype) {
+                                       const checkpoint::ModelConfig& c, DType dtype) {
   const engine::TensorNames& names = arch.names;
   std::vector<PlannedTensor> out;
   auto add = [&](std::string name, std::vector<int64_t> shape, Init init) {
@@ -192,7 +193,7 @@ std::vector<PlannedTensor> PlanTensors(const engine::Architecture& arch,
     }
   }
   add(names.final_norm, {c.hidden_size}, Init::kNorm);
-  if (c.norm == engine::NormKind::kLayerNorm)
+  if (c.norm == checkpoint::NormKind::kLayerNorm)
     add(names.final_norm_bias, {c.hidden_size}, Init::kBias);
   if (!c.tied_embeddings) add(names.lm_head, {c.vocab_size, c.hidden_size}, Init::kLinear);
   return out;
@@ -382,42 +383,41 @@ StatusOr<CheckpointSpec> Preset(const std::string& name) {
   return NotFound("unknown preset '" + name + "' (known: " + known + ")");
 }
 
-json ConfigJson(const CheckpointSpec& s) {
-  static const std::map<std::string, std::string> kClass = {{"llama", "LlamaForCausalLM"},
-                                                            {"mistral", "MistralForCausalLM"},
-                                                            {"qwen2", "Qwen2ForCausalLM"},
-                                                            {"qwen3", "Qwen3ForCausalLM"}};
-  auto cls = kClass.find(s.arch);
-  json c = {
-      {"architectures", {cls == kClass.end() ? s.arch : cls->second}},
+StatusOr<json> ConfigJson(const CheckpointSpec& s) {
+  static const std::map<std::string, std::string> kClass = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
+      {"gemma", "GemmaForCausalLM"}, {"gpt_neox", "GPTNeoXForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"},
+  };
+  // The spec's numbers in the keys every family reads alike; the family's
+  // parser fills in its defaults for the rest (activation, rotary fraction,
+  // biases, ...) and checks the sizes.
+  json base = {
       {"model_type", s.arch},
       {"hidden_size", s.hidden},
       {"num_hidden_layers", s.layers},
       {"num_attention_heads", s.heads},
       {"num_key_value_heads", s.kv_heads},
+      {"head_dim", s.head_dim.value_or(s.heads > 0 ? s.hidden / s.heads : 0)},
       {"intermediate_size", s.intermediate},
       {"vocab_size", s.vocab},
       {"max_position_embeddings", s.max_position},
-      {"rms_norm_eps", s.norm_eps},
       {"rope_theta", s.rope_theta},
       {"rope_scaling", s.rope_scaling},
-      {"hidden_act", "silu"},
-      {"tie_word_embeddings", s.tie_embeddings},
-      {"bos_token_id", s.bos_token_id},
       {"eos_token_id", s.eos_token_id},
-      {"torch_dtype", DtypeConfigName(s.dtype)},
-      {"use_cache", true},
   };
-  if (s.head_dim || s.arch == "qwen3") {
-    c["head_dim"] = s.head_dim.value_or(s.heads > 0 ? s.hidden / s.heads : 0);
-  }
-  if (s.arch == "llama") {
-    c["attention_bias"] = false;
-    c["mlp_bias"] = false;
-  }
-  if (s.arch == "mistral") c["sliding_window"] = nullptr;
-  if (s.arch == "qwen2" || s.arch == "qwen3") c["use_sliding_window"] = false;
-  if (s.arch == "qwen3") c["attention_bias"] = false;
+  NS_ASSIGN_OR_RETURN(checkpoint::ModelConfig model, checkpoint::ParseModelConfig(base));
+  model.norm_eps = s.norm_eps;
+  model.tied_embeddings = s.tie_embeddings;
+  model.sliding_window.reset();  // full attention (Mistral's reader defaults to a window)
+  // Then written back in the family's own spelling by the one config writer.
+  NS_ASSIGN_OR_RETURN(json c, checkpoint::ModelConfigJson(model));
+  auto cls = kClass.find(s.arch);
+  c["architectures"] = {cls == kClass.end() ? s.arch : cls->second};
+  c["bos_token_id"] = s.bos_token_id;
+  c["torch_dtype"] = DtypeConfigName(s.dtype);
+  c["use_cache"] = true;
   return c;
 }
 
@@ -432,8 +432,8 @@ StatusOr<WriteReport> WriteCheckpoint(const CheckpointSpec& given, const std::st
   if (spec.shards < 1) return InvalidArgument("shards must be at least 1");
   if (!spec.tokenizer_dir.empty()) NS_RETURN_IF_ERROR(AdoptTokenizer(&spec));
 
-  json config = ConfigJson(spec);
-  NS_ASSIGN_OR_RETURN(engine::ModelConfig model, engine::ParseModelConfig(config));
+  NS_ASSIGN_OR_RETURN(json config, ConfigJson(spec));
+  NS_ASSIGN_OR_RETURN(checkpoint::ModelConfig model, checkpoint::ParseModelConfig(config));
   NS_ASSIGN_OR_RETURN(const engine::Architecture* arch, engine::FindArchitecture(spec.arch));
   std::vector<PlannedTensor> tensors = PlanTensors(*arch, model, spec.dtype);
   if (static_cast<size_t>(spec.shards) > tensors.size()) {

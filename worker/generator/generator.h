@@ -5,8 +5,10 @@
 // reader and the engine accept like a published one: `config.json`,
 // `generation_config.json`, `model.safetensors` or shards
 // `model-0000i-of-0000N.safetensors` with `model.safetensors.index.json`, and
-// optionally a copied tokenizer. The tensors are exactly the ones the engine's
-// architecture table expects for the config (so the two cannot drift apart),
+// optionally a copied tokenizer, for any registered family. config.json is
+// spelled by the one config writer (worker/checkpoint/model_config.h), whose
+// parser the engine reads it with; the tensors are exactly the ones the
+// engine's architecture table expects for the config (so none can drift apart),
 // with N(0, 1/fan_in) linear weights, norm weights 1 + 0.1·N(0, 1) and small
 // biases: activations stay in range and a random model's logits are peaked
 // enough to exercise sampling.
@@ -31,14 +33,14 @@
 namespace nightshift::generator {
 
 struct CheckpointSpec {
-  std::string arch;  // model_type: llama, mistral, qwen2, qwen3
+  std::string arch;  // model_type: any registered family (checkpoint::ModelFamilies())
   int64_t hidden = 0;
   int64_t layers = 0;
   int64_t heads = 0;
   int64_t kv_heads = 0;
   int64_t intermediate = 0;
   int64_t vocab = 0;                // 0 with a tokenizer: taken from it
-  std::optional<int64_t> head_dim;  // default hidden / heads (qwen3 writes it always)
+  std::optional<int64_t> head_dim;  // default hidden / heads; written explicitly
   int64_t max_position = 4096;
   double rope_theta = 10000.0;
   nlohmann::json rope_scaling;  // null, or the config.json object
@@ -63,8 +65,13 @@ std::vector<std::string> PresetNames();
 // tokenizer are left for the caller. NotFound lists the presets.
 StatusOr<CheckpointSpec> Preset(const std::string& name);
 
-// config.json for `spec`, in the family's own spelling. Pure.
-nlohmann::json ConfigJson(const CheckpointSpec& spec);
+// config.json for `spec`: the spec's sizes, the family's defaults for the
+// rest, written in the family's own spelling by the one config writer
+// (checkpoint::ModelConfigJson, worker/checkpoint/model_config.h), plus
+// architectures, bos_token_id, torch_dtype and use_cache. The reader's
+// errors for a spec it refuses (Unimplemented for an unregistered arch,
+// DataLoss naming the config field for bad sizes). Pure.
+StatusOr<nlohmann::json> ConfigJson(const CheckpointSpec& spec);
 
 // What WriteCheckpoint wrote.
 struct WriteReport {
@@ -75,8 +82,8 @@ struct WriteReport {
 };
 
 // Writes the checkpoint into `out_dir` (created; must be empty or absent).
-// Validates the spec by parsing the config it produces with the engine's
-// architecture table first (InvalidArgument/Unimplemented naming the field),
+// Validates the spec first: ConfigJson's errors, or InvalidArgument for a
+// dtype that is not a weight dtype or a shard count outside 1..tensors;
 // refuses a non-empty directory (FailedPrecondition), reports I/O errors as
 // Unavailable naming the file. `progress`, when set, is called after each
 // tensor with (bytes written so far, total bytes). Files are written to

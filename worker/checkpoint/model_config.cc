@@ -1,9 +1,10 @@
-#include "worker/engine/model_config.h"
+#include "worker/checkpoint/model_config.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
-namespace nightshift::engine {
+namespace nightshift::checkpoint {
 namespace {
 
 using nlohmann::json;
@@ -49,6 +50,39 @@ Status ValidateRope(const ModelConfig& c) {
 
 }  // namespace
 
+const char* ActivationName(Activation activation) {
+  switch (activation) {
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGeluErf:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_pytorch_tanh";
+  }
+  return "?";
+}
+
+bool operator==(const RopeConfig& a, const RopeConfig& b) {
+  return a.type == b.type && a.theta == b.theta && a.rotary_dim == b.rotary_dim &&
+         a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+         a.high_freq_factor == b.high_freq_factor &&
+         a.original_max_position_embeddings == b.original_max_position_embeddings;
+}
+
+bool operator==(const ModelConfig& a, const ModelConfig& b) {
+  return a.model_type == b.model_type && a.hidden_size == b.hidden_size &&
+         a.num_layers == b.num_layers && a.num_heads == b.num_heads &&
+         a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim &&
+         a.intermediate_size == b.intermediate_size && a.vocab_size == b.vocab_size &&
+         a.max_position_embeddings == b.max_position_embeddings &&
+         a.sliding_window == b.sliding_window && a.norm_eps == b.norm_eps && a.norm == b.norm &&
+         a.activation == b.activation && a.qkv_layout == b.qkv_layout && a.mlp == b.mlp &&
+         a.qkv_bias == b.qkv_bias && a.o_bias == b.o_bias && a.mlp_bias == b.mlp_bias &&
+         a.qk_norm == b.qk_norm && a.parallel_residual == b.parallel_residual &&
+         a.tied_embeddings == b.tied_embeddings && a.scale_embeddings == b.scale_embeddings &&
+         a.rope == b.rope && a.eos_token_ids == b.eos_token_ids;
+}
+
 Status ValidateModelConfig(const ModelConfig& c) {
   NS_RETURN_IF_ERROR(Positive("hidden_size", c.hidden_size));
   NS_RETURN_IF_ERROR(Positive("num_hidden_layers", c.num_layers));
@@ -88,6 +122,10 @@ const json* ConfigReader::Find(const char* key) const {
   auto it = json_.find(key);
   if (it == json_.end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+bool ConfigReader::Has(const char* key) const {
+  return json_.is_object() && json_.find(key) != json_.end();
 }
 
 void ConfigReader::Fail(Status status) {
@@ -253,4 +291,112 @@ void ReadDecoderFields(ConfigReader& r, ModelConfig* c) {
   c->eos_token_ids = r.IntList("eos_token_id");
 }
 
-}  // namespace nightshift::engine
+namespace {
+
+json RopeScalingJson(const RopeConfig& rope) {
+  switch (rope.type) {
+    case RopeType::kDefault:
+      return nullptr;
+    case RopeType::kLinear:
+      return {{"rope_type", "linear"}, {"factor", rope.factor}};
+    case RopeType::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", rope.factor},
+              {"low_freq_factor", rope.low_freq_factor},
+              {"high_freq_factor", rope.high_freq_factor},
+              {"original_max_position_embeddings", rope.original_max_position_embeddings}};
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void WriteDecoderFields(const ModelConfig& c, json* out) {
+  json& j = *out;
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_heads;
+  j["num_key_value_heads"] = c.num_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["intermediate_size"] = c.intermediate_size;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rope_theta"] = c.rope.theta;
+  j["rope_scaling"] = RopeScalingJson(c.rope);
+  if (c.eos_token_ids.size() == 1) {
+    j["eos_token_id"] = c.eos_token_ids[0];
+  } else if (!c.eos_token_ids.empty()) {
+    j["eos_token_id"] = c.eos_token_ids;
+  }
+}
+
+namespace {
+
+// The first of `names` in `config` holding a positive integer (an integral
+// float counts).
+std::optional<int64_t> PositiveInt(const json& config, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    auto it = config.find(name);
+    int64_t value = 0;
+    if (it != config.end() && AsInt(*it, &value) && value > 0) return value;
+  }
+  return std::nullopt;
+}
+
+const std::initializer_list<const char*> kHiddenNames = {"hidden_size", "n_embd", "d_model"};
+
+// Multimodal configs nest the language model's shapes under text_config.
+const json& TextConfig(const json& config) {
+  auto nested = config.find("text_config");
+  if (!PositiveInt(config, kHiddenNames) && nested != config.end() && nested->is_object()) {
+    return *nested;
+  }
+  return config;
+}
+
+int64_t KvHeads(const json& config, int64_t heads) {
+  if (auto kv = PositiveInt(config, {"num_key_value_heads", "num_kv_heads", "n_head_kv"})) {
+    return *kv;
+  }
+  auto multi_query = config.find("multi_query");
+  if (multi_query != config.end() && multi_query->is_boolean() && multi_query->get<bool>()) {
+    return 1;
+  }
+  return heads;
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ParseModelShape(const json& top, const std::string& label) {
+  if (!top.is_object()) return DataLoss(label + ": not a JSON object");
+  StatusOr<ModelConfig> strict = ParseModelConfig(top);
+  if (strict.ok()) return strict;
+
+  const std::string where = label + ": ";
+  const json& config = TextConfig(top);
+  ModelConfig c;
+  auto model_type = top.find("model_type");
+  if (model_type != top.end() && model_type->is_string()) c.model_type = *model_type;
+  std::optional<int64_t> hidden = PositiveInt(config, kHiddenNames);
+  if (!hidden) return DataLoss(where + "no hidden size (hidden_size, n_embd or d_model)");
+  std::optional<int64_t> heads =
+      PositiveInt(config, {"num_attention_heads", "n_head", "num_heads"});
+  if (!heads) return DataLoss(where + "no attention head count (num_attention_heads or n_head)");
+  c.hidden_size = *hidden;
+  c.num_heads = *heads;
+  c.num_kv_heads = KvHeads(config, c.num_heads);
+  c.head_dim = PositiveInt(config, {"head_dim"}).value_or(c.hidden_size / c.num_heads);
+  if (c.head_dim <= 0) return DataLoss(where + "hidden size smaller than the head count");
+  c.intermediate_size =
+      PositiveInt(config, {"intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"})
+          .value_or(4 * c.hidden_size);
+  c.vocab_size = PositiveInt(config, {"vocab_size"}).value_or(0);
+  c.num_layers = PositiveInt(config, {"num_hidden_layers", "n_layer", "num_layers"}).value_or(0);
+  c.max_position_embeddings =
+      PositiveInt(config, {"max_position_embeddings", "n_positions", "max_seq_len", "seq_length"})
+          .value_or(0);
+  c.rope.rotary_dim = c.head_dim;
+  return c;
+}
+
+}  // namespace nightshift::checkpoint

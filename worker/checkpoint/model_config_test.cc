@@ -1,11 +1,11 @@
-#include "worker/engine/model_config.h"
+#include "worker/checkpoint/model_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "worker/engine/architecture.h"
+#include <set>
 
-namespace nightshift::engine {
+namespace nightshift::checkpoint {
 namespace {
 
 using nlohmann::json;
@@ -324,5 +324,135 @@ TEST(ModelConfigTest, RotaryDimensionMustFitTheHead) {
   EXPECT_THAT(ValidateModelConfig(c).message(), HasSubstr("must be even"));
 }
 
+TEST(ModelFamilyTest, TableHasUniqueModelTypesFoundByName) {
+  std::set<std::string> seen;
+  for (const ModelFamily* family : ModelFamilies()) {
+    EXPECT_TRUE(seen.insert(family->model_type).second) << family->model_type;
+    StatusOr<const ModelFamily*> found = FindModelFamily(family->model_type);
+    ASSERT_TRUE(found.ok());
+    EXPECT_EQ(*found, family);
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"llama", "mistral", "qwen2", "qwen3", "gemma", "gpt_neox",
+                                         "phi3"}));
+  EXPECT_THAT(FindModelFamily("mixtral").status().message(),
+              HasSubstr("is a mixture-of-experts model"));
+}
+
+// A config of `family` that sets what the Llama spelling can, with
+// non-default values where the family reads them.
+json VariedConfig(const std::string& model_type) {
+  json j = LlamaConfig();
+  j["model_type"] = model_type;
+  j["head_dim"] = 32;
+  j["rope_theta"] = 250000.0;
+  j["eos_token_id"] = {2, 5};
+  j["tie_word_embeddings"] = true;
+  if (model_type == "gpt_neox") {
+    j.erase("num_key_value_heads");
+    j["rotary_pct"] = 0.375;  // 12 of 32
+    j["use_parallel_residual"] = false;
+    j["layer_norm_eps"] = 1e-4;
+  } else {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 64}};
+  }
+  if (model_type == "phi3") j["partial_rotary_factor"] = 0.75;
+  if (model_type == "mistral" || model_type == "phi3") j["sliding_window"] = 256;
+  if (model_type == "qwen2" || model_type == "qwen3") {
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 256;
+  }
+  if (model_type == "gemma") j["hidden_activation"] = "gelu";
+  if (model_type == "llama") j["mlp_bias"] = true;
+  if (model_type == "llama" || model_type == "qwen3" || model_type == "gemma") {
+    j["attention_bias"] = true;
+  }
+  return j;
+}
+
+// What each family's writer spells, its parser reads back unchanged: the
+// generator's configs are the engine's.
+TEST(ModelFamilyTest, EveryFamilyRoundTripsThroughItsWriter) {
+  for (const ModelFamily* family : ModelFamilies()) {
+    for (bool varied : {false, true}) {
+      json given = LlamaConfig();
+      given["model_type"] = family->model_type;
+      if (family->model_type == "gpt_neox") given.erase("num_key_value_heads");
+      if (varied) given = VariedConfig(family->model_type);
+      StatusOr<ModelConfig> parsed = ParseModelConfig(given);
+      ASSERT_TRUE(parsed.ok()) << family->model_type << ": " << parsed.status().ToString();
+      StatusOr<json> written = ModelConfigJson(*parsed);
+      ASSERT_TRUE(written.ok()) << written.status().ToString();
+      EXPECT_EQ((*written)["model_type"], family->model_type);
+      StatusOr<ModelConfig> again = ParseModelConfig(*written);
+      ASSERT_TRUE(again.ok()) << family->model_type << ": " << again.status().ToString();
+      EXPECT_TRUE(*again == *parsed)
+          << family->model_type << (varied ? " varied" : "") << ": " << written->dump();
+    }
+  }
+  ModelConfig unknown;
+  unknown.model_type = "mamba";
+  EXPECT_EQ(ModelConfigJson(unknown).status().code(), StatusCode::kUnimplemented);
+}
+
+// Partial rotary fractions that do not divide evenly still read back as the
+// same rotary dimension (the writer nudges the fraction up by one ulp).
+TEST(ModelFamilyTest, PartialRotaryFractionsRoundTrip) {
+  for (const char* model_type : {"gpt_neox", "phi3"}) {
+    ModelConfig c = *ParseModelConfig(VariedConfig(model_type));
+    for (int64_t head_dim : {44, 47, 49, 96}) {
+      for (int64_t rotary = 2; rotary <= head_dim; rotary += 2) {
+        c.head_dim = head_dim;
+        c.rope.rotary_dim = rotary;
+        StatusOr<ModelConfig> back = ParseModelConfig(*ModelConfigJson(c));
+        ASSERT_TRUE(back.ok()) << back.status().ToString();
+        EXPECT_EQ(back->rope.rotary_dim, rotary) << model_type << " " << head_dim;
+      }
+    }
+  }
+}
+
+TEST(ModelShapeTest, RegisteredFamiliesReadByTheirParser) {
+  json j = LlamaConfig();
+  j["model_type"] = "gemma";
+  j.erase("head_dim");
+  StatusOr<ModelConfig> shape = ParseModelShape(j);
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  EXPECT_EQ(shape->head_dim, 256);  // Gemma's default, as the engine reads it
+  EXPECT_TRUE(*shape == *ParseModelConfig(j));
+}
+
+TEST(ModelShapeTest, OtherFamiliesUnderTheirOwnNames) {
+  StatusOr<ModelConfig> gpt2 = ParseModelShape(json{{"model_type", "gpt2"},
+                                                    {"n_embd", 768},
+                                                    {"n_head", 12},
+                                                    {"n_layer", 12},
+                                                    {"n_positions", 1024},
+                                                    {"vocab_size", 50257}});
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status().ToString();
+  EXPECT_EQ(gpt2->model_type, "gpt2");
+  EXPECT_EQ(gpt2->hidden_size, 768);
+  EXPECT_EQ(gpt2->num_kv_heads, 12);
+  EXPECT_EQ(gpt2->head_dim, 64);
+  EXPECT_EQ(gpt2->intermediate_size, 4 * 768);
+  EXPECT_EQ(gpt2->num_layers, 12);
+  EXPECT_EQ(gpt2->max_position_embeddings, 1024);
+
+  // A registered family the engine refuses (its rope type) is still sized.
+  json yarn = LlamaConfig();
+  yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  StatusOr<ModelConfig> sized = ParseModelShape(yarn);
+  ASSERT_TRUE(sized.ok()) << sized.status().ToString();
+  EXPECT_EQ(sized->num_kv_heads, 2);
+  EXPECT_EQ(sized->num_layers, 2);
+
+  StatusOr<ModelConfig> missing = ParseModelShape(json{{"n_head", 4}}, "/m/config.json");
+  EXPECT_EQ(missing.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(missing.status().message(), HasSubstr("/m/config.json: no hidden size"));
+}
+
 }  // namespace
-}  // namespace nightshift::engine
+}  // namespace nightshift::checkpoint

@@ -1,0 +1,71 @@
+// One function for each fact about a model that more than one module needs:
+// the engine (what it reserves and runs), the worker's advert (what it tells
+// the scheduler) and the scheduler and planner (what they size and price).
+// Each is defined here once; callers never re-derive them.
+//
+//   KV bytes per token   KvBytesPerToken: 2 (K and V) x layers x kv_heads x
+//                        head_dim x the KV dtype's bytes
+//   KV positions per job KvPositions: what one sequence keeps in the cache
+//   max context          MaxContextTokens: max_position_embeddings, or the
+//                        sliding window when shorter
+//   streamed bytes       StreamedBytesPerPass: what one pass reads
+//   seconds per pass     PassSeconds: streamed bytes / measured bandwidth
+//
+// libtorch-free; builds in every configuration (ns_model_facts). Every
+// function is pure and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/model_config.h"
+
+namespace nightshift::planner {
+
+// The engine keeps its KV cache in float32 on every device (and charges its
+// KV budget so); the worker advertises KV bytes in this dtype, so that the
+// scheduler's sizing and the engine's admission agree.
+inline constexpr int kEngineKvDtypeBytes = 4;
+
+// K and V of one token across all layers: 2 x layers x kv_heads x head_dim x
+// kv_dtype_bytes. 0 when any factor is not positive.
+uint64_t KvBytesPerToken(int64_t layers, int64_t kv_heads, int64_t head_dim, int kv_dtype_bytes);
+// The same for a parsed config.json (num_layers, num_kv_heads, head_dim).
+uint64_t KvBytesPerToken(const checkpoint::ModelConfig& config, int kv_dtype_bytes);
+
+// KV cache positions one job's sequence holds. Generation (`label_tokens`
+// empty): the prompt and max_new_tokens - 1, since the last generated token
+// is never fed back (prompt + max(max_new_tokens - 1, 0)). Classification:
+// the prompt and every label's tokens (`label_tokens` holds each label's
+// token count), all riding the one sequence. The engine clamps a
+// generation's figure to its context afterwards (generation stops there);
+// the scheduler refuses a job whose figure exceeds the context.
+int64_t KvPositions(int64_t prompt_tokens, int64_t max_new_tokens,
+                    const std::vector<int64_t>& label_tokens);
+
+// The longest context the engine runs for `config` by default:
+// max_position_embeddings, or the sliding window when that is shorter
+// (sliding-window attention is not implemented; below the window it equals
+// full attention). The worker advertises this as max_context_tokens.
+int64_t MaxContextTokens(const checkpoint::ModelConfig& config);
+
+// Checkpoint bytes one pass streams from disk: every tensor's bytes (the
+// embedding is priced whole though a pass gathers only the rows it needs).
+uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint);
+
+// Seconds one pass takes at `read_bytes_per_second`: streamed_bytes /
+// read_bytes_per_second; 0 when the bandwidth is unknown (<= 0).
+//
+// No efficiency factor: the bandwidth is measured on the same disk with the
+// same parallel reads the loader uses (worker/daemon/read_bandwidth.h), and
+// the engine's passes measure 1.01-1.15x this figure, so a factor would only
+// move the estimate away from what runs. The worker's advert, the
+// scheduler's fallback and the ETA's prior use this. The seed's 0.85 / 0.70
+// (kStreamEfficiencyPrefetch / kStreamEfficiencySerial) stays in
+// `nightshift plan`'s generation-time model only (planner/estimate.h,
+// catalogue and --model-dir alike): it prices a nominal disk speed the user
+// names, with or without prefetching, and its figures are the seed's spec.
+double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second);
+
+}  // namespace nightshift::planner
