@@ -21,7 +21,7 @@
 
 #include "common/flags.h"
 #include "nightshift.grpc.pb.h"
-#include "scheduler/client.h"
+#include "proto/client.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/service.h"
 #include "scheduler/store.h"
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(service.worker_service());
   builder.SetMaxReceiveMessageSize(128 << 20);
   auto server = builder.BuildAndStart();
-  auto channel = Connect({"127.0.0.1:" + std::to_string(port), "", false, ""});
+  auto channel = api::Connect({"127.0.0.1:" + std::to_string(port), "", false, ""});
   auto stub = v1::JobService::NewStub(*channel);
 
   // A busy worker: it serves the model (so jobs are tokenised and queued at

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include "tests/testing/paths.h"
 
 namespace nightshift {
 namespace {
@@ -144,10 +145,9 @@ struct CommandResult {
 };
 
 CommandResult DiskBenchCommand(const std::string& args, const fs::path& scratch) {
-  const char* bin = std::getenv("NIGHTSHIFT_BIN_DIR");
   fs::path err_file = scratch / "stderr";
-  std::string cmd = std::string(bin != nullptr ? bin : "build/bin") + "/nightshift disk-bench " +
-                    args + " 2>" + err_file.string();
+  std::string cmd =
+      testutil::BinPath("nightshift") + " disk-bench " + args + " 2>" + err_file.string();
   CommandResult run;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return run;

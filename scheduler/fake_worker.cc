@@ -27,13 +27,13 @@
 
 #include "common/flags.h"
 #include "nightshift.grpc.pb.h"
-#include "scheduler/client.h"
-#include "scheduler/types.h"
+#include "proto/client.h"
+#include "proto/types.h"
 
 namespace {
 
 namespace v1 = nightshift::v1;
-using nightshift::scheduler::TokenizerFiles;
+using nightshift::api::TokenizerFiles;
 
 struct Options {
   std::string scheduler = "localhost:50051";
@@ -79,10 +79,10 @@ class FakeWorker {
       : options_(std::move(options)), tokenizer_(ReadTokenizer(options_.tokenizer_dir)) {}
 
   int Run() {
-    auto channel = nightshift::scheduler::Connect({options_.scheduler, options_.token, false, ""});
+    auto channel = nightshift::api::Connect({options_.scheduler, options_.token, false, ""});
     if (!channel.ok()) return Fail(channel.status().message());
     auto stub = v1::WorkerService::NewStub(*channel);
-    nightshift::scheduler::AddToken(&context_, options_.token);
+    nightshift::api::AddToken(&context_, options_.token);
     stream_ = stub->Attach(&context_);
     Write(Hello());
     std::thread reader([this] { Read(); });
@@ -117,7 +117,7 @@ class FakeWorker {
     h->set_read_bytes_per_second(2e9);
     h->set_max_batch_jobs(static_cast<int32_t>(options_.max_batch_jobs));
     const std::string hash =
-        tokenizer_.files.empty() ? "" : nightshift::scheduler::TokenizerHash(tokenizer_);
+        tokenizer_.files.empty() ? "" : nightshift::api::TokenizerHash(tokenizer_);
     for (const std::string& name : options_.models) {
       auto* model = h->add_models();
       model->set_name(name);

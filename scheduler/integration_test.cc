@@ -15,19 +15,19 @@
 #include <thread>
 
 #include "nightshift.grpc.pb.h"
-#include "scheduler/client.h"
+#include "proto/client.h"
 #include "scheduler/test_util.h"
-#include "scheduler/testing/paths.h"
-#include "scheduler/testing/process.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/process.h"
 
 namespace nightshift::scheduler {
 namespace {
 
-using testing::BinPath;
-using testing::Process;
 using testing::TempDir;
+using testutil::BinPath;
+using testutil::Process;
 
-std::string TinyModelDir() { return testing::DataPath("scheduler/tiny-model"); }
+std::string TinyModelDir() { return testutil::DataPath("scheduler/tiny-model"); }
 
 class IntegrationTest : public ::testing::Test {
  protected:
@@ -39,11 +39,11 @@ class IntegrationTest : public ::testing::Test {
 
   // Starts a scheduler on a free loopback port; returns its address.
   std::string StartScheduler(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = testing::SchedulerArgv(dir_.file("state.db"), "1.5");
+    std::vector<std::string> argv = testutil::SchedulerArgv(dir_.file("state.db"), "1.5");
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = Process::Start(argv, dir_.file("scheduler.log"));
     EXPECT_NE(p, nullptr);
-    const std::string address = testing::WaitForListenAddress(*p, 20);
+    const std::string address = testutil::WaitForListenAddress(*p, 20);
     EXPECT_FALSE(address.empty()) << p->Log();
     scheduler_ = p.get();
     processes_.push_back(std::move(p));
@@ -82,7 +82,7 @@ class IntegrationTest : public ::testing::Test {
   }
 
   std::unique_ptr<v1::JobService::Stub> Jobs(const std::string& address) {
-    auto channel = Connect({address, "", false, ""});
+    auto channel = api::Connect({address, "", false, ""});
     return v1::JobService::NewStub(*channel);
   }
 
@@ -111,7 +111,7 @@ class IntegrationTest : public ::testing::Test {
   std::vector<v1::SubmissionEvent> WatchToEnd(v1::JobService::Stub* stub, int64_t submission,
                                               grpc::Status* status, const std::string& token = "") {
     grpc::ClientContext ctx;
-    AddToken(&ctx, token);
+    api::AddToken(&ctx, token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::WatchSubmissionRequest request;
     request.set_submission_id(submission);
@@ -149,7 +149,6 @@ TEST_F(IntegrationTest, SubmitLeaseProgressResultsAndTheWatchStreamCloses) {
   *request.add_jobs() = Generation("gen-a", 3);
   *request.add_jobs() = Generation("gen-b", 5);
   *request.add_jobs() = Classification("cls");
-#if NIGHTSHIFT_HAVE_CHAT
   v1::JobRequest chat;
   chat.set_custom_id("chat");
   chat.set_model("tiny");
@@ -159,7 +158,6 @@ TEST_F(IntegrationTest, SubmitLeaseProgressResultsAndTheWatchStreamCloses) {
   message->set_content("hi");
   chat.set_max_new_tokens(2);
   *request.add_jobs() = chat;
-#endif
   const int count = request.jobs_size();
   v1::SubmitJobsResponse response;
   grpc::ClientContext ctx;
@@ -308,7 +306,7 @@ TEST_F(IntegrationTest, TokensSeparateClientsFromWorkersAndHealthAndReflectionNe
   auto stub = Jobs(address);
   auto info = [&](const std::string& token) {
     grpc::ClientContext ctx;
-    AddToken(&ctx, token);
+    api::AddToken(&ctx, token);
     v1::ServerInfo reply;
     return stub->GetServerInfo(&ctx, {}, &reply).error_code();
   };
@@ -323,7 +321,7 @@ TEST_F(IntegrationTest, TokensSeparateClientsFromWorkersAndHealthAndReflectionNe
   EXPECT_NE(intruder->Log().find("a client token cannot attach as a worker"), std::string::npos)
       << intruder->Log();
 
-  auto channel = *Connect({address, "", false, ""});
+  auto channel = *api::Connect({address, "", false, ""});
   grpc::Status status;
   // grpc.health.v1.Health/Check with an empty request: SERVING is field 1 = 1.
   const std::string health = RawCall(channel, "/grpc.health.v1.Health/Check", "", &status);
@@ -339,15 +337,15 @@ TEST_F(IntegrationTest, TokensSeparateClientsFromWorkersAndHealthAndReflectionNe
 }
 
 TEST_F(IntegrationTest, ServesTlsWithTheGivenCertificate) {
-  const std::string tls = testing::DataPath("scheduler/tls/");
+  const std::string tls = testutil::DataPath("scheduler/tls/");
   const std::string address =
       StartScheduler({"--tls-cert", tls + "cert.pem", "--tls-key", tls + "key.pem",
                       "--client-token", "c", "--worker-token", "w"});
   auto info = [&](bool use_tls) {
-    auto channel = Connect({address, "c", use_tls, use_tls ? tls + "cert.pem" : ""});
+    auto channel = api::Connect({address, "c", use_tls, use_tls ? tls + "cert.pem" : ""});
     auto stub = v1::JobService::NewStub(*channel);
     grpc::ClientContext ctx;
-    AddToken(&ctx, "c");
+    api::AddToken(&ctx, "c");
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::ServerInfo reply;
     grpc::Status status = stub->GetServerInfo(&ctx, {}, &reply);

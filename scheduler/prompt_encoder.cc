@@ -5,19 +5,15 @@
 #include <fstream>
 #include <optional>
 
-#include "worker/tokenizer/tokenizer.h"
-#if NIGHTSHIFT_HAVE_CHAT
 #include "worker/chat/chat_template.h"
-#endif
+#include "worker/tokenizer/tokenizer.h"
 
 namespace nightshift::scheduler {
 
 struct PromptEncoder::Impl {
   std::optional<tokenizer::Tokenizer> tokenizer;
-#if NIGHTSHIFT_HAVE_CHAT
   std::optional<chat::ModelChatTemplate> chat_template;
   Status chat_status;  // why there is no template, when there is none
-#endif
 };
 
 namespace {
@@ -75,7 +71,6 @@ StatusOr<std::shared_ptr<const PromptEncoder>> PromptEncoder::Create(const Token
     if (!tok.ok()) return tok.status();
     impl->tokenizer.emplace(std::move(tok).value());
   }
-#if NIGHTSHIFT_HAVE_CHAT
   auto chat_template = chat::LoadModelChatTemplate(dir);
   if (chat_template.ok()) {
     impl->chat_template.emplace(std::move(chat_template).value());
@@ -84,7 +79,6 @@ StatusOr<std::shared_ptr<const PromptEncoder>> PromptEncoder::Create(const Token
   } else {
     return chat_template.status();
   }
-#endif
   return std::shared_ptr<const PromptEncoder>(new PromptEncoder(std::move(impl)));
 }
 
@@ -120,7 +114,6 @@ StatusOr<TokenisedPrompt> PromptEncoder::Encode(const JobSpec& spec) const {
       break;
     }
     case PromptKind::kChat: {
-#if NIGHTSHIFT_HAVE_CHAT
       if (tok == nullptr) return Unimplemented("the model has no tokenizer.json: send token ids");
       if (!impl_->chat_template) return impl_->chat_status;
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -131,11 +124,6 @@ StatusOr<TokenisedPrompt> PromptEncoder::Encode(const JobSpec& spec) const {
                                            messages, true, impl_->chat_template->special_tokens));
       NS_ASSIGN_OR_RETURN(out.prompt, tok->Encode(prompt_text, false));
       break;
-#else
-      return Unimplemented(
-          "chat prompts need the chat-template library (worker/chat), which this scheduler was "
-          "built without: send text or token ids");
-#endif
     }
   }
   if (!spec.labels.empty() && tok == nullptr) {

@@ -6,9 +6,9 @@
 //     (e.g. BOS), as HuggingFace and vLLM do for completions;
 //   - chat messages: rendered with the model's chat template
 //     (add_generation_prompt), then encoded without adding special tokens
-//     (the template writes them). This needs the chat-template library
-//     (worker/chat, target ns_chat); a build without it refuses chat prompts
-//     with Unimplemented naming the missing piece;
+//     (the template writes them), by the chat-template library
+//     (worker/chat); a model without a chat template refuses chat prompts
+//     with Unimplemented;
 //   - token ids: taken as they are, checked against the vocabulary;
 //   - labels: each encoded as the continuation of the prompt text (so a label
 //     gets the leading-space token the tokenizer would produce after the

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "nightshift.grpc.pb.h"
+#include "proto/grpc_status.h"
 #include "scheduler/metrics.h"
 #include "scheduler/wire.h"
 
@@ -124,7 +125,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::SubmissionEvent>,
     if (!watch.ok()) {
       queue_.clear();
       finished_ = true;
-      Finish(wire::ToGrpcStatus(watch.status()));
+      Finish(api::ToGrpcStatus(watch.status()));
       return;
     }
     watch_id_ = *watch;
@@ -227,7 +228,7 @@ class ResultsReactor : public grpc::ServerWriteReactor<v1::Job> {
       filter.with_results = true;
       auto page = scheduler_->ListJobs(filter, after_id_, kPage);
       if (!page.ok()) {
-        Finish(wire::ToGrpcStatus(page.status()));
+        Finish(api::ToGrpcStatus(page.status()));
         return;
       }
       page_ = std::move(page->jobs);
@@ -286,7 +287,7 @@ class Service::Impl {
       } else if (ctx->deadline() < std::chrono::system_clock::now()) {
         reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"));
       } else {
-        reactor->Finish(wire::ToGrpcStatus(fn()));
+        reactor->Finish(api::ToGrpcStatus(fn()));
       }
     });
     return reactor;
@@ -526,7 +527,7 @@ class Service::Impl {
         auto session = s->Attach(hello, this);
         if (!session.ok()) {
           std::lock_guard<std::mutex> lock(mu_);
-          FinishLocked(wire::ToGrpcStatus(session.status()));
+          FinishLocked(api::ToGrpcStatus(session.status()));
           return;
         }
         {

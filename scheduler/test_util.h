@@ -1,34 +1,16 @@
-// Helpers shared by the scheduler's tests: a temporary directory removed at
-// the end of the test, and small builders for specs and workers.
+// Helpers shared by the scheduler's tests: small builders for specs and
+// workers, and the common test helpers (tests/testing/) they use.
 #pragma once
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "scheduler/types.h"
+#include "tests/testing/temp_dir.h"
 
 namespace nightshift::scheduler::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "nightshift-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testutil::TempDir;
 
 // A generation job with a token-id prompt of `prompt_tokens` ids.
 inline JobSpec TokenJob(const std::string& custom_id, const std::string& model,

@@ -1,9 +1,8 @@
 #include "scheduler/types.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
-#include <cstdio>
+
+#include "planner/model_facts.h"
 
 namespace nightshift::scheduler {
 
@@ -80,27 +79,34 @@ StatusOr<JobState> ParseJobState(std::string_view name) {
                          "' (queued, leased, running, succeeded, failed, cancelled)");
 }
 
+const char* BatchStateName(BatchState state) {
+  switch (state) {
+    case BatchState::kActive:
+      return "active";
+    case BatchState::kFinished:
+      return "finished";
+    case BatchState::kExpired:
+      return "expired";
+    case BatchState::kReleased:
+      return "released";
+  }
+  return "?";
+}
+
 bool IsTerminal(JobState state) {
   return state == JobState::kSucceeded || state == JobState::kFailed ||
          state == JobState::kCancelled;
 }
 
-const char* EndpointUrl(Endpoint endpoint) {
-  return endpoint == Endpoint::kChatCompletions ? "/v1/chat/completions" : "/v1/completions";
-}
-
-StatusOr<Endpoint> ParseEndpointUrl(std::string_view url) {
-  if (url == "/v1/completions") return Endpoint::kCompletions;
-  if (url == "/v1/chat/completions") return Endpoint::kChatCompletions;
-  return InvalidArgument("unsupported url '" + std::string(url) +
-                         "' (/v1/completions or /v1/chat/completions)");
-}
-
 int64_t KvTokens(const JobSpec& spec, const TokenisedPrompt& tokens) {
-  int64_t total = static_cast<int64_t>(tokens.prompt.size());
-  if (spec.labels.empty()) return total + spec.max_new_tokens;
-  for (const auto& label : tokens.labels) total += static_cast<int64_t>(label.size());
-  return total;
+  std::vector<int64_t> label_tokens;
+  if (!spec.labels.empty()) {
+    for (const auto& label : tokens.labels) {
+      label_tokens.push_back(static_cast<int64_t>(label.size()));
+    }
+  }
+  return planner::KvPositions(static_cast<int64_t>(tokens.prompt.size()), spec.max_new_tokens,
+                              label_tokens);
 }
 
 int64_t PassesNeeded(const JobSpec& spec) {
@@ -123,41 +129,6 @@ int64_t& StateCounts::at(JobState state) {
       break;
   }
   return cancelled;
-}
-
-std::string TokenizerHash(const TokenizerFiles& tokenizer) {
-  // Each part is length-prefixed so that no two different inputs hash the same bytes.
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  auto add = [&](const std::string& part) {
-    const uint64_t size = part.size();
-    EVP_DigestUpdate(ctx, &size, sizeof(size));
-    EVP_DigestUpdate(ctx, part.data(), part.size());
-  };
-  add(std::to_string(tokenizer.files.size()));
-  for (const auto& [name, content] : tokenizer.files) {
-    add(name);
-    add(content);
-  }
-  for (int32_t id : tokenizer.eos_ids) add(std::to_string(id));
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(ctx, digest, &length);
-  EVP_MD_CTX_free(ctx);
-  std::string hex;
-  char byte[3];
-  for (unsigned int i = 0; i < length; ++i) {
-    std::snprintf(byte, sizeof(byte), "%02x", digest[i]);
-    hex += byte;
-  }
-  return hex;
-}
-
-const ModelOffer* FindModel(const WorkerInfo& worker, std::string_view model) {
-  for (const auto& offer : worker.models) {
-    if (offer.name == model) return &offer;
-  }
-  return nullptr;
 }
 
 }  // namespace nightshift::scheduler

@@ -1,10 +1,15 @@
-// The scheduler's domain vocabulary: plain structs shared by the store, the
-// policy, the ETA and the service. No gRPC, protobuf or SQLite types appear
-// here; the service converts wire messages to and from these.
+// The scheduler's own domain vocabulary: job states, queued jobs, stored
+// jobs, submissions and results, shared by the store, the policy, the ETA and
+// the service. The types it exchanges with workers and clients (specs,
+// outputs, offers, pass progress) are the contract's, in proto/types.h. No
+// gRPC, protobuf or SQLite types appear here; the service converts wire
+// messages to and from these.
 //
 // Job states are one enum with one transition function (Transition below),
 // mirrored in migrations/0001_initial.sql by a CHECK constraint on the state
-// names and a trigger that refuses any other change of state.
+// names and a trigger that refuses any other change of state; every change of
+// a job's state in the store goes through Transition. Batch states are an
+// enum beside them, mirrored by the batches table's CHECK constraint.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "proto/types.h"
 
 namespace nightshift::scheduler {
 
@@ -53,56 +59,47 @@ StatusOr<JobState> ParseJobState(std::string_view name);
 // succeeded, failed and cancelled.
 bool IsTerminal(JobState state);
 
-// ---------------------------------------------------------------- job specs
+// ---------------------------------------------------------------- batch states
 
-// The OpenAI endpoint a job imitates; results are shaped after it.
-enum class Endpoint { kCompletions, kChatCompletions };
-const char* EndpointUrl(Endpoint endpoint);  // "/v1/completions", "/v1/chat/completions"
-// InvalidArgument naming the url for anything else.
-StatusOr<Endpoint> ParseEndpointUrl(std::string_view url);
+// A batch is active while its lease holds, then ends once: finished (every
+// job left with a result or a cancel), expired (its lease was lost) or
+// released (the worker handed every job back). Mirrored by the CHECK
+// constraint on batches.state in migrations/0001_initial.sql.
+enum class BatchState { kActive, kFinished, kExpired, kReleased };
 
-enum class PromptKind { kText, kChat, kTokenIds };
+inline constexpr BatchState kAllBatchStates[] = {BatchState::kActive, BatchState::kFinished,
+                                                 BatchState::kExpired, BatchState::kReleased};
 
-struct ChatMessage {
-  std::string role;
-  std::string content;
-};
+// "active", "finished", ... (the spelling stored in the database).
+const char* BatchStateName(BatchState state);
 
-struct Sampling {
-  double temperature = 1.0;  // 0 = greedy
-  double top_p = 1.0;
-  int32_t top_k = 0;  // 0 = off
-  bool has_seed = false;
-  uint64_t seed = 0;
-};
+// ---------------------------------------------------------------- the contract
 
-// What a client asks for: one line of an OpenAI Batch file, decoded.
-struct JobSpec {
-  std::string custom_id;  // unique within its submission
-  std::string model;      // a checkpoint directory name under a worker's model root
-  Endpoint endpoint = Endpoint::kCompletions;
-  PromptKind prompt_kind = PromptKind::kText;
-  std::string prompt_text;                // kText
-  std::vector<ChatMessage> messages;      // kChat
-  std::vector<int32_t> prompt_token_ids;  // kTokenIds
-  int32_t max_new_tokens = 16;            // generation; ignored for classification
-  Sampling sampling;
-  std::vector<std::string> stop;
-  std::vector<std::string> labels;  // non-empty: classification (score each label)
-  bool logprobs = false;
-  int32_t top_logprobs = 0;
-  int32_t priority = 0;  // higher runs first
-};
+// The contract's types (proto/types.h), under the names the scheduler uses.
+using api::ChatMessage;
+using api::Endpoint;
+using api::EndpointUrl;
+using api::FindModel;
+using api::JobOutput;
+using api::JobSpec;
+using api::LabelScore;
+using api::ModelOffer;
+using api::ParseEndpointUrl;
+using api::PassProgress;
+using api::PromptKind;
+using api::Sampling;
+using api::TokenisedPrompt;
+using api::TokenizerFiles;
+using api::TokenizerHash;
+using api::TokenLogprob;
+using api::TopLogprob;
+using api::WorkerHello;
+using api::WorkerInfo;
 
-// A job's prompt as token ids, exact for the model that runs it.
-struct TokenisedPrompt {
-  std::vector<int32_t> prompt;
-  std::vector<std::vector<int32_t>> labels;  // one id list per JobSpec::labels entry
-};
+// ---------------------------------------------------------------- job sizing
 
-// Tokens a job occupies in the KV cache: prompt + max new tokens for
-// generation, prompt + every label's tokens for classification (all labels
-// ride in the one sequence).
+// KV positions a job reserves on a worker: planner::KvPositions of its
+// tokenised prompt, max_new_tokens and labels (the figure the engine charges).
 int64_t KvTokens(const JobSpec& spec, const TokenisedPrompt& tokens);
 
 // Passes a job needs once running: 1 for classification, max_new_tokens for generation.
@@ -156,35 +153,6 @@ struct Submission {
   bool done() const { return sealed && counts.unfinished() == 0; }
 };
 
-struct LabelScore {
-  std::string label;
-  double logprob = 0;
-};
-
-struct TopLogprob {
-  int32_t token = 0;
-  std::string text;
-  double logprob = 0;
-};
-
-struct TokenLogprob {
-  int32_t token = 0;
-  std::string text;
-  double logprob = 0;
-  std::vector<TopLogprob> top;
-};
-
-// What a worker produced for one job.
-struct JobOutput {
-  std::string text;
-  std::vector<int32_t> token_ids;
-  std::string finish_reason;  // "stop", "length" (generation); "label" (classification)
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;
-  std::vector<TokenLogprob> logprobs;  // when asked
-  std::vector<LabelScore> labels;      // classification, in JobSpec::labels order
-};
-
 // A worker's report for one job: its output or why it failed.
 struct JobResult {
   int64_t job_id = 0;
@@ -194,58 +162,6 @@ struct JobResult {
   JobOutput output;   // when ok
   std::string error;  // when !ok
   int64_t created_at_ms = 0;
-};
-
-// ---------------------------------------------------------------- workers
-
-// A model a worker serves, with the planner's exact figures for that worker.
-struct ModelOffer {
-  std::string name;
-  int64_t kv_bytes_per_token = 0;  // planner's exact KV bytes per token on this worker
-  int64_t checkpoint_bytes = 0;    // bytes one pass reads
-  double seconds_per_pass = 0;     // planner's estimate; 0 = unknown
-  int64_t max_context_tokens = 0;  // 0 = unknown
-  std::string tokenizer_hash;      // "" = no tokenizer sent
-};
-
-// A model's tokenizer files as a worker sends them, cached by content hash.
-struct TokenizerFiles {
-  std::map<std::string, std::string> files;  // file name -> content (tokenizer.json, ...)
-  std::vector<int32_t> eos_ids;
-};
-// Stable content hash (hex) of the files and EOS ids.
-std::string TokenizerHash(const TokenizerFiles& tokenizer);
-
-struct WorkerInfo {
-  std::string id;
-  std::string device;  // "cpu", "cuda:0", ...
-  int64_t memory_budget_bytes = 0;
-  int64_t kv_budget_bytes = 0;
-  double read_bytes_per_second = 0;  // parallel cold reads, as disk-bench reports
-  int32_t max_batch_jobs = 0;        // 0 = no limit beyond the KV budget
-  std::vector<ModelOffer> models;
-  std::string open_model;  // the checkpoint it has open, "" if none
-  // Filled by the store:
-  int64_t session = 0;  // fencing epoch, +1 on each attach
-  bool connected = false;
-  int64_t last_seen_at_ms = 0;
-};
-
-const ModelOffer* FindModel(const WorkerInfo& worker, std::string_view model);
-
-// One pass of one batch, as a worker reports it.
-struct PassProgress {
-  int64_t batch_id = 0;
-  int64_t pass_index = 0;  // 0-based within the batch
-  double seconds = 0;
-  int64_t bytes_read = 0;
-  double io_wait_seconds = 0;
-  int32_t sequences = 0;
-  int64_t tokens = 0;                    // tokens computed in this pass
-  std::string mode;                      // "streaming" / "resident"
-  std::map<int64_t, int64_t> generated;  // job id -> tokens generated so far
-  int64_t free_kv_bytes = 0;             // KV the worker could give to more jobs of this model
-  bool want_top_up = false;
 };
 
 }  // namespace nightshift::scheduler

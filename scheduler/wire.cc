@@ -2,48 +2,8 @@
 
 namespace nightshift::scheduler::wire {
 
-grpc::Status ToGrpcStatus(const Status& status) {
-  using grpc::StatusCode;
-  StatusCode code = StatusCode::UNKNOWN;
-  switch (status.code()) {
-    case nightshift::StatusCode::kOk:
-      return grpc::Status::OK;
-    case nightshift::StatusCode::kInvalidArgument:
-      code = StatusCode::INVALID_ARGUMENT;
-      break;
-    case nightshift::StatusCode::kNotFound:
-      code = StatusCode::NOT_FOUND;
-      break;
-    case nightshift::StatusCode::kAlreadyExists:
-      code = StatusCode::ALREADY_EXISTS;
-      break;
-    case nightshift::StatusCode::kFailedPrecondition:
-      code = StatusCode::FAILED_PRECONDITION;
-      break;
-    case nightshift::StatusCode::kOutOfRange:
-      code = StatusCode::OUT_OF_RANGE;
-      break;
-    case nightshift::StatusCode::kUnimplemented:
-      code = StatusCode::UNIMPLEMENTED;
-      break;
-    case nightshift::StatusCode::kResourceExhausted:
-      code = StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    case nightshift::StatusCode::kDataLoss:
-      code = StatusCode::DATA_LOSS;
-      break;
-    case nightshift::StatusCode::kUnavailable:
-      code = StatusCode::UNAVAILABLE;
-      break;
-    case nightshift::StatusCode::kCancelled:
-      code = StatusCode::CANCELLED;
-      break;
-    case nightshift::StatusCode::kInternal:
-      code = StatusCode::INTERNAL;
-      break;
-  }
-  return grpc::Status(code, status.message());
-}
+using api::wire::FromProto;
+using api::wire::ToProto;
 
 v1::JobState ToProto(JobState state) {
   switch (state) {
@@ -71,23 +31,6 @@ std::optional<JobState> FromProto(v1::JobState state) {
 }
 
 namespace {
-
-Sampling FromProto(const v1::Sampling& s) {
-  Sampling out;
-  if (s.has_temperature()) out.temperature = s.temperature();
-  if (s.has_top_p()) out.top_p = s.top_p();
-  out.top_k = s.top_k();
-  out.has_seed = s.has_seed();
-  out.seed = s.seed();
-  return out;
-}
-
-void ToProto(const Sampling& s, v1::Sampling* out) {
-  out->set_temperature(s.temperature);
-  out->set_top_p(s.top_p);
-  out->set_top_k(s.top_k);
-  if (s.has_seed) out->set_seed(s.seed);
-}
 
 void ToProto(const ModelOffer& m, double measured, v1::ModelInfo* out) {
   out->set_name(m.name);
@@ -151,47 +94,6 @@ SubmitRequest FromProto(const v1::SubmitJobsRequest& request) {
     out.jobs.push_back(FromProto(job, &problem));
     out.decode_problems.push_back(std::move(problem));
   }
-  return out;
-}
-
-void ToProto(const JobOutput& o, v1::JobOutput* out) {
-  out->set_text(o.text);
-  out->mutable_token_ids()->Assign(o.token_ids.begin(), o.token_ids.end());
-  out->set_finish_reason(o.finish_reason);
-  out->set_prompt_tokens(o.prompt_tokens);
-  out->set_completion_tokens(o.completion_tokens);
-  for (const auto& lp : o.logprobs) {
-    auto* t = out->add_logprobs();
-    t->set_token(lp.token);
-    t->set_text(lp.text);
-    t->set_logprob(lp.logprob);
-    for (const auto& top : lp.top) {
-      auto* x = t->add_top();
-      x->set_token(top.token);
-      x->set_text(top.text);
-      x->set_logprob(top.logprob);
-    }
-  }
-  for (const auto& l : o.labels) {
-    auto* x = out->add_labels();
-    x->set_label(l.label);
-    x->set_logprob(l.logprob);
-  }
-}
-
-JobOutput FromProto(const v1::JobOutput& o) {
-  JobOutput out;
-  out.text = o.text();
-  out.token_ids.assign(o.token_ids().begin(), o.token_ids().end());
-  out.finish_reason = o.finish_reason();
-  out.prompt_tokens = o.prompt_tokens();
-  out.completion_tokens = o.completion_tokens();
-  for (const auto& lp : o.logprobs()) {
-    TokenLogprob t{lp.token(), lp.text(), lp.logprob(), {}};
-    for (const auto& top : lp.top()) t.top.push_back({top.token(), top.text(), top.logprob()});
-    out.logprobs.push_back(std::move(t));
-  }
-  for (const auto& l : o.labels()) out.labels.push_back({l.label(), l.logprob()});
   return out;
 }
 
@@ -302,46 +204,6 @@ void ToProto(const Estimate& e, v1::EstimateResponse* out) {
   }
   if (e.seconds) out->set_seconds(*e.seconds);
   out->set_queued_ahead(e.queued_ahead);
-}
-
-WorkerHello FromProto(const v1::WorkerHello& h) {
-  WorkerHello out;
-  out.info.id = h.worker_id();
-  out.info.device = h.device();
-  out.info.memory_budget_bytes = h.memory_budget_bytes();
-  out.info.kv_budget_bytes = h.kv_budget_bytes();
-  out.info.read_bytes_per_second = h.read_bytes_per_second();
-  out.info.max_batch_jobs = h.max_batch_jobs();
-  out.info.open_model = h.open_model();
-  for (const auto& m : h.models()) {
-    out.info.models.push_back({m.name(), m.kv_bytes_per_token(), m.checkpoint_bytes(),
-                               m.seconds_per_pass(), m.max_context_tokens(), m.tokenizer_hash()});
-  }
-  out.running_batches.assign(h.running_batches().begin(), h.running_batches().end());
-  return out;
-}
-
-TokenizerFiles FromProto(const v1::TokenizerUpload& upload) {
-  TokenizerFiles out;
-  for (const auto& [name, content] : upload.files()) out.files[name] = content;
-  out.eos_ids.assign(upload.eos_ids().begin(), upload.eos_ids().end());
-  return out;
-}
-
-PassProgress FromProto(const v1::PassReport& r) {
-  PassProgress out;
-  out.batch_id = r.batch_id();
-  out.pass_index = r.pass_index();
-  out.seconds = r.seconds();
-  out.bytes_read = r.bytes_read();
-  out.io_wait_seconds = r.io_wait_seconds();
-  out.sequences = r.sequences();
-  out.tokens = r.tokens();
-  out.mode = r.mode();
-  for (const auto& [job, generated] : r.generated()) out.generated[job] = generated;
-  out.free_kv_bytes = r.free_kv_bytes();
-  out.want_top_up = r.want_top_up();
-  return out;
 }
 
 JobResult FromProto(const v1::JobResultReport& r) {

@@ -5,30 +5,6 @@
 namespace nightshift::scheduler::wire {
 namespace {
 
-TEST(WireTest, EveryStatusCodeHasItsGrpcCode) {
-  const std::pair<Status, grpc::StatusCode> cases[] = {
-      {Status::Ok(), grpc::StatusCode::OK},
-      {InvalidArgument("x"), grpc::StatusCode::INVALID_ARGUMENT},
-      {NotFound("x"), grpc::StatusCode::NOT_FOUND},
-      {AlreadyExists("x"), grpc::StatusCode::ALREADY_EXISTS},
-      {FailedPrecondition("x"), grpc::StatusCode::FAILED_PRECONDITION},
-      {OutOfRange("x"), grpc::StatusCode::OUT_OF_RANGE},
-      {Unimplemented("x"), grpc::StatusCode::UNIMPLEMENTED},
-      {ResourceExhausted("x"), grpc::StatusCode::RESOURCE_EXHAUSTED},
-      {DataLoss("x"), grpc::StatusCode::DATA_LOSS},
-      {Unavailable("x"), grpc::StatusCode::UNAVAILABLE},
-      {Cancelled("x"), grpc::StatusCode::CANCELLED},
-      {Internal("x"), grpc::StatusCode::INTERNAL},
-  };
-  for (const auto& [status, code] : cases) {
-    grpc::Status mapped = ToGrpcStatus(status);
-    EXPECT_EQ(mapped.error_code(), code) << status.ToString();
-    if (!status.ok()) {
-      EXPECT_EQ(mapped.error_message(), "x");
-    }
-  }
-}
-
 TEST(WireTest, JobStatesRoundTrip) {
   for (JobState state : kAllJobStates) EXPECT_EQ(FromProto(ToProto(state)), state);
   EXPECT_FALSE(FromProto(v1::JOB_STATE_UNSPECIFIED).has_value());

@@ -4,14 +4,12 @@
 
 #include <fstream>
 #include <sstream>
+#include "tests/testing/paths.h"
 
 namespace nightshift::cli {
 namespace {
 
-std::string DataFile(const std::string& name) {
-  const char* dir = std::getenv("NIGHTSHIFT_TEST_DATA");
-  return std::string(dir != nullptr ? dir : "tests/data") + "/cli/" + name;
-}
+std::string DataFile(const std::string& name) { return testutil::DataPath("cli/" + name); }
 
 BatchInput Parse(const std::string& text, BatchInputOptions options = {}) {
   std::istringstream in(text);

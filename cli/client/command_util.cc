@@ -5,7 +5,7 @@
 #include <chrono>
 #include <iostream>
 
-#include "scheduler/client.h"
+#include "proto/client.h"
 
 namespace nightshift::cli {
 
@@ -20,7 +20,7 @@ std::string MessageJson(const google::protobuf::Message& message) {
 
 int CallFailed(const char* command, const std::string& what, const grpc::Status& status) {
   std::cerr << "nightshift " << command << ": " << what << ": "
-            << scheduler::FromGrpcStatus(status).message() << "\n";
+            << api::FromGrpcStatus(status).message() << "\n";
   return 1;
 }
 

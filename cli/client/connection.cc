@@ -92,9 +92,8 @@ std::string ConfigPath() {
   return "";
 }
 
-StatusOr<scheduler::ConnectOptions> ResolveConnection(const FlagSet& flags,
-                                                      const ConnectionFlags& given,
-                                                      const std::string& config_path) {
+StatusOr<api::ConnectOptions> ResolveConnection(const FlagSet& flags, const ConnectionFlags& given,
+                                                const std::string& config_path) {
   std::map<std::string, std::string> config;
   std::ifstream file(config_path);
   if (!config_path.empty() && file) {
@@ -111,7 +110,7 @@ StatusOr<scheduler::ConnectOptions> ResolveConnection(const FlagSet& flags,
     auto it = config.find(key);
     return it != config.end() ? it->second : "";
   };
-  scheduler::ConnectOptions options;
+  api::ConnectOptions options;
   const std::string address =
       pick("scheduler", given.scheduler, "NIGHTSHIFT_SCHEDULER", "scheduler");
   if (!address.empty()) options.address = address;
@@ -128,7 +127,7 @@ StatusOr<scheduler::ConnectOptions> ResolveConnection(const FlagSet& flags,
 
 std::unique_ptr<grpc::ClientContext> Client::Context(double seconds) const {
   auto context = std::make_unique<grpc::ClientContext>();
-  scheduler::AddToken(context.get(), token);
+  api::AddToken(context.get(), token);
   if (seconds > 0) {
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
@@ -137,9 +136,8 @@ std::unique_ptr<grpc::ClientContext> Client::Context(double seconds) const {
 }
 
 StatusOr<Client> Dial(const FlagSet& flags, const ConnectionFlags& given) {
-  NS_ASSIGN_OR_RETURN(scheduler::ConnectOptions options,
-                      ResolveConnection(flags, given, ConfigPath()));
-  NS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, scheduler::Connect(options));
+  NS_ASSIGN_OR_RETURN(api::ConnectOptions options, ResolveConnection(flags, given, ConfigPath()));
+  NS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, api::Connect(options));
   return Client{v1::JobService::NewStub(channel), options.token};
 }
 

@@ -19,7 +19,7 @@
 #include "common/flags.h"
 #include "common/status.h"
 #include "nightshift.grpc.pb.h"
-#include "scheduler/client.h"
+#include "proto/client.h"
 
 namespace nightshift::cli {
 
@@ -47,9 +47,8 @@ std::string ConfigPath();
 // Resolves the connection options from the parsed flags (and which of them
 // were given), the environment and the config file at `config_path`.
 // InvalidArgument for a malformed config file or tls value.
-StatusOr<scheduler::ConnectOptions> ResolveConnection(const FlagSet& flags,
-                                                      const ConnectionFlags& given,
-                                                      const std::string& config_path);
+StatusOr<api::ConnectOptions> ResolveConnection(const FlagSet& flags, const ConnectionFlags& given,
+                                                const std::string& config_path);
 
 // A connected client: the stub and the token to put on each call.
 struct Client {

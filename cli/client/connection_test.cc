@@ -43,14 +43,14 @@ class ResolveTest : public ::testing::Test {
     unsetenv("NIGHTSHIFT_SCHEDULER");
   }
 
-  scheduler::ConnectOptions Resolve(const std::vector<std::string>& args, const std::string& path) {
+  api::ConnectOptions Resolve(const std::vector<std::string>& args, const std::string& path) {
     FlagSet flags("test", "");
     ConnectionFlags given;
     AddConnectionFlags(flags, &given);
     EXPECT_TRUE(flags.Parse(args).ok());
     auto options = ResolveConnection(flags, given, path);
     EXPECT_TRUE(options.ok()) << options.status().message();
-    return options.ok() ? *options : scheduler::ConnectOptions{};
+    return options.ok() ? *options : api::ConnectOptions{};
   }
 
   std::string path_;

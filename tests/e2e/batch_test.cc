@@ -21,7 +21,7 @@
 namespace nightshift::e2e {
 namespace {
 
-using scheduler::testing::TempDir;
+using testutil::TempDir;
 
 // Batches differ in size and composition between the workers and the
 // direct run, so float sums differ in their last bits: a near-tie may flip.
@@ -34,7 +34,7 @@ const std::vector<std::string> kLabels = {" yes", " no", " maybe"};
 // temperature is 1, as OpenAI's; MakeJobs sets it for every generation job).
 struct Job {
   json line;
-  scheduler::JobSpec spec;
+  api::JobSpec spec;
 };
 
 // Sampled jobs: temperature only (no top-p or top-k, which would sort
@@ -83,8 +83,8 @@ std::vector<Job> MakeJobs() {
       case 5:
       case 6:
         job.line = ChatLine(id, model, "Tell me about " + topic + ".", max_tokens);
-        job.spec.endpoint = scheduler::Endpoint::kChatCompletions;
-        job.spec.prompt_kind = scheduler::PromptKind::kChat;
+        job.spec.endpoint = api::Endpoint::kChatCompletions;
+        job.spec.prompt_kind = api::PromptKind::kChat;
         job.spec.messages = {{"user", "Tell me about " + topic + "."}};
         job.spec.sampling.temperature = 0;
         break;
@@ -100,8 +100,8 @@ std::vector<Job> MakeJobs() {
 }
 
 // The model's tokenizer files as a worker uploads them.
-scheduler::TokenizerFiles TokenizerFilesOf(const std::string& model_dir) {
-  scheduler::TokenizerFiles files;
+api::TokenizerFiles TokenizerFilesOf(const std::string& model_dir) {
+  api::TokenizerFiles files;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                            "chat_template.jinja", "chat_template.json"}) {
     if (std::filesystem::exists(model_dir + "/" + name)) {

@@ -12,7 +12,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include "scheduler/client.h"
+#include "proto/client.h"
 
 namespace nightshift::e2e {
 
@@ -60,8 +60,8 @@ std::string WriteJsonLines(const std::string& path, const std::vector<json>& lin
 
 Outcome Shell(const std::string& command_line, const std::string& stderr_path,
               double timeout_seconds) {
-  return scheduler::testing::RunShell(
-      "timeout -k 5 " + std::to_string(timeout_seconds) + " " + command_line, stderr_path);
+  return testutil::RunShell("timeout -k 5 " + std::to_string(timeout_seconds) + " " + command_line,
+                            stderr_path);
 }
 
 bool WaitUntil(const std::function<bool()>& done, double timeout_seconds) {
@@ -172,13 +172,12 @@ Cluster::~Cluster() = default;  // each Process kills and reaps its child
 
 std::string Cluster::StartScheduler(double lease_seconds, const std::string& listen) {
   const std::string log = file("scheduler-" + std::to_string(++scheduler_starts_) + ".log");
-  scheduler_ = Process::Start(scheduler::testing::SchedulerArgv(
-                                  file("state.db"), std::to_string(lease_seconds), "0.2", listen),
-                              log);
+  scheduler_ = Process::Start(
+      testutil::SchedulerArgv(file("state.db"), std::to_string(lease_seconds), "0.2", listen), log);
   if (scheduler_ == nullptr) return "cannot spawn " + BinPath("nightshift-scheduler");
-  address_ = scheduler::testing::WaitForListenAddress(*scheduler_, 30);
+  address_ = testutil::WaitForListenAddress(*scheduler_, 30);
   if (address_.empty()) return "the scheduler did not start:\n" + scheduler_->Log();
-  auto channel = scheduler::Connect({address_, "", false, ""});
+  auto channel = api::Connect({address_, "", false, ""});
   if (!channel.ok()) return "connecting to the scheduler: " + channel.status().ToString();
   jobs_ = v1::JobService::NewStub(*channel);
   return "";

@@ -17,19 +17,19 @@
 #include <nlohmann/json.hpp>
 
 #include "nightshift.grpc.pb.h"
-#include "scheduler/testing/paths.h"
-#include "scheduler/testing/process.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/process.h"
 
 namespace nightshift::e2e {
 
 using json = nlohmann::json;
-using scheduler::testing::Process;
+using testutil::Process;
 
-using scheduler::testing::BinPath;
-using scheduler::testing::DataPath;
-using scheduler::testing::Lines;
-using scheduler::testing::ReadFile;
-using scheduler::testing::ShellQuote;
+using testutil::BinPath;
+using testutil::DataPath;
+using testutil::Lines;
+using testutil::ReadFile;
+using testutil::ShellQuote;
 
 // One JSON value per line; a line that is not JSON becomes a string value
 // holding the line (so a caller's field checks fail naming it).
@@ -37,7 +37,7 @@ std::vector<json> JsonLines(const std::string& text);
 // Writes one JSON value per line to `path`; returns `path`.
 std::string WriteJsonLines(const std::string& path, const std::vector<json>& lines);
 
-using Outcome = scheduler::testing::ShellOutcome;
+using Outcome = testutil::ShellOutcome;
 
 // Runs `command_line` with /bin/sh under `timeout -k 5 timeout_seconds`;
 // stdout is captured, stderr goes to `stderr_path` and is returned too.

@@ -17,7 +17,7 @@
 namespace nightshift::e2e {
 namespace {
 
-using scheduler::testing::TempDir;
+using testutil::TempDir;
 
 class FaultTest : public ::testing::Test {
  protected:

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/paths.h"
 #include "worker/chat/chat_template.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -45,8 +46,7 @@ std::string Quote(const std::string& arg) {
 class ChatRenderCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* bin = std::getenv("NIGHTSHIFT_BIN_DIR");
-    binary_ = std::string(bin ? bin : "build/bin") + "/nightshift";
+    binary_ = testutil::BinPath("nightshift");
     ASSERT_TRUE(fs::exists(binary_)) << binary_;
     scratch_ = fs::temp_directory_path() / ("chat_render_cli_test_" + std::to_string(getpid()));
     fs::remove_all(scratch_);
@@ -74,10 +74,7 @@ class ChatRenderCli : public ::testing::Test {
     return Quote((scratch_ / "model").string());
   }
 
-  static std::string TestData() {
-    const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-    return data ? data : "tests/data";
-  }
+  static std::string TestData() { return testutil::DataPath(""); }
 
   std::string binary_;
   fs::path scratch_;

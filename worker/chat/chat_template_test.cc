@@ -9,6 +9,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include "tests/testing/paths.h"
 
 namespace nightshift::chat {
 namespace {
@@ -178,8 +179,7 @@ TEST(LoadModelChatTemplate, Errors) {
 }
 
 TEST(LoadModelChatTemplate, RealQwen3TokenizerConfig) {
-  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-  std::string dir = std::string(data ? data : "tests/data") + "/tokenizers/qwen3";
+  std::string dir = testutil::DataPath("tokenizers/qwen3");
   StatusOr<ModelChatTemplate> model = LoadModelChatTemplate(dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_FALSE(model->special_tokens.contains("bos_token"));  // null in the config

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/paths.h"
 #include "worker/chat/chat_template.h"
 
 namespace nightshift::chat {
@@ -22,10 +23,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string FixtureRoot() {
-  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-  return std::string(data ? data : "tests/data") + "/chat-templates";
-}
+std::string FixtureRoot() { return testutil::DataPath("chat-templates"); }
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

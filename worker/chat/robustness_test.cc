@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/paths.h"
 #include "worker/chat/chat_template.h"
 
 namespace nightshift::chat {
@@ -46,8 +47,7 @@ std::string Mutate(std::string text, std::mt19937& rng) {
 }
 
 TEST(Robustness, MutatedTemplatesFailCleanly) {
-  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-  const std::string root = std::string(data ? data : "tests/data") + "/chat-templates";
+  const std::string root = testutil::DataPath("chat-templates");
   const char* templates[] = {"qwen3",
                              "mistral_nemo",
                              "jinja2/llama3_1",

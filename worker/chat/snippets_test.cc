@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/paths.h"
 #include "worker/chat/chat_template.h"
 
 namespace nightshift::chat {
@@ -17,10 +18,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string Jinja2Dir() {
-  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-  return std::string(data ? data : "tests/data") + "/chat-templates/jinja2";
-}
+std::string Jinja2Dir() { return testutil::DataPath("chat-templates/jinja2"); }
 
 // "line 3: message" -> "message".
 std::string WithoutLine(const std::string& message) {

@@ -117,7 +117,7 @@ JobOutcome BatchRunner::Complete(Job& job, const engine::SequenceResult& result)
   outcome.batch_id = batch_id_;
   outcome.job_id = job.assignment.job_id;
   outcome.ok = true;
-  scheduler::JobOutput& out = outcome.output;
+  api::JobOutput& out = outcome.output;
   out.prompt_tokens = static_cast<int64_t>(job.assignment.prompt.size());
   if (job.classification()) {
     out.finish_reason = "label";
@@ -143,7 +143,7 @@ JobOutcome BatchRunner::Complete(Job& job, const engine::SequenceResult& result)
   out.finish_reason =
       job.stopped || result.finish_reason == engine::FinishReason::kStop ? "stop" : "length";
   for (const engine::TokenLogprob& lp : result.logprobs) {
-    scheduler::TokenLogprob token{lp.token, TokenText(lp.token), lp.logprob, {}};
+    api::TokenLogprob token{lp.token, TokenText(lp.token), lp.logprob, {}};
     for (const auto& [id, logprob] : lp.top) token.top.push_back({id, TokenText(id), logprob});
     out.logprobs.push_back(std::move(token));
   }

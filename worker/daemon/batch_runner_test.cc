@@ -12,7 +12,7 @@ using testing::FakeEngine;
 
 const tokenizer::Tokenizer& TinyTokenizer() {
   static const tokenizer::Tokenizer* tok = [] {
-    auto t = tokenizer::Tokenizer::FromModelDir(testing::TestData() + "/scheduler/tiny-model");
+    auto t = tokenizer::Tokenizer::FromModelDir(testutil::DataPath("scheduler/tiny-model"));
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     return new tokenizer::Tokenizer(std::move(*t));
   }();
@@ -96,7 +96,7 @@ TEST(BatchRunnerTest, StopStringSpanningTokensEndsTheSequenceEarly) {
   runner.Add({job, plain});
   auto outcomes = RunToEnd(runner);
   ASSERT_EQ(outcomes.size(), 2u);
-  const scheduler::JobOutput& out = outcomes[1].output;
+  const api::JobOutput& out = outcomes[1].output;
   EXPECT_EQ(out.text, "hel");
   EXPECT_EQ(out.finish_reason, "stop");
   EXPECT_EQ(out.completion_tokens, 7);  // through the 'w' that completed "lo w"
@@ -117,7 +117,7 @@ TEST(BatchRunnerTest, ClassificationScoresLabelsInOnePass) {
   ASSERT_TRUE(pass.ok());
   EXPECT_EQ(pass->prompt_tokens, 2 + 1 + 3);
   ASSERT_EQ(pass->finished.size(), 1u);
-  const scheduler::JobOutput& out = pass->finished[0].output;
+  const api::JobOutput& out = pass->finished[0].output;
   EXPECT_EQ(out.finish_reason, "label");
   EXPECT_EQ(out.text, " yes");
   ASSERT_EQ(out.labels.size(), 2u);

@@ -22,7 +22,7 @@
 #include "common/status.h"
 #include "planner/exact.h"
 #include "planner/policy.h"
-#include "scheduler/types.h"
+#include "proto/types.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace nightshift::worker {
@@ -63,12 +63,12 @@ struct CatalogOptions {
 
 // One advertised model.
 struct ModelEntry {
-  std::string root;                           // canonical root it was found under
-  std::string dir;                            // canonical checkpoint directory
-  bool resident = false;                      // keep every layer after its first load (else stream)
-  uint64_t footprint_bytes = 0;               // memory outside the KV cache in that mode
-  scheduler::ModelOffer offer;                // name, exact figures, tokenizer hash
-  scheduler::TokenizerFiles tokenizer_files;  // empty when the model has no tokenizer.json
+  std::string root;                     // canonical root it was found under
+  std::string dir;                      // canonical checkpoint directory
+  bool resident = false;                // keep every layer after its first load (else stream)
+  uint64_t footprint_bytes = 0;         // memory outside the KV cache in that mode
+  api::ModelOffer offer;                // name, exact figures, tokenizer hash
+  api::TokenizerFiles tokenizer_files;  // empty when the model has no tokenizer.json
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null when none
 };
 
@@ -97,7 +97,6 @@ StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options);
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json,
 // chat_template.jinja, chat_template.json, whichever exist), each checked
 // with CheckInsideRoot. Empty when there is no tokenizer.json.
-StatusOr<scheduler::TokenizerFiles> ReadTokenizerFiles(const std::string& root,
-                                                       const std::string& dir);
+StatusOr<api::TokenizerFiles> ReadTokenizerFiles(const std::string& root, const std::string& dir);
 
 }  // namespace nightshift::worker

@@ -92,7 +92,7 @@ TEST(ScanModelRootsTest, AdvertisesValidCheckpointsWithExactFigures) {
   ASSERT_NE(m->tokenizer, nullptr);
   EXPECT_EQ(m->tokenizer_files.files.count("tokenizer.json"), 1u);
   EXPECT_EQ(m->tokenizer_files.files.count("tokenizer_config.json"), 1u);
-  EXPECT_EQ(m->offer.tokenizer_hash, scheduler::TokenizerHash(m->tokenizer_files));
+  EXPECT_EQ(m->offer.tokenizer_hash, api::TokenizerHash(m->tokenizer_files));
   EXPECT_EQ(m->dir, fs::canonical(root.file("stories")).string());
 
   const ModelEntry* ids_only = catalog->Find("ids-only");
@@ -107,7 +107,7 @@ TEST(ScanModelRootsTest, AdvertisesValidCheckpointsWithExactFigures) {
 // engine admits a sequence by KvBytesFor. They must agree on every device,
 // or a GPU worker would be leased twice the jobs its engine takes.
 TEST(ScanModelRootsTest, AdvertisedKvBytesPerTokenIsWhatTheEngineCharges) {
-  const std::string root = testing::TestData() + "/models";
+  const std::string root = testutil::DataPath("models");
   CatalogOptions gpu_options = Options(root, 1ull << 30);
   gpu_options.device = planner::Device::kGpu;
   auto cpu = ScanModelRoots(Options(root, 1ull << 30));

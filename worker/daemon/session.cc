@@ -34,7 +34,7 @@ Session::~Session() {
 }
 
 Status Session::Start() {
-  NS_ASSIGN_OR_RETURN(channel_, scheduler::Connect(options_.connect));
+  NS_ASSIGN_OR_RETURN(channel_, api::Connect(options_.connect));
   connection_thread_ = std::thread([this] { ConnectionLoop(); });
   return Status::Ok();
 }
@@ -112,7 +112,7 @@ void Session::ConnectionLoop() {
 
 grpc::Status Session::AttachOnce(bool* attached) {
   grpc::ClientContext context;
-  scheduler::AddToken(&context, options_.connect.token);
+  api::AddToken(&context, options_.connect.token);
   auto stub = v1::WorkerService::NewStub(channel_);
   std::unique_ptr<Stream> stream = stub->Attach(&context);
   {
@@ -215,15 +215,15 @@ void Session::HeartbeatLoop(double interval_seconds) {
 }
 
 v1::WorkerMessage Session::Hello() const {
-  scheduler::WorkerInfo info = options_.info;
+  api::WorkerHello h;
+  h.info = options_.info;
+  api::WorkerInfo& info = h.info;
   const std::set<std::string> withdrawn = worker_->WithdrawnModels();
   info.models.erase(
       std::remove_if(info.models.begin(), info.models.end(),
-                     [&](const scheduler::ModelOffer& m) { return withdrawn.count(m.name) != 0; }),
+                     [&](const api::ModelOffer& m) { return withdrawn.count(m.name) != 0; }),
       info.models.end());
-  v1::WorkerMessage m;
-  v1::WorkerHello* hello = m.mutable_hello();
-  wire::ToProto(info, hello);
+  info.open_model = worker_->OpenModel();
   // Batches still running here, and batches whose results wait in the
   // queue: the scheduler keeps their leases, so the results count.
   std::set<int64_t> batches;
@@ -234,9 +234,10 @@ v1::WorkerMessage Session::Hello() const {
       for (const auto& r : m.results().results()) batches.insert(r.batch_id());
     }
   }
-  for (int64_t batch : batches) hello->add_running_batches(batch);
-  hello->set_open_model(worker_->OpenModel());
-  hello->set_version(options_.version);
+  h.running_batches.assign(batches.begin(), batches.end());
+  h.version = options_.version;
+  v1::WorkerMessage m;
+  wire::ToProto(h, m.mutable_hello());
   return m;
 }
 
@@ -304,7 +305,7 @@ void Session::Queue(v1::WorkerMessage message) {
   cv_.notify_all();
 }
 
-void Session::SendPass(const scheduler::PassProgress& pass) {
+void Session::SendPass(const api::PassProgress& pass) {
   v1::WorkerMessage m;
   wire::ToProto(pass, m.mutable_pass());
   Queue(std::move(m));

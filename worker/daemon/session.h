@@ -42,17 +42,17 @@
 #include <thread>
 
 #include "nightshift.grpc.pb.h"
-#include "scheduler/client.h"
+#include "proto/client.h"
 #include "worker/daemon/worker.h"
 
 namespace nightshift::worker {
 
 struct SessionOptions {
-  scheduler::ConnectOptions connect;
+  api::ConnectOptions connect;
   // The hello's fixed part; models are filtered by the worker's withdrawn set.
-  scheduler::WorkerInfo info;
+  api::WorkerInfo info;
   // Tokenizer files by hash, for the welcome's missing list.
-  std::map<std::string, scheduler::TokenizerFiles> tokenizers;
+  std::map<std::string, api::TokenizerFiles> tokenizers;
   double initial_backoff_seconds = 0.5;
   double max_backoff_seconds = 30;
   std::string version;
@@ -77,7 +77,7 @@ class Session : public SchedulerLink {
   // True while a stream is attached (welcome received).
   bool connected() const;
 
-  void SendPass(const scheduler::PassProgress& pass) override;
+  void SendPass(const api::PassProgress& pass) override;
   void SendResults(std::vector<JobOutcome> results) override;
   void SendHandBack(int64_t batch_id, std::vector<int64_t> job_ids, bool draining) override;
   void SendWithdraw(const std::string& model, const std::string& reason) override;

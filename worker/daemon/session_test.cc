@@ -187,7 +187,7 @@ TEST_F(SessionTest, TheNewestPassReportMadeWhileDisconnectedIsSentOnTheReconnect
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_FALSE(session.connected());
   for (int64_t index : {3, 4}) {
-    scheduler::PassProgress pass;
+    api::PassProgress pass;
     pass.batch_id = 7;
     pass.pass_index = index;
     pass.generated = {{70, index + 1}};

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/types.h"
+#include "proto/types.h"
 
 namespace nightshift::worker {
 
@@ -21,7 +21,7 @@ struct JobAssignment {
   std::vector<std::vector<int32_t>> label_ids;  // classification: one id list per label
   std::vector<std::string> labels;              // the label names, in the same order
   int32_t max_new_tokens = 16;
-  scheduler::Sampling sampling;
+  api::Sampling sampling;
   std::vector<std::string> stop;  // stop strings, matched on the decoded text
   bool logprobs = false;
   int32_t top_logprobs = 0;
@@ -47,8 +47,8 @@ struct JobOutcome {
   int64_t batch_id = 0;
   int64_t job_id = 0;
   bool ok = false;
-  scheduler::JobOutput output;  // when ok
-  std::string error;            // when !ok
+  api::JobOutput output;  // when ok
+  std::string error;      // when !ok
 };
 
 }  // namespace nightshift::worker

@@ -82,7 +82,7 @@ TEST(WireTest, OutcomesAndPassesCarryEveryField) {
   EXPECT_EQ(r.error(), "boom");
   EXPECT_FALSE(r.has_output());
 
-  scheduler::PassProgress p;
+  api::PassProgress p;
   p.batch_id = 1;
   p.pass_index = 4;
   p.seconds = 1.5;

@@ -272,7 +272,7 @@ void Worker::RunPass() {
 
 void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   const engine::PassStats& s = pass.stats;
-  scheduler::PassProgress p;
+  api::PassProgress p;
   p.batch_id = batch_->batch_id();
   p.pass_index = batch_->passes() - 1;
   p.seconds = s.seconds;

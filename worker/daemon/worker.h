@@ -43,8 +43,9 @@ namespace nightshift::worker {
 class SchedulerLink {
  public:
   virtual ~SchedulerLink() = default;
-  // Progress of one pass; may be dropped while disconnected.
-  virtual void SendPass(const scheduler::PassProgress& pass) = 0;
+  // Progress of one pass. While disconnected only the newest is kept (it
+  // carries every job's tokens so far) and sent on the reconnect.
+  virtual void SendPass(const api::PassProgress& pass) = 0;
   // Jobs finished together; kept until delivered (across reconnects).
   virtual void SendResults(std::vector<JobOutcome> results) = 0;
   // Jobs this worker will not run; `draining`: it is shutting down.

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/paths.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace nightshift::tokenizer::testing {
@@ -31,12 +32,8 @@ inline double ThreadCpuSeconds() {
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
 }
 
-// tests/data/tokenizers (NIGHTSHIFT_TEST_DATA is set by ctest; the tests
-// that need fixtures fail to find them when it is not).
-inline std::string FixtureRoot() {
-  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-  return std::string(data == nullptr ? "." : data) + "/tokenizers";
-}
+// tests/data/tokenizers (testutil::DataPath).
+inline std::string FixtureRoot() { return testutil::DataPath("tokenizers"); }
 
 // The fixture tokenizer `name` ("qwen3", "mistral7b", "gpt2") loaded with
 // FromModelDir, or nullptr (with a test failure) if it does not load.

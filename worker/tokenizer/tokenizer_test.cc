@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/paths.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/tokenizer/stop_strings.h"
 #include "worker/tokenizer/test_util.h"
 #include "worker/tokenizer/unicode.h"
@@ -62,23 +64,7 @@ std::string Decode(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
   return text.ok() ? *text : "<error>";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("tokenizer_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string path() const { return path_.string(); }
-  void Write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name) << text;
-  }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path path_;
-};
+using testutil::TempDir;
 
 TEST(TokenizerLoad, ErrorsSayWhatIsWrong) {
   EXPECT_EQ(Tokenizer::FromFile("/nonexistent/tokenizer.json").status().code(),
@@ -110,7 +96,7 @@ TEST(TokenizerLoad, FromFilePrefixesErrorsWithThePath) {
   TempDir dir;
   json spec = TinySpec();
   spec["normalizer"] = {{"type", "Precompiled"}};
-  dir.Write("tokenizer.json", spec.dump());
+  testutil::WriteFile(dir.file("tokenizer.json"), spec.dump());
   Status status = Tokenizer::FromFile(dir.path() + "/tokenizer.json").status();
   EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
   EXPECT_EQ(
@@ -195,29 +181,30 @@ TEST(TokenizerModelDir, SpecialTokensAndEosFromTheFixtureConfigs) {
 
 TEST(TokenizerModelDir, EosIdsComeFromGenerationConfigThenConfigThenTokenizerConfig) {
   TempDir dir;
-  dir.Write("tokenizer.json", TinySpec().dump());
+  testutil::WriteFile(dir.file("tokenizer.json"), TinySpec().dump());
   auto eos = [&] {
     StatusOr<Tokenizer> tokenizer = Tokenizer::FromModelDir(dir.path());
     EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
     return tokenizer.ok() ? tokenizer->eos_ids() : std::vector<int32_t>{-1};
   };
   EXPECT_TRUE(eos().empty());
-  dir.Write("tokenizer_config.json",
-            R"({"eos_token": {"__type": "AddedToken", "content": "</s>"}, "bos_token": "<s>"})");
+  testutil::WriteFile(
+      dir.file("tokenizer_config.json"),
+      R"({"eos_token": {"__type": "AddedToken", "content": "</s>"}, "bos_token": "<s>"})");
   EXPECT_EQ(eos(), std::vector<int32_t>{1});
-  dir.Write("config.json", R"({"eos_token_id": 7})");
+  testutil::WriteFile(dir.file("config.json"), R"({"eos_token_id": 7})");
   EXPECT_EQ(eos(), std::vector<int32_t>{7});
-  dir.Write("generation_config.json", R"({"eos_token_id": [3, 4]})");
+  testutil::WriteFile(dir.file("generation_config.json"), R"({"eos_token_id": [3, 4]})");
   EXPECT_EQ(eos(), (std::vector<int32_t>{3, 4}));
-  dir.Write("generation_config.json", R"({"do_sample": true})");
+  testutil::WriteFile(dir.file("generation_config.json"), R"({"do_sample": true})");
   EXPECT_EQ(eos(), std::vector<int32_t>{7});
 
-  dir.Write("config.json", R"({"eos_token_id": "seven"})");
+  testutil::WriteFile(dir.file("config.json"), R"({"eos_token_id": "seven"})");
   EXPECT_EQ(Tokenizer::FromModelDir(dir.path()).status().code(), StatusCode::kInvalidArgument);
-  dir.Write("config.json", "{not json");
+  testutil::WriteFile(dir.file("config.json"), "{not json");
   EXPECT_EQ(Tokenizer::FromModelDir(dir.path()).status().code(), StatusCode::kInvalidArgument);
-  dir.Write("config.json", "{}");
-  dir.Write("tokenizer_config.json", R"({"eos_token": "<missing>"})");
+  testutil::WriteFile(dir.file("config.json"), "{}");
+  testutil::WriteFile(dir.file("tokenizer_config.json"), R"({"eos_token": "<missing>"})");
   EXPECT_EQ(Tokenizer::FromModelDir(dir.path()).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -1,5 +1,5 @@
 // The real nightshift-scheduler and the real nightshift-worker over gRPC on
-// loopback, serving stories260k (a trained checkpoint) with a real
+// loopback, serving stories260k (llama2.c's layout) with a real
 // tokenizer: generation, sampling with logprobs, chat and classification
 // jobs each succeed once with the outputs the engine gives run directly;
 // /metrics is served; SIGTERM drains mid-batch and another worker finishes
@@ -17,10 +17,10 @@
 
 #include "common/metrics_test_util.h"
 #include "nightshift.grpc.pb.h"
-#include "scheduler/client.h"
+#include "proto/client.h"
 #include "scheduler/prompt_encoder.h"
-#include "scheduler/testing/paths.h"
-#include "scheduler/testing/process.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/process.h"
 #include "worker/daemon/model_catalog.h"
 #include "worker/daemon/test_util.h"
 #include "worker/engine/engine.h"
@@ -29,10 +29,10 @@ namespace nightshift::worker {
 namespace {
 
 namespace fs = std::filesystem;
-using scheduler::testing::BinPath;
-using scheduler::testing::Process;
 using testing::MakeStoriesModel;
 using testing::TempDir;
+using testutil::BinPath;
+using testutil::Process;
 
 bool WaitFor(const std::function<bool()>& done, double timeout_seconds) {
   const auto deadline =
@@ -61,11 +61,11 @@ class WorkerIntegrationTest : public ::testing::Test {
                              const std::string& lease_seconds = "5",
                              std::vector<std::string> extra = {}) {
     std::vector<std::string> argv =
-        scheduler::testing::SchedulerArgv(dir_.file("state.db"), lease_seconds, "0.2", listen);
+        testutil::SchedulerArgv(dir_.file("state.db"), lease_seconds, "0.2", listen);
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = Process::Start(argv, dir_.file("scheduler.log"));
     EXPECT_NE(p, nullptr);
-    const std::string address = scheduler::testing::WaitForListenAddress(*p, 20);
+    const std::string address = testutil::WaitForListenAddress(*p, 20);
     EXPECT_FALSE(address.empty()) << p->Log();
     scheduler_ = p.get();
     processes_.push_back(std::move(p));
@@ -108,9 +108,9 @@ class WorkerIntegrationTest : public ::testing::Test {
   }
 
   std::unique_ptr<v1::JobService::Stub> Jobs(const std::string& address,
-                                             scheduler::ConnectOptions options = {}) {
+                                             api::ConnectOptions options = {}) {
     options.address = address;
-    auto channel = scheduler::Connect(options);
+    auto channel = api::Connect(options);
     EXPECT_TRUE(channel.ok());
     return v1::JobService::NewStub(*channel);
   }
@@ -120,7 +120,7 @@ class WorkerIntegrationTest : public ::testing::Test {
     for (const auto& job : jobs) *request.add_jobs() = job;
     v1::SubmitJobsResponse response;
     grpc::ClientContext ctx;
-    scheduler::AddToken(&ctx, client_token_);
+    api::AddToken(&ctx, client_token_);
     grpc::Status status = stub->SubmitJobs(&ctx, request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return response.submission_id();
@@ -131,7 +131,7 @@ class WorkerIntegrationTest : public ::testing::Test {
     request.set_submission_id(id);
     v1::Submission submission;
     grpc::ClientContext ctx;
-    scheduler::AddToken(&ctx, client_token_);
+    api::AddToken(&ctx, client_token_);
     EXPECT_TRUE(stub->GetSubmission(&ctx, request, &submission).ok());
     return submission;
   }
@@ -142,7 +142,7 @@ class WorkerIntegrationTest : public ::testing::Test {
     request.set_with_output(true);
     v1::ListJobsResponse response;
     grpc::ClientContext ctx;
-    scheduler::AddToken(&ctx, client_token_);
+    api::AddToken(&ctx, client_token_);
     EXPECT_TRUE(stub->ListJobs(&ctx, request, &response).ok());
     return {response.jobs().begin(), response.jobs().end()};
   }
@@ -187,16 +187,16 @@ Reference RunDirectly(const std::string& root, const std::string& model_dir,
   EXPECT_TRUE(eng.ok()) << eng.status().ToString();
   std::vector<engine::SequenceId> ids;
   for (const v1::JobRequest& job : jobs) {
-    scheduler::JobSpec spec;
+    api::JobSpec spec;
     spec.custom_id = job.custom_id();
     spec.model = job.model();
-    spec.endpoint = job.url() == "/v1/chat/completions" ? scheduler::Endpoint::kChatCompletions
-                                                        : scheduler::Endpoint::kCompletions;
+    spec.endpoint = job.url() == "/v1/chat/completions" ? api::Endpoint::kChatCompletions
+                                                        : api::Endpoint::kCompletions;
     if (job.has_chat()) {
-      spec.prompt_kind = scheduler::PromptKind::kChat;
+      spec.prompt_kind = api::PromptKind::kChat;
       for (const auto& m : job.chat().messages()) spec.messages.push_back({m.role(), m.content()});
     } else {
-      spec.prompt_kind = scheduler::PromptKind::kText;
+      spec.prompt_kind = api::PromptKind::kText;
       spec.prompt_text = job.text();
     }
     spec.labels.assign(job.labels().begin(), job.labels().end());
@@ -308,7 +308,7 @@ TEST_F(WorkerIntegrationTest, JobsSucceedOnceWithTheEnginesOutputsAndMetricsAreS
       << body;
   EXPECT_NE(body.find("nightshift_generated_tokens_total{model=\"stories\",worker=\"w1\"}"),
             std::string::npos);
-  EXPECT_NE(body.find("nightshift_read_bandwidth_bytes_per_second{worker=\"w1\"} 1e+09"),
+  EXPECT_NE(body.find("nightshift_read_bandwidth_bytes_per_second{worker=\"w1\"} 1000000000"),
             std::string::npos);
   EXPECT_NE(log.find("model stories advertised: resident"), std::string::npos);
 
@@ -412,7 +412,7 @@ TEST_F(WorkerIntegrationTest, HeartbeatsKeepTheLeaseThroughPassesLongerThanIt) {
 }
 
 TEST_F(WorkerIntegrationTest, AttachesOverTlsWithTheWorkerTokenOnly) {
-  const std::string tls = testing::TestData() + "/scheduler/tls/";
+  const std::string tls = testutil::DataPath("scheduler/tls/");
   const std::string address =
       StartScheduler("127.0.0.1:0", "5",
                      {"--tls-cert", tls + "cert.pem", "--tls-key", tls + "key.pem",

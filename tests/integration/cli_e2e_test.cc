@@ -16,22 +16,22 @@
 #include <sstream>
 
 #include "scheduler/test_util.h"
-#include "scheduler/testing/paths.h"
-#include "scheduler/testing/process.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/process.h"
 
 namespace nightshift::cli {
 namespace {
 
 using json = nlohmann::json;
-using scheduler::testing::Process;
-using scheduler::testing::TempDir;
+using testutil::Process;
+using testutil::TempDir;
 
-using scheduler::testing::BinPath;
-using scheduler::testing::DataPath;
-using scheduler::testing::Lines;
-using scheduler::testing::ReadFile;
+using testutil::BinPath;
+using testutil::DataPath;
+using testutil::Lines;
+using testutil::ReadFile;
 
-using Outcome = scheduler::testing::ShellOutcome;
+using Outcome = testutil::ShellOutcome;
 
 class CliEndToEndTest : public ::testing::Test {
  protected:
@@ -50,11 +50,11 @@ class CliEndToEndTest : public ::testing::Test {
   void StartScheduler(const std::vector<std::string>& extra,
                       const std::string& listen = "127.0.0.1:0") {
     std::vector<std::string> argv =
-        scheduler::testing::SchedulerArgv(dir_.file("state.db"), "2", "0.2", listen);
+        testutil::SchedulerArgv(dir_.file("state.db"), "2", "0.2", listen);
     argv.insert(argv.end(), extra.begin(), extra.end());
     scheduler_ = Process::Start(argv, dir_.file("scheduler.log"));
     ASSERT_NE(scheduler_, nullptr);
-    address_ = scheduler::testing::WaitForListenAddress(*scheduler_, 20);
+    address_ = testutil::WaitForListenAddress(*scheduler_, 20);
     ASSERT_FALSE(address_.empty()) << scheduler_->Log();
   }
 
@@ -76,7 +76,7 @@ class CliEndToEndTest : public ::testing::Test {
 
   // Runs a shell command line; stdout and stderr are captured apart.
   Outcome Shell(const std::string& command_line) {
-    return scheduler::testing::RunShell(command_line, dir_.file("stderr.txt"));
+    return testutil::RunShell(command_line, dir_.file("stderr.txt"));
   }
 
   static constexpr const char* kCleanEnv = "NIGHTSHIFT_CONFIG=/nonexistent NIGHTSHIFT_TOKEN=";
@@ -112,7 +112,6 @@ TEST_F(CliEndToEndTest, SubmitWatchResultsRoundTrip) {
       Completion("cls", {{"prompt", "is it ok?"}, {"labels", {" yes", " no"}}}),
       Completion("doomed", {{"prompt", "this one fails"}, {"max_tokens", 2}}),
   };
-#if NIGHTSHIFT_HAVE_CHAT
   input.push_back({{"custom_id", "chat"},
                    {"method", "POST"},
                    {"url", "/v1/chat/completions"},
@@ -120,7 +119,6 @@ TEST_F(CliEndToEndTest, SubmitWatchResultsRoundTrip) {
                     {{"model", "tiny"},
                      {"messages", {{{"role", "user"}, {"content", "hi"}}}},
                      {"max_tokens", 2}}}});
-#endif
   const int64_t id = Submit(Write("in.jsonl", input));
   ASSERT_GT(id, 0);
 
@@ -178,13 +176,11 @@ TEST_F(CliEndToEndTest, SubmitWatchResultsRoundTrip) {
   EXPECT_EQ(doomed["error"]["code"], "job_failed");
   EXPECT_EQ(doomed["error"]["message"], "fake failure for doomed");
 
-#if NIGHTSHIFT_HAVE_CHAT
   const json& chat = rows[3]["response"]["body"];
   EXPECT_EQ(chat["object"], "chat.completion");
   EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(chat["choices"][0]["message"]["content"], "fake output for chat");
   EXPECT_TRUE(chat["choices"][0]["logprobs"].is_null());
-#endif
 
   Outcome status = Nightshift("status " + std::to_string(id) + " --json");
   ASSERT_EQ(status.code, 0) << status.err;

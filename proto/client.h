@@ -1,7 +1,7 @@
 // Talking to a scheduler from a client or a worker: a channel with the
-// message sizes the API needs, TLS when asked, the bearer token on each call,
-// and gRPC statuses turned back into Status values. Used by the CLI, the
-// worker and the tests.
+// message sizes the API needs, TLS when asked, and the bearer token on each
+// call (answers become Status values with proto/grpc_status.h). Used by the
+// CLI, the worker and the tests.
 //
 // Thread-safety: free functions; the channel is thread-safe.
 #pragma once
@@ -12,8 +12,9 @@
 #include <string>
 
 #include "common/status.h"
+#include "proto/grpc_status.h"
 
-namespace nightshift::scheduler {
+namespace nightshift::api {
 
 inline constexpr int kDefaultSchedulerPort = 50051;
 
@@ -31,8 +32,4 @@ StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ConnectOptions& options);
 // Adds `authorization: Bearer TOKEN` to a call (nothing for an empty token).
 void AddToken(grpc::ClientContext* context, const std::string& token);
 
-// A gRPC status as a Status ("UNAVAILABLE" becomes kUnavailable, ...); the
-// message is the server's.
-Status FromGrpcStatus(const grpc::Status& status);
-
-}  // namespace nightshift::scheduler
+}  // namespace nightshift::api

@@ -1,4 +1,4 @@
-// Child processes for the scheduler's integration tests: start a binary,
+// Child processes for the integration tests: start a binary,
 // wait for a line on its standard output, signal it, reap it. Standard error
 // goes to a log file the test can print when it fails. A Process still
 // running when destroyed is killed (SIGKILL) and reaped.
@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/testing/paths.h"
+#include "tests/testing/paths.h"
 
 extern char** environ;
 
-namespace nightshift::scheduler::testing {
+namespace nightshift::testutil {
 
 class Process {
  public:
@@ -199,4 +199,4 @@ inline ShellOutcome RunShell(const std::string& command_line, const std::string&
   return run;
 }
 
-}  // namespace nightshift::scheduler::testing
+}  // namespace nightshift::testutil

@@ -1,0 +1,153 @@
+#include "proto/wire.h"
+
+namespace nightshift::api::wire {
+
+Sampling FromProto(const v1::Sampling& s) {
+  Sampling out;
+  if (s.has_temperature()) out.temperature = s.temperature();
+  if (s.has_top_p()) out.top_p = s.top_p();
+  out.top_k = s.top_k();
+  out.has_seed = s.has_seed();
+  out.seed = s.seed();
+  return out;
+}
+
+void ToProto(const Sampling& s, v1::Sampling* out) {
+  out->set_temperature(s.temperature);
+  out->set_top_p(s.top_p);
+  out->set_top_k(s.top_k);
+  if (s.has_seed) out->set_seed(s.seed);
+}
+
+JobOutput FromProto(const v1::JobOutput& o) {
+  JobOutput out;
+  out.text = o.text();
+  out.token_ids.assign(o.token_ids().begin(), o.token_ids().end());
+  out.finish_reason = o.finish_reason();
+  out.prompt_tokens = o.prompt_tokens();
+  out.completion_tokens = o.completion_tokens();
+  for (const auto& lp : o.logprobs()) {
+    TokenLogprob t{lp.token(), lp.text(), lp.logprob(), {}};
+    for (const auto& top : lp.top()) t.top.push_back({top.token(), top.text(), top.logprob()});
+    out.logprobs.push_back(std::move(t));
+  }
+  for (const auto& l : o.labels()) out.labels.push_back({l.label(), l.logprob()});
+  return out;
+}
+
+void ToProto(const JobOutput& o, v1::JobOutput* out) {
+  out->set_text(o.text);
+  out->mutable_token_ids()->Assign(o.token_ids.begin(), o.token_ids.end());
+  out->set_finish_reason(o.finish_reason);
+  out->set_prompt_tokens(o.prompt_tokens);
+  out->set_completion_tokens(o.completion_tokens);
+  for (const auto& lp : o.logprobs) {
+    auto* t = out->add_logprobs();
+    t->set_token(lp.token);
+    t->set_text(lp.text);
+    t->set_logprob(lp.logprob);
+    for (const auto& top : lp.top) {
+      auto* x = t->add_top();
+      x->set_token(top.token);
+      x->set_text(top.text);
+      x->set_logprob(top.logprob);
+    }
+  }
+  for (const auto& l : o.labels) {
+    auto* x = out->add_labels();
+    x->set_label(l.label);
+    x->set_logprob(l.logprob);
+  }
+}
+
+ModelOffer FromProto(const v1::ModelAdvert& m) {
+  return {m.name(),
+          m.kv_bytes_per_token(),
+          m.checkpoint_bytes(),
+          m.seconds_per_pass(),
+          m.max_context_tokens(),
+          m.tokenizer_hash()};
+}
+
+void ToProto(const ModelOffer& m, v1::ModelAdvert* out) {
+  out->set_name(m.name);
+  out->set_kv_bytes_per_token(m.kv_bytes_per_token);
+  out->set_checkpoint_bytes(m.checkpoint_bytes);
+  out->set_seconds_per_pass(m.seconds_per_pass);
+  out->set_max_context_tokens(m.max_context_tokens);
+  out->set_tokenizer_hash(m.tokenizer_hash);
+}
+
+TokenizerFiles FromProto(const v1::TokenizerUpload& upload) {
+  TokenizerFiles out;
+  for (const auto& [name, content] : upload.files()) out.files[name] = content;
+  out.eos_ids.assign(upload.eos_ids().begin(), upload.eos_ids().end());
+  return out;
+}
+
+void ToProto(const TokenizerFiles& files, v1::TokenizerUpload* out) {
+  for (const auto& [name, content] : files.files) (*out->mutable_files())[name] = content;
+  for (int32_t id : files.eos_ids) out->add_eos_ids(id);
+}
+
+PassProgress FromProto(const v1::PassReport& r) {
+  PassProgress out;
+  out.batch_id = r.batch_id();
+  out.pass_index = r.pass_index();
+  out.seconds = r.seconds();
+  out.bytes_read = r.bytes_read();
+  out.io_wait_seconds = r.io_wait_seconds();
+  out.sequences = r.sequences();
+  out.tokens = r.tokens();
+  out.mode = r.mode();
+  for (const auto& [job, generated] : r.generated()) out.generated[job] = generated;
+  out.free_kv_bytes = r.free_kv_bytes();
+  out.want_top_up = r.want_top_up();
+  return out;
+}
+
+void ToProto(const PassProgress& p, v1::PassReport* out) {
+  out->set_batch_id(p.batch_id);
+  out->set_pass_index(p.pass_index);
+  out->set_seconds(p.seconds);
+  out->set_bytes_read(p.bytes_read);
+  out->set_io_wait_seconds(p.io_wait_seconds);
+  out->set_sequences(p.sequences);
+  out->set_tokens(p.tokens);
+  out->set_mode(p.mode);
+  for (const auto& [job, generated] : p.generated) (*out->mutable_generated())[job] = generated;
+  out->set_free_kv_bytes(p.free_kv_bytes);
+  out->set_want_top_up(p.want_top_up);
+}
+
+WorkerHello FromProto(const v1::WorkerHello& h) {
+  WorkerHello out;
+  WorkerInfo& info = out.info;
+  info.id = h.worker_id();
+  info.device = h.device();
+  info.memory_budget_bytes = h.memory_budget_bytes();
+  info.kv_budget_bytes = h.kv_budget_bytes();
+  info.read_bytes_per_second = h.read_bytes_per_second();
+  info.max_batch_jobs = h.max_batch_jobs();
+  info.open_model = h.open_model();
+  for (const auto& m : h.models()) info.models.push_back(FromProto(m));
+  out.running_batches.assign(h.running_batches().begin(), h.running_batches().end());
+  out.version = h.version();
+  return out;
+}
+
+void ToProto(const WorkerHello& hello, v1::WorkerHello* out) {
+  const WorkerInfo& info = hello.info;
+  out->set_worker_id(info.id);
+  out->set_device(info.device);
+  out->set_memory_budget_bytes(info.memory_budget_bytes);
+  out->set_kv_budget_bytes(info.kv_budget_bytes);
+  out->set_read_bytes_per_second(info.read_bytes_per_second);
+  out->set_max_batch_jobs(info.max_batch_jobs);
+  out->set_open_model(info.open_model);
+  for (const ModelOffer& m : info.models) ToProto(m, out->add_models());
+  for (int64_t batch : hello.running_batches) out->add_running_batches(batch);
+  out->set_version(hello.version);
+}
+
+}  // namespace nightshift::api::wire
