@@ -3,12 +3,11 @@
 // A pass costs about one read of the checkpoint whatever rides in it, so a
 // job's remaining time is its remaining passes x seconds per pass of the
 // worker that runs it. Before a model's first pass on a worker, seconds per
-// pass is the worker's advertised figure (the planner's generation-time
-// arithmetic: checkpoint bytes / measured parallel read bandwidth / stream
-// efficiency, computed on the worker; the scheduler computes it with
-// planner::SecondsPerPass when a worker sends none); after, the measured pass
-// times, smoothed. Queued jobs wait for the work ahead of them: QueueFinishTimes
-// plays the queue out over the workers in dispatch order.
+// pass is the worker's advertised figure (planner::PassSeconds: streamed
+// bytes / measured parallel read bandwidth, computed on the worker; the
+// scheduler computes the same function from the advert when a worker sends
+// none, see Fleet::SecondsPerPass); after, the measured pass times, smoothed. Queued jobs wait for
+// the work ahead of them: QueueFinishTimes plays the queue out over the workers in dispatch order.
 //
 // Thread-safe (no shared state).
 #pragma once

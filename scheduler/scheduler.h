@@ -6,12 +6,19 @@
 //
 // Plain C++ on plain structs: no gRPC or protobuf types. The worker link and
 // the watchers are narrow interfaces with in-memory fakes in tests; the clock
-// and the store are injected.
+// and the store are injected. The Scheduler itself is the coordinator; its
+// parts each live in a class of their own:
+//   Fleet           the live workers and batches (fleet.h)
+//   TokenizerCache  prompt encoders by tokenizer hash (tokenizer_cache.h)
+//   Watchers        who watches which submission, ETA refreshes (watchers.h)
+//   live_eta.h      the ETAs of the live state
+//   EventMetrics    its events as Prometheus metrics (event_metrics.h)
 //
 // Thread-safety: every public method may be called from any thread. Calls
-// that change state are serialised on one mutex; WorkerLink::Send/Close and
-// SubmissionWatcher::OnUpdate are called with it held and must not block or
-// call back into the Scheduler.
+// that change state are serialised on one mutex, which guards the fleet and
+// the watchers; WorkerLink::Send/Close and SubmissionWatcher::OnUpdate are
+// called with it held and must not block or call back into the Scheduler.
+// The tokenizer cache has a lock of its own.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +32,15 @@
 
 #include "common/status.h"
 #include "scheduler/clock.h"
-#include "scheduler/eta.h"
+#include "scheduler/event_metrics.h"
+#include "scheduler/fleet.h"
 #include "scheduler/policy.h"
 #include "scheduler/prompt_encoder.h"
 #include "scheduler/store.h"
+#include "scheduler/tokenizer_cache.h"
 #include "scheduler/types.h"
 #include "scheduler/validate.h"
+#include "scheduler/watchers.h"
 
 namespace nightshift::scheduler {
 
@@ -38,75 +48,7 @@ class SchedulerMetrics;
 
 // ---------------------------------------------------------------- to workers
 
-// What the scheduler tells a worker.
-struct WorkerCommand {
-  enum class Kind { kWelcome, kAssign, kCancel, kResultsStored };
-  Kind kind = Kind::kWelcome;
-  // kWelcome
-  int64_t session = 0;
-  int64_t lease_ms = 0;
-  int64_t heartbeat_ms = 0;
-  std::vector<std::string> missing_tokenizers;  // hashes the worker should upload
-  // kAssign (a new batch, or a top-up of a running one) and kCancel
-  int64_t batch_id = 0;
-  std::string model;
-  int64_t lease_expires_at_ms = 0;
-  bool top_up = false;
-  std::vector<Job> jobs;         // kAssign: specs with token ids
-  std::vector<int64_t> job_ids;  // kCancel, kResultsStored
-  std::string reason;            // kCancel
-};
-
-// One attached worker's stream. Implemented by the service; fakes in tests.
-class WorkerLink {
- public:
-  virtual ~WorkerLink() = default;
-  // Queues a command for the worker. Must not block.
-  virtual void Send(WorkerCommand command) = 0;
-  // Ends the stream with `why` (a newer attach of the same worker id fenced it).
-  virtual void Close(const Status& why) = 0;
-};
-
-// What a worker says when it attaches.
-struct WorkerHello {
-  WorkerInfo info;                       // models carry their tokenizer hashes
-  std::vector<int64_t> running_batches;  // batches it still runs (after a reconnect)
-};
-
 // ---------------------------------------------------------------- to clients
-
-// A running batch, as watchers and ListWorkers see it.
-struct BatchStatus {
-  int64_t batch_id = 0;
-  std::string worker_id;
-  std::string model;
-  std::string mode;
-  int64_t passes_done = 0;
-  double seconds_per_pass = 0;  // smoothed; 0 before the first pass
-  double last_pass_seconds = 0;
-  int32_t sequences = 0;
-  int64_t jobs = 0;  // live jobs in the batch (of the submission, for a submission's view)
-};
-
-struct SubmissionStatus {
-  Submission submission;
-  std::optional<double> eta_seconds;  // until every job is finished; unknown when absent
-  std::vector<BatchStatus> batches;   // batches running its jobs
-  int64_t waiting_for_tokenizer = 0;  // queued jobs whose model has no tokenizer yet
-};
-
-struct SubmissionUpdate {
-  SubmissionStatus status;
-  std::vector<JobChange> changes;  // since the previous update (empty in the first)
-};
-
-class SubmissionWatcher {
- public:
-  virtual ~SubmissionWatcher() = default;
-  // Called first with the current status, then on every change and pass, the
-  // last time with status.submission.done() true. Must not block.
-  virtual void OnUpdate(const SubmissionUpdate& update) = 0;
-};
 
 struct SubmitRequest {
   std::vector<JobSpec> jobs;
@@ -243,45 +185,31 @@ class Scheduler {
   LiveGauges Gauges();
 
  private:
-  struct BatchRuntime;
-  struct WorkerRuntime;
-  struct WatchState;
-
   Status CheckSession(const std::string& worker_id, int64_t session);
+  // The encoder of `model`'s tokenizer, from the first worker serving it
+  // (connected ones first) whose tokenizer was uploaded; NotFound (with the
+  // waiting reason) when there is none yet.
   StatusOr<std::shared_ptr<const PromptEncoder>> EncoderFor(const std::string& model);
-  int64_t MaxContext(const std::string& model);
   Status ValidateWaiting(const std::string& model);
   void ScheduleLocked(bool all_models);
   void ApplyAssignment(const Assignment& assignment);
+  // Drops jobs that left their batch from the fleet, and tells workers about
+  // their jobs that were cancelled.
   void Forget(const std::vector<JobChange>& changes);
   void Notify(const std::vector<JobChange>& changes);
   void NotifySubmission(int64_t submission_id, std::vector<JobChange> changes);
   StatusOr<SubmissionStatus> StatusLocked(int64_t id);
-  std::optional<double> EtaLocked(int64_t submission_id, const SubmissionStatus& status);
-  std::optional<double> ModelEtaLocked(const std::string& model);
-  std::vector<EtaWorker> EtaWorkersLocked(const std::string& model) const;
-  double BatchSecondsPerPass(const BatchRuntime& batch) const;
-  // Metrics (no-ops without options_.metrics): jobs that reached a terminal
-  // state; batches whose lease was lost and their jobs queued again (call
-  // before Forget); refused results.
-  void RecordFinished(const std::vector<JobChange>& changes);
-  void RecordLostLeases(const std::vector<JobChange>& changes);
-  void RecordRefused(const std::string& worker_id, const std::vector<JobResult>& results,
-                     const std::vector<ResultOutcome>& outcomes);
-  double SecondsPerPass(const WorkerRuntime& worker, const std::string& model) const;
-  double BusySeconds(const WorkerRuntime& worker) const;
-  std::vector<WorkerSlot> Slots() const;
+  std::optional<double> EtaLocked(const SubmissionStatus& status);
 
   Store* store_;
   Clock* clock_;
   SchedulerOptions options_;
+  TokenizerCache tokenizers_;
+  EventMetrics events_;
 
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<WorkerRuntime>> workers_;
-  std::map<int64_t, std::unique_ptr<BatchRuntime>> batches_;
-  std::map<std::string, std::shared_ptr<const PromptEncoder>> encoders_;  // by tokenizer hash
-  std::map<int64_t, std::unique_ptr<WatchState>> watches_;
-  int64_t next_watch_ = 1;
+  Fleet fleet_;
+  Watchers watchers_;
 };
 
 }  // namespace nightshift::scheduler

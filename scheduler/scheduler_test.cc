@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "scheduler/test_util.h"
+#include "tests/testing/paths.h"
 
 namespace nightshift::scheduler {
 namespace {
@@ -44,9 +45,7 @@ class FakeWatcher : public SubmissionWatcher {
 };
 
 TokenizerFiles TinyTokenizer() {
-  const char* data = std::getenv("NIGHTSHIFT_TEST_DATA");
-  const std::string dir =
-      std::string(data != nullptr ? data : "tests/data") + "/scheduler/tiny-model/";
+  const std::string dir = testutil::DataPath("scheduler/tiny-model/");
   TokenizerFiles files;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
     std::ifstream in(dir + name);
@@ -86,7 +85,10 @@ class SchedulerTest : public ::testing::Test {
   }
 
   int64_t Attach(const WorkerInfo& info, FakeLink* link, std::vector<int64_t> running = {}) {
-    auto session = scheduler_->Attach({info, std::move(running)}, link);
+    WorkerHello hello;
+    hello.info = info;
+    hello.running_batches = std::move(running);
+    auto session = scheduler_->Attach(hello, link);
     EXPECT_TRUE(session.ok()) << session.status().ToString();
     return session.ok() ? *session : 0;
   }
@@ -283,7 +285,7 @@ TEST_F(SchedulerTest, TextPromptsAndLabelsAreTokenisedWithTheUploadedTokenizer) 
   ASSERT_EQ(assigns[0].jobs.size(), 2u);
   const Job& t = assigns[0].jobs[0];
   EXPECT_EQ(t.tokens.prompt, (std::vector<int32_t>{'h', 'i'}));
-  EXPECT_EQ(t.kv_tokens, 2 + 3);
+  EXPECT_EQ(t.kv_tokens, 2 + 3 - 1);  // the last new token is never fed back
   const Job& c = assigns[0].jobs[1];
   EXPECT_EQ(c.tokens.prompt, (std::vector<int32_t>{'o', 'k', '?'}));
   // " yes" continues the prompt as one merged token; " no" is two bytes.
@@ -301,7 +303,6 @@ TEST_F(SchedulerTest, TextPromptsAndLabelsAreTokenisedWithTheUploadedTokenizer) 
   EXPECT_EQ(GetJob(now.job_ids[0]).tokens.prompt.size(), 5u);
 }
 
-#if NIGHTSHIFT_HAVE_CHAT
 TEST_F(SchedulerTest, ChatPromptsAreRenderedWithTheModelsTemplate) {
   const TokenizerFiles tokenizer = TinyTokenizer();
   WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});
@@ -320,7 +321,6 @@ TEST_F(SchedulerTest, ChatPromptsAreRenderedWithTheModelsTemplate) {
                                          'a', 's', 's', 'i', 's', 't',  'a', 'n', 't', '\n'};
   EXPECT_EQ(job.tokens.prompt, expected);
 }
-#endif
 
 TEST_F(SchedulerTest, AJobNoWorkerCanEverHoldFailsWithTheReason) {
   FakeLink link;
@@ -329,7 +329,7 @@ TEST_F(SchedulerTest, AJobNoWorkerCanEverHoldFailsWithTheReason) {
   Job big = GetJob(reply.job_ids[0]);
   EXPECT_EQ(big.state, JobState::kFailed);
   EXPECT_EQ(big.reason,
-            "needs 16 tokens of KV cache; the most any worker serving m can hold is 10 "
+            "needs 15 tokens of KV cache; the most any worker serving m can hold is 10 "
             "(worker w1)");
   EXPECT_EQ(GetJob(reply.job_ids[1]).state, JobState::kLeased);
 }
@@ -500,12 +500,13 @@ TEST_F(SchedulerTest, WithoutAnAdvertisedSpeedTheEtaUsesThePlannersArithmetic) {
   WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});
   info.models[0].seconds_per_pass = 0;
   info.models[0].checkpoint_bytes = 1'700'000'000;  // 1.7 GB
-  info.read_bytes_per_second = 2e9;                 // 2 GB/s, prefetching: x 0.85
+  info.read_bytes_per_second = 2e9;                 // 2 GB/s
   Attach(info, &link);
   auto reply = Submit({TokenJob("a", "m", 4, 10)});
   auto status = scheduler_->GetSubmission(reply.submission_id);
   ASSERT_TRUE(status->eta_seconds.has_value());
-  EXPECT_DOUBLE_EQ(*status->eta_seconds, 10 * 1.0);  // 1.7 / 2 / 0.85 = 1.0 s a pass
+  // planner::PassSeconds, as the worker advertises it: 1.7 GB / 2 GB/s.
+  EXPECT_DOUBLE_EQ(*status->eta_seconds, 10 * 0.85);
 }
 
 TEST_F(SchedulerTest, ARestartKeepsLeasesUntilTheWorkerReattaches) {

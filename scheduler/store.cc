@@ -210,12 +210,12 @@ Status Store::SetState(int64_t job_id, JobState from, JobEvent event, int64_t ba
   return Status::Ok();
 }
 
-Status Store::FinishBatchIfEmpty(int64_t batch_id) {
-  Query q(
-      *db_,
-      "UPDATE batches SET state = 'finished', ended_at_ms = ? WHERE id = ? AND state = 'active' "
-      "AND NOT EXISTS (SELECT 1 FROM jobs WHERE batch_id = ?)");
-  return q.Bind(1, clock_->NowMs()).Bind(2, batch_id).Bind(3, batch_id).Run();
+Status Store::EndBatch(int64_t batch_id, BatchState end, bool only_if_empty) {
+  std::string sql = "UPDATE batches SET state = ?, ended_at_ms = ? WHERE id = ? AND state = ?";
+  if (only_if_empty) sql += " AND NOT EXISTS (SELECT 1 FROM jobs WHERE batch_id = ?3)";
+  Query q(*db_, sql);
+  q.Bind(1, BatchStateName(end)).Bind(2, clock_->NowMs()).Bind(3, batch_id);
+  return q.Bind(4, BatchStateName(BatchState::kActive)).Run();
 }
 
 // ---------------------------------------------------------------- submissions
@@ -394,7 +394,8 @@ StatusOr<std::vector<JobChange>> Store::CancelWhere(const std::string& where_sql
         SetState(change.job_id, change.from, JobEvent::kCancel, 0, change.reason, 0, &change.to));
     if (change.batch_id != 0) batches.insert(change.batch_id);
   }
-  for (int64_t batch : batches) NS_RETURN_IF_ERROR(FinishBatchIfEmpty(batch));
+  for (int64_t batch : batches)
+    NS_RETURN_IF_ERROR(EndBatch(batch, BatchState::kFinished, /*only_if_empty=*/true));
   return changes;
 }
 
@@ -526,15 +527,19 @@ StatusOr<std::vector<JobChange>> Store::FailQueued(const std::vector<int64_t>& j
 
 StatusOr<std::vector<Job>> Store::LeaseInto(int64_t batch_id, const std::string& worker_id,
                                             const std::vector<int64_t>& job_ids) {
+  // Only a tokenised job of a sealed submission and the batch's model is
+  // leased; the others are left as they are (they moved meanwhile).
+  NS_ASSIGN_OR_RETURN(const JobState to, Transition(JobState::kQueued, JobEvent::kLease));
   std::vector<Job> leased;
   for (int64_t id : job_ids) {
     Query q(*db_,
-            "UPDATE jobs SET state = 'leased', batch_id = ?1, worker_id = ?2, reason = '', "
+            "UPDATE jobs SET state = ?5, batch_id = ?1, worker_id = ?2, reason = '', "
             "updated_at_ms = ?3, first_leased_at_ms = COALESCE(first_leased_at_ms, ?3) "
-            "WHERE id = ?4 AND state = 'queued' AND kv_tokens IS NOT NULL "
+            "WHERE id = ?4 AND state = ?6 AND kv_tokens IS NOT NULL "
             "AND model = (SELECT model FROM batches WHERE id = ?1) "
             "AND (SELECT sealed FROM submissions WHERE id = jobs.submission_id) = 1");
     q.Bind(1, batch_id).Bind(2, worker_id).Bind(3, clock_->NowMs()).Bind(4, id);
+    q.Bind(5, JobStateName(to)).Bind(6, JobStateName(JobState::kQueued));
     NS_RETURN_IF_ERROR(q.Run());
     if (db_->Changes() == 0) continue;
     NS_ASSIGN_OR_RETURN(Job job, ReadJob(id));
@@ -554,11 +559,12 @@ StatusOr<Lease> Store::CreateBatch(const std::string& worker_id, const std::stri
   lease.expires_at_ms = clock_->NowMs() + lease_ms;
   Query q(*db_,
           "INSERT INTO batches (worker_id, model, state, lease_expires_at_ms, created_at_ms) "
-          "VALUES (?, ?, 'active', ?, ?)");
+          "VALUES (?, ?, ?, ?, ?)");
   NS_RETURN_IF_ERROR(q.Bind(1, worker_id)
                          .Bind(2, model)
-                         .Bind(3, lease.expires_at_ms)
-                         .Bind(4, clock_->NowMs())
+                         .Bind(3, BatchStateName(BatchState::kActive))
+                         .Bind(4, lease.expires_at_ms)
+                         .Bind(5, clock_->NowMs())
                          .Run());
   lease.batch_id = db_->LastInsertRowid();
   NS_ASSIGN_OR_RETURN(lease.jobs, LeaseInto(lease.batch_id, worker_id, job_ids));
@@ -716,7 +722,7 @@ Status Store::InsertResultLocked(const JobResult& result, ResultOutcome* outcome
             result.ok ? "" : result.error};
   NS_RETURN_IF_ERROR(SetState(job.id, job.state, result.ok ? JobEvent::kSucceed : JobEvent::kFail,
                               0, change.reason, 0, &change.to));
-  return FinishBatchIfEmpty(result.batch_id);
+  return EndBatch(result.batch_id, BatchState::kFinished, /*only_if_empty=*/true);
 }
 
 StatusOr<std::vector<ResultOutcome>> Store::InsertResults(const std::vector<JobResult>& results) {
@@ -770,16 +776,12 @@ StatusOr<std::vector<JobChange>> Store::HandBack(const std::string& worker_id, i
     NS_RETURN_IF_ERROR(SetState(id, job.state, JobEvent::kRequeue, 0, reason, 0, &change.to));
     changes.push_back(std::move(change));
   }
-  Query end(*db_,
-            "UPDATE batches SET state = 'released', ended_at_ms = ? WHERE id = ? AND "
-            "state = 'active' AND NOT EXISTS (SELECT 1 FROM jobs WHERE batch_id = ?)");
-  NS_RETURN_IF_ERROR(end.Bind(1, clock_->NowMs()).Bind(2, batch_id).Bind(3, batch_id).Run());
+  NS_RETURN_IF_ERROR(EndBatch(batch_id, BatchState::kReleased, /*only_if_empty=*/true));
   NS_RETURN_IF_ERROR(tx.Commit());
   return changes;
 }
 
-StatusOr<std::vector<JobChange>> Store::EndBatchJobs(int64_t batch_id,
-                                                     const std::string& batch_state,
+StatusOr<std::vector<JobChange>> Store::EndBatchJobs(int64_t batch_id, BatchState end,
                                                      bool costs_attempt) {
   std::vector<Job> jobs;
   {
@@ -805,9 +807,7 @@ StatusOr<std::vector<JobChange>> Store::EndBatchJobs(int64_t batch_id,
                                 reason, costs_attempt ? 1 : 0, &change.to));
     changes.push_back(std::move(change));
   }
-  Query end(*db_,
-            "UPDATE batches SET state = ?, ended_at_ms = ? WHERE id = ? AND state = 'active'");
-  NS_RETURN_IF_ERROR(end.Bind(1, batch_state).Bind(2, clock_->NowMs()).Bind(3, batch_id).Run());
+  NS_RETURN_IF_ERROR(EndBatch(batch_id, end, /*only_if_empty=*/false));
   return changes;
 }
 
@@ -815,7 +815,8 @@ StatusOr<std::vector<JobChange>> Store::ExpireBatches(sqlite::Transaction& tx,
                                                       const std::vector<int64_t>& batches) {
   std::vector<JobChange> changes;
   for (int64_t batch : batches) {
-    NS_ASSIGN_OR_RETURN(auto ended, EndBatchJobs(batch, "expired", /*costs_attempt=*/true));
+    NS_ASSIGN_OR_RETURN(auto ended,
+                        EndBatchJobs(batch, BatchState::kExpired, /*costs_attempt=*/true));
     changes.insert(changes.end(), ended.begin(), ended.end());
   }
   NS_RETURN_IF_ERROR(tx.Commit());

@@ -264,10 +264,14 @@ class Store {
   // Ends the batches as expired and commits `tx`.
   StatusOr<std::vector<JobChange>> ExpireBatches(sqlite::Transaction& tx,
                                                  const std::vector<int64_t>& batches);
-  StatusOr<std::vector<JobChange>> EndBatchJobs(int64_t batch_id, const std::string& batch_state,
+  // Ends every job of the batch (requeued, or failed when its attempts are
+  // spent) and then the batch as `end`.
+  StatusOr<std::vector<JobChange>> EndBatchJobs(int64_t batch_id, BatchState end,
                                                 bool costs_attempt);
   StatusOr<std::vector<JobChange>> CancelWhere(const std::string& where_sql, int64_t id);
-  Status FinishBatchIfEmpty(int64_t batch_id);
+  // An active batch ends as `end` (with only_if_empty, only when no job is
+  // in it any more); a batch that is not active is left as it is.
+  Status EndBatch(int64_t batch_id, BatchState end, bool only_if_empty);
   StatusOr<std::vector<Job>> LeaseInto(int64_t batch_id, const std::string& worker_id,
                                        const std::vector<int64_t>& job_ids);
   StatusOr<Job> ReadJob(int64_t id);

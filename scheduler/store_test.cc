@@ -251,7 +251,7 @@ TEST_F(StoreTest, SubmitStoresJobsInOrderAndCountsThem) {
   EXPECT_EQ(b.index, 1);
   EXPECT_EQ(b.state, JobState::kQueued);
   EXPECT_TRUE(b.tokenised);
-  EXPECT_EQ(b.kv_tokens, 4 + 8);
+  EXPECT_EQ(b.kv_tokens, 4 + 8 - 1);  // the last new token is never fed back
   EXPECT_EQ(b.tokens.prompt, TokenJob("b", "m").prompt_token_ids);
 
   auto page = store_->ListJobs({outcome.submission_id, std::nullopt, "", false}, 0, 2);
@@ -354,7 +354,7 @@ TEST_F(StoreTest, QueueIsPriorityThenOldestSubmission) {
   for (const auto& job : *queue) ids.push_back(job.id);
   EXPECT_EQ(ids,
             (std::vector<int64_t>{s1.job_ids[1], s2.job_ids[0], s1.job_ids[0], s2.job_ids[1]}));
-  EXPECT_EQ((*queue)[0].kv_tokens, 12);
+  EXPECT_EQ((*queue)[0].kv_tokens, 4 + 8 - 1);
   EXPECT_EQ((*queue)[0].passes, 8);
   EXPECT_EQ(store_->QueuedJobs("m", 1)->size(), 1u);
 }
@@ -563,7 +563,7 @@ TEST_F(StoreTest, TokenisationMakesWaitingJobsSchedulableOrFailsThem) {
   EXPECT_EQ((*failures)[0].to, JobState::kFailed);
   Job a = GetJob(s->job_ids[0]);
   EXPECT_TRUE(a.tokenised);
-  EXPECT_EQ(a.kv_tokens, 3 + 5);
+  EXPECT_EQ(a.kv_tokens, 3 + 5 - 1);
   EXPECT_EQ(a.reason, "");
   EXPECT_EQ(GetJob(s->job_ids[1]).reason, "prompt of 9000 tokens exceeds the context of 4096");
   EXPECT_EQ(store_->QueuedJobs("m", 10)->size(), 1u);

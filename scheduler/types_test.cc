@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "scheduler/store.h"
+
 namespace nightshift::scheduler {
 namespace {
 
@@ -69,6 +75,32 @@ TEST(JobStateTest, NamesRoundTrip) {
   EXPECT_EQ(ParseJobState("done").status().code(), StatusCode::kInvalidArgument);
 }
 
+// The state names a CHECK constraint of the initial migration allows, in
+// order: the `n`th "CHECK (state IN (...))" of the file.
+std::vector<std::string> CheckedStates(int n) {
+  const std::string& sql = BuiltinMigrations().at(0).sql;
+  const std::regex check(R"(CHECK \(state IN \(([^)]*)\)\))");
+  auto it = std::sregex_iterator(sql.begin(), sql.end(), check);
+  for (int i = 0; i < n && it != std::sregex_iterator(); ++i) ++it;
+  std::vector<std::string> names;
+  if (it == std::sregex_iterator()) return names;
+  const std::string list = (*it)[1];
+  const std::regex quoted("'([a-z]+)'");
+  for (auto q = std::sregex_iterator(list.begin(), list.end(), quoted); q != std::sregex_iterator();
+       ++q) {
+    names.push_back((*q)[1]);
+  }
+  return names;
+}
+
+TEST(StateNamesTest, MatchTheMigrationsCheckConstraints) {
+  std::vector<std::string> batches, jobs;
+  for (BatchState state : kAllBatchStates) batches.push_back(BatchStateName(state));
+  for (JobState state : kAllJobStates) jobs.push_back(JobStateName(state));
+  EXPECT_EQ(CheckedStates(0), batches);  // the batches table comes first
+  EXPECT_EQ(CheckedStates(1), jobs);
+}
+
 TEST(EndpointTest, ParsesOnlyTheTwoUrls) {
   EXPECT_EQ(*ParseEndpointUrl("/v1/completions"), Endpoint::kCompletions);
   EXPECT_EQ(*ParseEndpointUrl("/v1/chat/completions"), Endpoint::kChatCompletions);
@@ -77,11 +109,11 @@ TEST(EndpointTest, ParsesOnlyTheTwoUrls) {
   EXPECT_NE(bad.status().message().find("/v1/embeddings"), std::string::npos);
 }
 
-TEST(KvTokensTest, GenerationCountsNewTokensClassificationCountsLabels) {
+TEST(KvTokensTest, GenerationCountsFedBackTokensClassificationCountsLabels) {
   JobSpec spec;
   spec.max_new_tokens = 20;
   TokenisedPrompt tokens{{1, 2, 3}, {}};
-  EXPECT_EQ(KvTokens(spec, tokens), 23);
+  EXPECT_EQ(KvTokens(spec, tokens), 22);  // the last new token is never fed back
   EXPECT_EQ(PassesNeeded(spec), 20);
   spec.labels = {"yes", "no"};
   tokens.labels = {{7}, {8, 9}};

@@ -126,9 +126,13 @@ Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const Sub
 Status CheckContext(const JobSpec& spec, const TokenisedPrompt& tokens,
                     int64_t max_context_tokens) {
   if (max_context_tokens <= 0) return Status::Ok();
-  const int64_t needed = KvTokens(spec, tokens);
-  if (needed <= max_context_tokens) return Status::Ok();
+  // The API's rule (OpenAI's, vLLM's max_model_len): prompt + max_tokens
+  // must fit, though the KV cache holds one position fewer (KvTokens).
   const int64_t prompt = static_cast<int64_t>(tokens.prompt.size());
+  int64_t needed = prompt;
+  if (spec.labels.empty()) needed += spec.max_new_tokens;
+  for (const auto& label : tokens.labels) needed += static_cast<int64_t>(label.size());
+  if (needed <= max_context_tokens) return Status::Ok();
   const std::string rest = spec.labels.empty() ? std::to_string(spec.max_new_tokens) + " new tokens"
                                                : std::to_string(needed - prompt) + " label tokens";
   return InvalidArgument("prompt of " + std::to_string(prompt) + " tokens + " + rest + " = " +

@@ -36,8 +36,8 @@ struct SubmitLimits {
 Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits,
                     const std::vector<std::string>& decode_problems = {});
 
-// The context check at tokenisation: prompt + max new tokens (or + label
-// tokens) must fit `max_context_tokens` (0 = unknown: no check).
+// The context check at tokenisation, the API's rule: prompt + max new tokens
+// (or + label tokens) must fit `max_context_tokens` (0 = unknown: no check).
 // InvalidArgument naming the figures otherwise; the prompt is never truncated.
 Status CheckContext(const JobSpec& spec, const TokenisedPrompt& tokens, int64_t max_context_tokens);
 

@@ -1,0 +1,153 @@
+// The live state of the workers and the batches they run, as the scheduler
+// keeps it between store writes: which worker holds which batch, each
+// batch's progress, and the figures the policy's snapshot and the ETA read
+// (seconds per pass, when a worker is free again, the smallest context).
+// The store holds the durable half (leases, job states); a restart rebuilds
+// this from it.
+//
+// Plain data and queries; no I/O, no clock. Not thread-safe: the Scheduler
+// guards its Fleet with its mutex, and WorkerLink calls are made with it held.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/eta.h"
+#include "scheduler/policy.h"
+#include "scheduler/store.h"
+#include "scheduler/types.h"
+
+namespace nightshift::scheduler {
+
+// What the scheduler tells a worker.
+struct WorkerCommand {
+  enum class Kind { kWelcome, kAssign, kCancel, kResultsStored };
+  Kind kind = Kind::kWelcome;
+  // kWelcome
+  int64_t session = 0;
+  int64_t lease_ms = 0;
+  int64_t heartbeat_ms = 0;
+  std::vector<std::string> missing_tokenizers;  // hashes the worker should upload
+  // kAssign (a new batch, or a top-up of a running one) and kCancel
+  int64_t batch_id = 0;
+  std::string model;
+  int64_t lease_expires_at_ms = 0;
+  bool top_up = false;
+  std::vector<Job> jobs;         // kAssign: specs with token ids
+  std::vector<int64_t> job_ids;  // kCancel, kResultsStored
+  std::string reason;            // kCancel
+};
+
+// One attached worker's stream. Implemented by the service; fakes in tests.
+class WorkerLink {
+ public:
+  virtual ~WorkerLink() = default;
+  // Queues a command for the worker. Must not block.
+  virtual void Send(WorkerCommand command) = 0;
+  // Ends the stream with `why` (a newer attach of the same worker id fenced it).
+  virtual void Close(const Status& why) = 0;
+};
+
+// A running batch, as watchers and ListWorkers see it.
+struct BatchStatus {
+  int64_t batch_id = 0;
+  std::string worker_id;
+  std::string model;
+  std::string mode;
+  int64_t passes_done = 0;
+  double seconds_per_pass = 0;  // smoothed; 0 before the first pass
+  double last_pass_seconds = 0;
+  int32_t sequences = 0;
+  int64_t jobs = 0;  // live jobs in the batch (of the submission, for a submission's view)
+};
+
+// A batch under lease and the progress its worker reported.
+struct LiveBatch {
+  struct JobProgress {
+    int64_t submission_id = 0;
+    int64_t passes_needed = 1;
+    int64_t generated = 0;       // tokens generated so far, as the worker reports
+    int64_t joined_at_pass = 0;  // the batch's passes_done when the job joined
+  };
+  int64_t id = 0;
+  std::string worker_id;
+  std::string model;
+  std::map<int64_t, JobProgress> jobs;  // by job id: the jobs still in it
+  int64_t passes_done = 0;
+  double seconds_per_pass = 0;  // smoothed over its passes; 0 before the first
+  double last_pass_seconds = 0;
+  int32_t sequences = 0;
+  std::string mode;
+  int64_t free_kv_bytes = 0;
+  bool wants_top_up = false;
+
+  // Passes `job` still needs: the larger of the tokens it generated and the
+  // passes it rode, taken from what it needs.
+  int64_t PassesLeft(const JobProgress& job) const;
+  // The batch as clients see it, counting `jobs` of its jobs.
+  BatchStatus View(int64_t jobs) const;
+};
+
+// A worker the scheduler knows, attached or not.
+struct LiveWorker {
+  WorkerInfo info;  // info.connected: it has a live stream
+  WorkerLink* link = nullptr;
+  bool draining = false;
+  int64_t batch_id = 0;                                     // its active batch; 0 = idle
+  std::map<std::string, double> measured_seconds_per_pass;  // by model, smoothed
+};
+
+class Fleet {
+ public:
+  // Worker `id`, created (unattached, no link) when new.
+  LiveWorker& Worker(const std::string& id);
+  // nullptr when unknown.
+  LiveWorker* FindWorker(const std::string& id);
+  const LiveWorker* FindWorker(const std::string& id) const;
+  const std::map<std::string, std::unique_ptr<LiveWorker>>& workers() const { return workers_; }
+
+  // Batch `id`, created for `worker_id` and `model` when new.
+  LiveBatch& Batch(int64_t id, const std::string& worker_id, const std::string& model);
+  // nullptr when unknown.
+  LiveBatch* FindBatch(int64_t id);
+  const std::map<int64_t, std::unique_ptr<LiveBatch>>& batches() const { return batches_; }
+
+  // Cancelled jobs of one batch, for its worker to stop.
+  struct Cancelled {
+    std::string worker_id;
+    std::vector<int64_t> job_ids;
+  };
+  // Drops the jobs that `changes` took out of their batch (to any state but
+  // leased or running), then every batch left empty (its worker is idle
+  // again). Returns the cancelled jobs by batch id.
+  std::map<int64_t, Cancelled> Forget(const std::vector<JobChange>& changes);
+
+  // The workers as the policy sees them: a draining worker is not connected.
+  std::vector<WorkerSlot> Slots() const;
+  // Workers that offer `model`, connected ones first (their tokenizer is the
+  // one that runs the jobs).
+  std::vector<const LiveWorker*> ServersOf(const std::string& model) const;
+  // The smallest context any worker offers for `model`; 0 = unknown.
+  int64_t MaxContext(const std::string& model) const;
+
+  // Seconds per pass of `model` on `worker`: measured (smoothed) once it ran
+  // a pass of it, else the worker's advertised figure, else the planner's
+  // PassSeconds of what it advertised; 0 = unknown.
+  double SecondsPerPass(const LiveWorker& worker, const std::string& model) const;
+  // The batch's own smoothed figure once it ran a pass, else its worker's.
+  double BatchSecondsPerPass(const LiveBatch& batch) const;
+  // Seconds until `worker`'s active batch finishes its longest job; 0 = idle.
+  double BusySeconds(const LiveWorker& worker) const;
+  // The connected, not draining workers serving `model`, for QueueFinishTimes.
+  std::vector<EtaWorker> EtaWorkers(const std::string& model) const;
+
+ private:
+  std::map<std::string, std::unique_ptr<LiveWorker>> workers_;
+  std::map<int64_t, std::unique_ptr<LiveBatch>> batches_;
+};
+
+}  // namespace nightshift::scheduler
