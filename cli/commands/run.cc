@@ -14,6 +14,7 @@
 
 #include "cli/command.h"
 #include "common/flags.h"
+#include "common/size.h"
 #include "worker/engine/engine.h"
 
 namespace nightshift::cli {
@@ -38,6 +39,7 @@ struct RunFlags {
   bool logits = false;
   bool json = false;
   std::string device = "cpu";
+  std::string activation_budget;
 };
 
 StatusOr<std::vector<TokenId>> ParseTokenIds(const std::string& text, const std::string& what) {
@@ -115,18 +117,24 @@ StatusOr<std::vector<SequenceRequest>> BuildRequests(const RunFlags& f, const Fl
 struct RunOutput {
   std::vector<SequenceResult> sequences;  // in --ids order
   std::vector<PassStats> passes;
+  int64_t micro_batch_rows = 0;
 };
 
-StatusOr<RunOutput> RunBatch(const std::string& model_dir, const std::string& device,
-                             std::vector<SequenceRequest> requests) {
+StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> requests) {
   engine::EngineOptions options;
-  options.device = device;
-  NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(model_dir, options));
+  options.device = f.device;
+  if (!f.activation_budget.empty()) {
+    StatusOr<uint64_t> budget = ParseSize(f.activation_budget);
+    if (!budget.ok()) return budget.status().Prefixed("--activation-budget");
+    options.activation_budget_bytes = *budget;
+  }
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(f.model_dir, options));
   for (size_t i = 0; i < requests.size(); ++i) {
     StatusOr<engine::SequenceId> id = engine->Add(std::move(requests[i]));
     if (!id.ok()) return id.status().Prefixed("--ids #" + std::to_string(i + 1));
   }
   RunOutput out;
+  out.micro_batch_rows = engine->micro_batch_rows();
   while (engine->active() > 0) {
     NS_ASSIGN_OR_RETURN(PassStats stats, engine->Step());
     out.passes.push_back(stats);
@@ -173,7 +181,8 @@ void PrintJson(const RunOutput& out, bool logits) {
   nlohmann::json doc = {{"sequences", std::move(sequences)},
                         {"passes", out.passes.size()},
                         {"pass_seconds", std::move(pass_seconds)},
-                        {"bytes_read", TotalBytes(out)}};
+                        {"bytes_read", TotalBytes(out)},
+                        {"micro_batch_rows", out.micro_batch_rows}};
   std::cout << doc.dump() << "\n";
 }
 
@@ -215,7 +224,7 @@ int Run(int argc, char** argv) {
   FlagSet flags(
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
-      "[--logits] [--json] [--device cpu|cuda[:N]]",
+      "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -240,11 +249,13 @@ int Run(int argc, char** argv) {
   flags.Bool("json", &f.json, "print one JSON document");
   flags.String("device", &f.device,
                "cpu (default), or cuda / cuda:N where the linked libtorch has CUDA", "DEVICE");
+  flags.String("activation-budget", &f.activation_budget,
+               "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
   StatusOr<std::vector<SequenceRequest>> requests = BuildRequests(f, flags);
   if (!requests.ok()) return Fail("run", requests.status());
-  StatusOr<RunOutput> out = RunBatch(f.model_dir, f.device, std::move(requests).value());
+  StatusOr<RunOutput> out = RunBatch(f, std::move(requests).value());
   if (!out.ok()) return Fail("run", out.status());
   if (f.json) {
     PrintJson(*out, f.logits);

@@ -16,6 +16,7 @@
 
 #include "common/flags.h"
 #include "common/metrics_http.h"
+#include "common/size.h"
 #include "worker/daemon/engine_adapter.h"
 #include "worker/daemon/log.h"
 #include "worker/daemon/model_catalog.h"
@@ -207,11 +208,11 @@ int Run(int argc, char** argv) {
       Env(planner::kStreamingEnvVar));
   if (!streaming.ok()) return fail(streaming.status());
   StatusOr<uint64_t> memory =
-      f.memory_budget.empty() ? DetectMemoryBudget(*device) : ParseBytes(f.memory_budget);
+      f.memory_budget.empty() ? DetectMemoryBudget(*device) : ParseSize(f.memory_budget);
   if (!memory.ok()) return fail(memory.status().Prefixed("--memory-budget"));
   uint64_t kv_budget = 0;
   if (!f.kv_budget.empty()) {
-    StatusOr<uint64_t> kv = ParseBytes(f.kv_budget);
+    StatusOr<uint64_t> kv = ParseSize(f.kv_budget);
     if (!kv.ok()) return fail(kv.status().Prefixed("--kv-budget"));
     kv_budget = *kv;
   }

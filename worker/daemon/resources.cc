@@ -56,40 +56,6 @@ std::optional<uint64_t> FreeGpuMemory(const std::string& device) {
 
 }  // namespace
 
-StatusOr<uint64_t> ParseBytes(std::string_view text) {
-  const std::string t = Lower(text);
-  const Status bad = InvalidArgument("'" + std::string(text) +
-                                     "' is not a size (e.g. 8G, 512M, 1.5GiB or a byte count)");
-  size_t end = 0;
-  double number = 0;
-  try {
-    number = std::stod(t, &end);
-  } catch (...) {
-    return bad;
-  }
-  std::string suffix = t.substr(end);
-  if (suffix.size() >= 2 && suffix.substr(suffix.size() - 2) == "ib") {
-    suffix.erase(suffix.size() - 2);
-  } else if (!suffix.empty() && (suffix.back() == 'b' || suffix.back() == 'i')) {
-    suffix.pop_back();
-  }
-  double scale = 1;
-  if (suffix == "k") {
-    scale = 1024.0;
-  } else if (suffix == "m") {
-    scale = 1024.0 * 1024;
-  } else if (suffix == "g") {
-    scale = 1024.0 * 1024 * 1024;
-  } else if (suffix == "t") {
-    scale = 1024.0 * 1024 * 1024 * 1024;
-  } else if (!suffix.empty()) {
-    return bad;
-  }
-  const double bytes = std::floor(number * scale);
-  if (!(bytes >= 1) || bytes >= 1.8e19 || !std::isfinite(bytes)) return bad;
-  return static_cast<uint64_t>(bytes);
-}
-
 StatusOr<std::string> ResolveDevice(std::string_view requested, bool cuda_available) {
   const std::string r = Lower(requested);
   if (r.empty() || r == "auto") return std::string(cuda_available ? "cuda" : "cpu");

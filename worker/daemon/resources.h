@@ -1,5 +1,5 @@
-// What the machine offers a worker: byte sizes as people write them, the
-// memory budget when none is given, and the device choice.
+// What the machine offers a worker: the memory budget when none is given and
+// the device choice (sizes parse with common/size.h).
 //
 // Thread-safety: free functions, no shared state.
 #pragma once
@@ -12,12 +12,6 @@
 #include "common/status.h"
 
 namespace nightshift::worker {
-
-// "8G", "512M", "1.5GiB", "2048": a number with an optional suffix K, M, G or
-// T (powers of 1024; an optional trailing "i", "B" or "iB" is accepted),
-// case-insensitive. InvalidArgument quoting the text for anything else, a
-// negative or zero size, or an overflow.
-StatusOr<uint64_t> ParseBytes(std::string_view text);
 
 // The worker's device from --device / NIGHTSHIFT_DEVICE: "cpu", "cuda",
 // "cuda:N", or "auto" (empty = auto), which is "cuda" when `cuda_available`

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "planner/model_facts.h"
@@ -51,22 +52,43 @@ Projections Project(const ModelConfig& c, const LayerWeights& w, const at::Tenso
           v.reshape({tokens, c.num_kv_heads, d})};
 }
 
+// Attention of the micro-batch rows [a, a + x.size(0)) of the pass: each
+// sequence's rows in it append their keys and values and attend to the cache
+// up to themselves.
 at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t layer,
-                         const at::Tensor& x, const PassRows& rows) {
+                         const at::Tensor& x, int64_t a, const PassRows& rows) {
+  const int64_t n = x.size(0);
   Projections p = Project(c, w, x);
   if (c.qk_norm) {
     p.q = Norm(p.q, NormKind::kRms, Get(w, W::kQNorm), {}, c.norm_eps);
     p.k = Norm(p.k, NormKind::kRms, Get(w, W::kKNorm), {}, c.norm_eps);
   }
-  at::Tensor q = ApplyRope(p.q, rows.rope);
-  at::Tensor k = ApplyRope(p.k, rows.rope);
+  RopeAngles rope = ComputeRopeAngles(
+      *rows.inv_freq,
+      std::vector<int64_t>(rows.positions.begin() + a, rows.positions.begin() + a + n));
+  if (rows.device) {
+    rope.cos = rope.cos.to(*rows.device);
+    rope.sin = rope.sin.to(*rows.device);
+  }
+  at::Tensor q = ApplyRope(p.q, rope);
+  at::Tensor k = ApplyRope(p.k, rope);
+  p.q.reset();
+  p.k.reset();
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  at::Tensor out = at::empty({x.size(0), c.q_dim()}, x.options());
+  at::Tensor out = at::empty({n, c.q_dim()}, x.options());
   for (const SequenceRows& s : rows.sequences) {
-    auto [keys, values] = s.cache->Append(layer, s.past, k.narrow(0, s.begin, s.count),
-                                          p.v.narrow(0, s.begin, s.count));
-    out.narrow(0, s.begin, s.count)
-        .copy_(Attention(q.narrow(0, s.begin, s.count), keys, values, s.allowed, scale));
+    const int64_t lo = std::max(a, s.begin);
+    const int64_t hi = std::min(a + n, s.begin + s.count);
+    if (lo >= hi) continue;
+    const int64_t first = lo - s.begin;
+    const int64_t m = hi - lo;
+    auto [keys, values] =
+        s.cache->Append(layer, s.past + first, k.narrow(0, lo - a, m), p.v.narrow(0, lo - a, m));
+    at::Tensor allowed = AllowedKeys(s, first, m);
+    if (rows.device && allowed.defined()) allowed = allowed.to(*rows.device);
+    out.narrow(0, lo - a, m)
+        .copy_(
+            Attention(q.narrow(0, lo - a, m), keys, values, allowed, scale, rows.max_score_bytes));
   }
   return Linear(out, Get(w, W::kO), Get(w, W::kOBias));
 }
@@ -76,13 +98,18 @@ at::Tensor Mlp(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x)
     case MlpKind::kGated: {
       at::Tensor gate = Linear(x, Get(w, W::kGate), Get(w, W::kGateBias));
       at::Tensor up = Linear(x, Get(w, W::kUp), Get(w, W::kUpBias));
-      return Linear(Activate(gate, c.activation) * up, Get(w, W::kDown), Get(w, W::kDownBias));
+      at::Tensor act = Activate(gate, c.activation);
+      gate.reset();
+      act.mul_(up);
+      up.reset();
+      return Linear(act, Get(w, W::kDown), Get(w, W::kDownBias));
     }
     case MlpKind::kGatedFused: {
       at::Tensor gate_up = Linear(x, Get(w, W::kGateUp));
-      at::Tensor gate = gate_up.narrow(1, 0, c.intermediate_size);
-      at::Tensor up = gate_up.narrow(1, c.intermediate_size, c.intermediate_size);
-      return Linear(Activate(gate, c.activation) * up, Get(w, W::kDown), Get(w, W::kDownBias));
+      at::Tensor act = Activate(gate_up.narrow(1, 0, c.intermediate_size), c.activation);
+      act.mul_(gate_up.narrow(1, c.intermediate_size, c.intermediate_size));
+      gate_up.reset();
+      return Linear(act, Get(w, W::kDown), Get(w, W::kDownBias));
     }
     case MlpKind::kPlain: {
       at::Tensor up = Linear(x, Get(w, W::kUp), Get(w, W::kUpBias));
@@ -108,7 +135,6 @@ uint64_t KVCache::bytes() const {
                                   planner::kEngineKvDtypeBytes);
 }
 
-
 std::pair<at::Tensor, at::Tensor> KVCache::Append(int64_t layer, int64_t at, const at::Tensor& keys,
                                                   const at::Tensor& values) {
   at::Tensor& k = keys_[static_cast<size_t>(layer)];
@@ -132,19 +158,62 @@ at::Tensor Embed(const ModelConfig& config, const Weight& table, const std::vect
   return hidden;
 }
 
-at::Tensor RunDecoderLayer(const ModelConfig& c, const LayerWeights& w, int64_t layer,
-                           const at::Tensor& hidden, const PassRows& rows) {
-  at::Tensor attn = SelfAttention(
-      c, w, layer, Norm(hidden, c.norm, Get(w, W::kAttnNorm), Get(w, W::kAttnNormBias), c.norm_eps),
-      rows);
-  if (c.parallel_residual) {
-    at::Tensor mlp_in =
-        Norm(hidden, c.norm, Get(w, W::kMlpNorm), Get(w, W::kMlpNormBias), c.norm_eps);
-    return hidden + attn + Mlp(c, w, mlp_in);
+at::Tensor AllowedKeys(const SequenceRows& s, int64_t first, int64_t n) {
+  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong);
+  // Feed row r may attend to cached keys, to feed rows 0..r of its prompt
+  // and, in a branch, to the rows of its own branch up to itself.
+  if (n == 1 && s.branches.empty()) return {};  // a causal row sees every key before it
+  int64_t prompt = s.count;
+  for (int64_t length : s.branches) prompt -= length;
+  at::Tensor segment = at::zeros({n}, longs);  // where row r's own segment starts in the feed
+  int64_t begin = prompt;
+  for (int64_t length : s.branches) {
+    const int64_t lo = std::max(begin, first);
+    const int64_t hi = std::min(begin + length, first + n);
+    if (lo < hi) segment.narrow(0, lo - first, hi - lo).fill_(begin);
+    begin += length;
   }
-  at::Tensor mid = hidden + attn;
-  return mid +
-         Mlp(c, w, Norm(mid, c.norm, Get(w, W::kMlpNorm), Get(w, W::kMlpNormBias), c.norm_eps));
+  at::Tensor key = at::arange(s.past + first + n, longs).unsqueeze(0);
+  at::Tensor query = at::arange(first, first + n, longs).unsqueeze(1);
+  return (key <= query + s.past) &
+         ((key < s.past + prompt) | (key >= segment.unsqueeze(1) + s.past));
+}
+
+uint64_t ActivationBytesPerRow(const ModelConfig& c) {
+  const int64_t floats =
+      8 * c.hidden_size + 6 * c.q_dim() + 6 * c.kv_dim() + 3 * c.intermediate_size;
+  return static_cast<uint64_t>(floats) * sizeof(float);
+}
+
+int64_t MicroBatchRows(const ModelConfig& c, uint64_t budget_bytes) {
+  if (budget_bytes == 0) return kMaxMicroBatchRows;
+  const uint64_t rows = budget_bytes / ActivationBytesPerRow(c);
+  return static_cast<int64_t>(
+      std::clamp<uint64_t>(rows, 1, static_cast<uint64_t>(kMaxMicroBatchRows)));
+}
+
+void RunDecoderLayer(const ModelConfig& c, const LayerWeights& w, int64_t layer, at::Tensor& hidden,
+                     const PassRows& rows) {
+  const int64_t tokens = hidden.size(0);
+  const int64_t step = std::max<int64_t>(1, rows.micro_batch_rows);
+  for (int64_t a = 0; a < tokens; a += step) {
+    at::Tensor x = hidden.narrow(0, a, std::min(step, tokens - a));
+    at::Tensor attn = SelfAttention(
+        c, w, layer, Norm(x, c.norm, Get(w, W::kAttnNorm), Get(w, W::kAttnNormBias), c.norm_eps), a,
+        rows);
+    at::Tensor out;
+    if (c.parallel_residual) {
+      at::Tensor mlp =
+          Mlp(c, w, Norm(x, c.norm, Get(w, W::kMlpNorm), Get(w, W::kMlpNormBias), c.norm_eps));
+      out = x + attn + mlp;
+    } else {
+      at::Tensor mid = x + attn;
+      attn.reset();
+      out = mid +
+            Mlp(c, w, Norm(mid, c.norm, Get(w, W::kMlpNorm), Get(w, W::kMlpNormBias), c.norm_eps));
+    }
+    x.copy_(out);  // this micro-batch's old rows are no longer read
+  }
 }
 
 }  // namespace nightshift::engine

@@ -1,9 +1,14 @@
 // The generic decoder: one block implementation wired by ModelConfig flags
 // (norm flavour, fused or separate projections, biases, q/k-norm, partial
 // rotary, parallel or sequential residual, gated or plain MLP), plus the
-// embedding (the engine runs the final norm and LM head). It runs every sequence of a pass at once:
-// their rows are packed into one [tokens, hidden] matrix for the projections and MLP, and attention
-// runs per sequence against that sequence's KV cache.
+// embedding (the engine runs the final norm and LM head). It runs every sequence of a pass through
+// the same loaded weights: their rows are packed into one [tokens, hidden] matrix, which a layer
+// walks in micro-batches of at most PassRows::micro_batch_rows rows (projections, MLP), updating
+// it in place; attention runs per sequence against that sequence's KV cache, in query blocks whose
+// score matrix stays under PassRows::max_score_bytes, with each block's mask built when it runs
+// (EngineOptions::activation_budget_bytes in engine.h sizes both).
+// So a layer's temporaries are bounded by the micro-batch, not by the tokens in the pass: what
+// grows with them is the packed hidden states (4 x hidden bytes per token) and the KV cache.
 //
 // Thread-compatible: a KVCache belongs to one sequence and is written only by
 // the pass running it.
@@ -13,10 +18,12 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "worker/engine/architecture.h"
+#include "worker/engine/engine.h"
 #include "worker/engine/kernels.h"
 #include "worker/engine/model_config.h"
 
@@ -50,16 +57,32 @@ class KVCache {
 
 // One sequence's share of a pass.
 struct SequenceRows {
-  int64_t begin = 0;   // its first row in the packed hidden states
-  int64_t count = 0;   // rows (tokens) it feeds in this pass
-  int64_t past = 0;    // tokens already in its cache; the new ones go after them
-  at::Tensor allowed;  // [count, past + count] bool: keys each new row may attend to
+  int64_t begin = 0;  // its first row in the packed hidden states
+  int64_t count = 0;  // rows (tokens) it feeds in this pass
+  int64_t past = 0;   // tokens already in its cache; the new ones go after them
+  // Empty: the new rows are causal after the cached ones (CausalMask).
+  // Otherwise (with past 0) the rows are a prompt followed by branches of
+  // these lengths (TreeMask).
+  std::vector<int64_t> branches;
   KVCache* cache = nullptr;
 };
 
+// Rows [first, first + n) of the mask of `s` (CausalMask or TreeMask) over
+// keys [0, past + first + n): no row attends to a later row of the feed, so
+// these are all the keys the block needs. [n, past + first + n] bool on the
+// CPU; undefined (see Attention) when every entry is true: one causal row,
+// e.g. a decode step, so that needs no mask built or copied to a device.
+at::Tensor AllowedKeys(const SequenceRows& s, int64_t first, int64_t n);
+
 struct PassRows {
-  std::vector<SequenceRows> sequences;
-  RopeAngles rope;  // per packed row
+  std::vector<SequenceRows> sequences;  // in packed order
+  std::vector<int64_t> positions;       // per packed row
+  // RoPE inverse frequencies (rope.h); the angles are computed per micro-batch.
+  const std::vector<float>* inv_freq = nullptr;
+  // Where the masks and angles go (the hidden states' device); unset: CPU.
+  std::optional<at::Device> device;
+  int64_t micro_batch_rows = kMaxMicroBatchRows;
+  int64_t max_score_bytes = kMaxAttentionScoreBytes;
 };
 
 using LayerWeights = std::array<Weight, kLayerWeightCount>;
@@ -67,9 +90,11 @@ using LayerWeights = std::array<Weight, kLayerWeightCount>;
 // Token embeddings [ids.size(), hidden] (x sqrt(hidden) when scale_embeddings).
 at::Tensor Embed(const ModelConfig& config, const Weight& table, const std::vector<int64_t>& ids);
 
-// Runs decoder block `layer` on `hidden` [tokens, hidden] and returns the new
-// hidden states; appends each sequence's new keys and values to its cache.
-at::Tensor RunDecoderLayer(const ModelConfig& config, const LayerWeights& weights, int64_t layer,
-                           const at::Tensor& hidden, const PassRows& rows);
+// Runs decoder block `layer` on `hidden` [tokens, hidden], a micro-batch of
+// rows at a time, overwriting it with the new hidden states; appends each
+// sequence's new keys and values to its cache. `hidden` must be writable and
+// not shared.
+void RunDecoderLayer(const ModelConfig& config, const LayerWeights& weights, int64_t layer,
+                     at::Tensor& hidden, const PassRows& rows);
 
 }  // namespace nightshift::engine

@@ -360,6 +360,9 @@ struct Engine::Impl {
   std::vector<int64_t> eos;
   int64_t max_context = 0;
   std::string context_note;
+  // From EngineOptions::activation_budget_bytes.
+  int64_t micro_batch_rows = kMaxMicroBatchRows;
+  int64_t max_score_bytes = kMaxAttentionScoreBytes;
 
   std::vector<std::unique_ptr<Sequence>> active;  // in the order added
   std::vector<SequenceResult> finished;
@@ -385,7 +388,6 @@ struct Engine::Impl {
   // One pass's inputs: every sequence's new tokens, packed row after row.
   struct PassPlan {
     std::vector<int64_t> ids;
-    std::vector<int64_t> positions;
     std::vector<int64_t> logit_rows;   // the packed rows whose logits are needed
     std::vector<int64_t> first_logit;  // per sequence, its first entry in logit_rows
     PassRows rows;
@@ -533,24 +535,22 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
     plan.ids.insert(plan.ids.end(), feed.begin(), feed.end());
     if (s->classifying()) {
       const int64_t prompt = static_cast<int64_t>(s->request.prompt.size());
-      r.allowed = TreeMask(prompt, s->LabelLengths());
-      std::vector<int64_t> positions = TreePositions(prompt, s->LabelLengths());
-      plan.positions.insert(plan.positions.end(), positions.begin(), positions.end());
+      r.branches = s->LabelLengths();
+      std::vector<int64_t> positions = TreePositions(prompt, r.branches);
+      plan.rows.positions.insert(plan.rows.positions.end(), positions.begin(), positions.end());
     } else {
-      r.allowed = CausalMask(r.past, r.count);
-      for (int64_t i = 0; i < r.count; ++i) plan.positions.push_back(r.past + i);
+      for (int64_t i = 0; i < r.count; ++i) plan.rows.positions.push_back(r.past + i);
     }
     plan.first_logit.push_back(static_cast<int64_t>(plan.logit_rows.size()));
     for (int64_t row : s->LogitRows(r.count)) plan.logit_rows.push_back(r.begin + row);
     plan.rows.sequences.push_back(std::move(r));
     stats->kv_bytes += s->cache.bytes();
   }
-  plan.rows.rope = ComputeRopeAngles(inv_freq, plan.positions);
-  if (device) {
-    for (SequenceRows& r : plan.rows.sequences) r.allowed = r.allowed.to(*device);
-    plan.rows.rope.cos = plan.rows.rope.cos.to(*device);
-    plan.rows.rope.sin = plan.rows.rope.sin.to(*device);
-  }
+  plan.rows.inv_freq = &inv_freq;
+  plan.rows.device = device;
+  plan.rows.micro_batch_rows = micro_batch_rows;
+  plan.rows.max_score_bytes = max_score_bytes;
+  stats->micro_batch_rows = micro_batch_rows;
   stats->sequences = static_cast<int64_t>(active.size());
   stats->tokens = static_cast<int64_t>(plan.ids.size());
   stats->logit_rows = static_cast<int64_t>(plan.logit_rows.size());
@@ -605,8 +605,7 @@ StatusOr<at::Tensor> Engine::Impl::RunLayers(const PassPlan& plan, PassStats* st
     const size_t index = static_cast<size_t>(layer);
     NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(index, stats));
     start = Clock::now();
-    hidden =
-        RunDecoderLayer(config, LayerView(tensors.layers[index], loaded), layer, hidden, plan.rows);
+    RunDecoderLayer(config, LayerView(tensors.layers[index], loaded), layer, hidden, plan.rows);
     Release(index);
     stats->compute_seconds += SecondsSince(start);
   }
@@ -727,6 +726,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
                         LoaderOptions(options, staged)));
   if (staged) NS_RETURN_IF_ERROR(impl->OpenStager());
   impl->inv_freq = RopeInverseFrequencies(impl->config.rope);
+  impl->micro_batch_rows = MicroBatchRows(impl->config, options.activation_budget_bytes);
+  if (options.activation_budget_bytes > 0) {
+    impl->max_score_bytes = static_cast<int64_t>(std::min<uint64_t>(
+        options.activation_budget_bytes, static_cast<uint64_t>(kMaxAttentionScoreBytes)));
+  }
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(cores));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -804,6 +808,7 @@ std::vector<SequenceResult> Engine::TakeFinished() {
 int64_t Engine::active() const { return static_cast<int64_t>(impl_->active.size()); }
 const ModelConfig& Engine::config() const { return impl_->config; }
 int64_t Engine::max_context() const { return impl_->max_context; }
+int64_t Engine::micro_batch_rows() const { return impl_->micro_batch_rows; }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
 
 }  // namespace nightshift::engine

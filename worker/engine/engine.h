@@ -7,10 +7,11 @@
 // layer_loader.h), every sequence runs through it, and its buffer is reused;
 // the LM head, read in row slices no larger than a layer, runs only at the
 // rows whose next token is needed. Resident memory is two layers plus
-// activations and KV cache, whatever the checkpoint's size. New sequences' prompts ride the
-// same pass as the others' decode steps (continuous batching at pass
-// boundaries), so a pass costs about one read of the checkpoint whatever rides
-// in it.
+// activations and KV cache, whatever the checkpoint's size: each layer runs
+// the pass's rows in micro-batches bounded by the activation budget, so what
+// grows with the tokens in a pass is only their hidden states and KV cache. New sequences' prompts
+// ride the same pass as the others' decode steps (continuous batching at pass boundaries), so a
+// pass costs about one read of the checkpoint whatever rides in it.
 //
 // A classification sequence (one with labels) scores every label in its one
 // pass: the prompt and all labels' tokens ride as one tree-shaped sequence,
@@ -139,6 +140,8 @@ struct PassStats {
   int64_t tokens = 0;      // tokens fed (prompts and labels + one per decoding sequence)
   int64_t logit_rows = 0;  // rows the LM head ran on
   uint64_t kv_bytes = 0;   // KV cache reserved by the sequences in flight
+  // Rows each layer ran at once (Engine::micro_batch_rows).
+  int64_t micro_batch_rows = 0;
   Residency residency = Residency::kStream;
 };
 
@@ -165,6 +168,14 @@ struct EngineOptions {
   int read_streams = 0;
   // KV cache bytes the sequences in flight may reserve together; 0: no limit.
   uint64_t kv_budget_bytes = 0;
+  // Bytes of float32 temporaries one micro-batch of a layer may use. Each
+  // layer runs the pass's rows in micro-batches of R rows through the same
+  // loaded weights, R = min(256, budget / the temporaries of one row, from
+  // hidden, q/kv widths and intermediate size), at least 1; attention's score
+  // blocks are then also kept under min(64 MiB, budget). 0: R = 256 and
+  // 64 MiB score blocks. Peak memory grows with the pass's tokens only
+  // through their hidden states (4 x hidden bytes each) and the KV cache.
+  uint64_t activation_budget_bytes = 0;
   // "cpu", or "cuda" / "cuda:N" when the linked libtorch has CUDA and sees
   // that GPU. Resident on a GPU keeps every layer in GPU memory.
   std::string device = "cpu";
@@ -177,6 +188,21 @@ struct EngineOptions {
   // figures Step returns (before it returns).
   std::function<void(const PassStats&)> on_pass;
 };
+
+// Micro-batch rows when the activation budget does not force fewer.
+inline constexpr int64_t kMaxMicroBatchRows = 256;
+
+// An upper bound on the float32 temporaries one row of a pass needs while a
+// layer runs it: 4 bytes x (8 x hidden for normed copies, residual sums and
+// projections back to hidden; 6 x q and 6 x kv width for q/k/v, their
+// rotated copies and the attention output; 3 x intermediate for the MLP).
+// Attention scores are bounded separately (EngineOptions::activation_budget_bytes).
+uint64_t ActivationBytesPerRow(const ModelConfig& config);
+
+// The micro-batch rows an activation budget of `budget_bytes` allows:
+// min(kMaxMicroBatchRows, budget / ActivationBytesPerRow), at least 1.
+// 0 (no budget given): kMaxMicroBatchRows.
+int64_t MicroBatchRows(const ModelConfig& config, uint64_t budget_bytes);
 
 // Whether the linked libtorch was built with CUDA and sees a GPU.
 bool CudaAvailable();
@@ -245,6 +271,8 @@ class Engine {
   int64_t active() const;
   const ModelConfig& config() const;
   int64_t max_context() const;
+  // The rows each layer runs at once (see EngineOptions::activation_budget_bytes).
+  int64_t micro_batch_rows() const;
   // generation_config.json's eos_token_id when present, else config.json's.
   const std::vector<int64_t>& eos_token_ids() const;
 

@@ -229,8 +229,10 @@ at::Tensor AttentionRows(const at::Tensor& q, const at::Tensor& keys, const at::
   at::Tensor scores = at::bmm(grouped, keys.transpose(1, 2));
   grouped.reset();
   scores.mul_(scale);
-  scores.view({kv_heads, group, rows, length})
-      .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  if (allowed.defined()) {
+    scores.view({kv_heads, group, rows, length})
+        .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  }
   at::Tensor probs = at::softmax(scores, -1);
   scores.reset();
   at::Tensor out = at::bmm(probs, values);  // [kv, group * rows, d]
@@ -250,7 +252,8 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
   for (int64_t row = 0; row < rows; row += chunk) {
     const int64_t n = std::min(chunk, rows - row);
     out.narrow(0, row, n).copy_(
-        AttentionRows(q.narrow(0, row, n), keys, values, allowed.narrow(0, row, n), scale));
+        AttentionRows(q.narrow(0, row, n), keys, values,
+                      allowed.defined() ? allowed.narrow(0, row, n) : allowed, scale));
   }
   return out;
 }

@@ -95,7 +95,8 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles);
 // Scaled dot-product attention of one sequence with grouped-query heads:
 // q [rows, heads, d], keys and values [kv_heads, L, d] (query head h reads KV
 // head h / (heads / kv_heads), as transformers' repeat_kv), `allowed`
-// [rows, L] bool (true: row may attend to that key). Softmax in float32.
+// [rows, L] bool (true: row may attend to that key; undefined: every row
+// attends to every key, as a decode step's single row does). Softmax in float32.
 // Returns [rows, heads * d]. Rows are processed in chunks whose score matrix
 // stays under `max_score_bytes` (at least one row), so a long prompt never
 // materialises rows x L x heads scores at once: the scores are scaled and

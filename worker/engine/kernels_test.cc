@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "worker/engine/decoder.h"
+
 namespace nightshift::engine {
 namespace {
 
@@ -160,6 +162,54 @@ TEST_F(KernelsTest, GroupedQueryAttentionInChunksEqualsTheReference) {
   const int64_t one_row = heads * (past + rows) * 4;
   ExpectClose(Attention(q, k, v, allowed, 0.3, 2 * one_row), expected);  // chunks of 2 rows
   ExpectClose(Attention(q, k, v, allowed, 0.3, 1), expected);            // one row at a time
+}
+
+TEST_F(KernelsTest, AttentionWithoutAMaskAttendsToEveryKey) {
+  at::Tensor q = at::randn({3, 4, 8});
+  at::Tensor k = at::randn({2, 5, 8});
+  at::Tensor v = at::randn({2, 5, 8});
+  at::Tensor all = at::ones({3, 5}, at::TensorOptions().dtype(at::kBool));
+  const at::Tensor expected = ReferenceAttention(q, k, v, all, 0.3);
+  ExpectClose(Attention(q, k, v, at::Tensor(), 0.3), expected);
+  ExpectClose(Attention(q, k, v, at::Tensor(), 0.3, 1), expected);  // one row at a time
+}
+
+// A micro-batch's block of a sequence's mask, built alone, is that block of
+// CausalMask / TreeMask over the keys up to its last row; a single causal row
+// needs none.
+TEST_F(KernelsTest, AllowedKeysIsABlockOfTheCausalOrTreeMask) {
+  struct Case {
+    int64_t past;
+    int64_t count;
+    std::vector<int64_t> branches;
+  };
+  for (const Case& c : std::vector<Case>{
+           {0, 7, {}}, {3, 5, {}}, {0, 9, {2, 1, 3}}, {0, 4, {1, 1, 1}}, {0, 5, {5}}}) {
+    SequenceRows s;
+    s.past = c.past;
+    s.count = c.count;
+    s.branches = c.branches;
+    int64_t prompt = c.count;
+    for (int64_t b : c.branches) prompt -= b;
+    const at::Tensor full =
+        c.branches.empty() ? CausalMask(c.past, c.count) : TreeMask(prompt, c.branches);
+    for (int64_t first = 0; first < c.count; ++first) {
+      for (int64_t n = 1; first + n <= c.count; ++n) {
+        const at::Tensor block = AllowedKeys(s, first, n);
+        SCOPED_TRACE("past " + std::to_string(c.past) + " count " + std::to_string(c.count) +
+                     " branches " + std::to_string(c.branches.size()) + " rows " +
+                     std::to_string(first) + "+" + std::to_string(n));
+        const at::Tensor want = full.narrow(0, first, n).narrow(1, 0, c.past + first + n);
+        if (n == 1 && c.branches.empty()) {
+          EXPECT_FALSE(block.defined());
+          EXPECT_TRUE(want.all().item<bool>());
+        } else {
+          ASSERT_TRUE(block.defined());
+          EXPECT_TRUE(at::equal(block, want));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -142,11 +142,32 @@ TEST(RunCommandTest, UsageErrorsExitTwo) {
   const std::string model = " --model-dir " + FixtureDir("mistral");
   for (const std::string& args :
        {std::string("run --ids 1,2"), "run" + model, "run" + model + " --ids 1,x",
-        "run" + model + " --ids 1 --top-p 1.5", "run" + model + " --ids 1 --bogus"}) {
+        "run" + model + " --ids 1 --top-p 1.5", "run" + model + " --ids 1 --bogus",
+        "run" + model + " --ids 1 --activation-budget 12X"}) {
     Outcome o = RunBinary("nightshift-engine", args);
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
     EXPECT_THAT(o.err, StartsWith("nightshift run: ")) << args;
   }
+}
+
+TEST(RunCommandTest, ActivationBudgetLowersTheMicroBatchButNotTheResults) {
+  const Golden golden = LoadGolden("llama-gqa-sharded");
+  const std::string args = "run --json --max-new-tokens 4 --model-dir " +
+                           FixtureDir("llama-gqa-sharded") + IdsFlags(golden.prompts);
+  Outcome plain = RunBinary("nightshift-engine", args);
+  Outcome small = RunBinary("nightshift-engine", args + " --activation-budget 1KiB");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(small.exit_code, 0) << small.err << small.out;
+  const json a = json::parse(plain.out), b = json::parse(small.out);
+  EXPECT_EQ(a["micro_batch_rows"], 256);
+  EXPECT_EQ(b["micro_batch_rows"], 1);  // less than one row's temporaries: one row at a time
+  ASSERT_EQ(a["sequences"].size(), b["sequences"].size());
+  for (size_t i = 0; i < a["sequences"].size(); ++i) {
+    EXPECT_EQ(a["sequences"][i]["generated_ids"], b["sequences"][i]["generated_ids"]) << i;
+  }
+  Outcome bad = RunBinary("nightshift-engine", args + " --activation-budget 0");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--activation-budget: '0' is not a size"));
 }
 
 TEST(RunCommandTest, DeviceChoosesWhereTheBatchRuns) {

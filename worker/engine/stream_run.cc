@@ -8,7 +8,8 @@
 //   {"generated": [[ids]...], "last_logits": [[...]...] (with --logits),
 //    "passes": [{"seconds", "bytes_read", "io_seconds", "load_seconds",
 //                "compute_seconds", "sequences", "tokens", "kv_bytes"}...],
-//    "rss_after_open_bytes", "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds"}
+//    "micro_batch_rows", "rss_after_open_bytes", "peak_rss_growth_bytes", "vm_hwm_bytes",
+//    "seconds"}
 // peak_rss_growth_bytes is the peak RSS after Open (and the optional warm-up
 // run) minus the RSS then; the peak is reset with /proc/self/clear_refs so it
 // is this run's.
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/flags.h"
+#include "common/size.h"
 #include "worker/engine/engine.h"
 
 namespace nightshift::engine {
@@ -69,7 +71,7 @@ nlohmann::json PassJson(const PassStats& p) {
 }
 
 int Run(int argc, char** argv) {
-  std::string dir, warm_up_dir, residency = "streaming", device = "cpu";
+  std::string dir, warm_up_dir, residency = "streaming", device = "cpu", activation_budget;
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
   bool prefetch = true, logits = false;
   FlagSet flags("engine-stream-run --model-dir DIR [flags]",
@@ -87,6 +89,8 @@ int Run(int argc, char** argv) {
   flags.Int("threads", &threads, "compute threads (0: one per core)");
   flags.Bool("logits", &logits, "print each sequence's last prompt logits");
   flags.String("device", &device, "cpu (default), cuda or cuda:N", "DEVICE");
+  flags.String("activation-budget", &activation_budget,
+               "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -106,6 +110,14 @@ int Run(int argc, char** argv) {
   options.max_context = max_context;
   options.threads = static_cast<int>(threads);
   options.device = device;
+  if (!activation_budget.empty()) {
+    StatusOr<uint64_t> budget = ParseSize(activation_budget);
+    if (!budget.ok()) {
+      std::cerr << "engine-stream-run: --activation-budget: " << budget.status().ToString() << "\n";
+      return 2;
+    }
+    options.activation_budget_bytes = *budget;
+  }
   if (!warm_up_dir.empty()) {
     Status warmed = WarmUp(warm_up_dir, options);
     if (!warmed.ok()) {
@@ -159,6 +171,7 @@ int Run(int argc, char** argv) {
   }
   out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const uint64_t hwm = ProcStatusBytes("VmHWM");
+  out["micro_batch_rows"] = (*engine)->micro_batch_rows();
   out["rss_after_open_bytes"] = rss_after_open;
   out["vm_hwm_bytes"] = hwm;
   out["peak_rss_growth_bytes"] = hwm > rss_after_open ? hwm - rss_after_open : 0;
