@@ -22,6 +22,32 @@ int64_t KvPositions(int64_t prompt_tokens, int64_t max_new_tokens,
   return positions;
 }
 
+bool EndsInFirstPass(int64_t max_new_tokens, const std::vector<int64_t>& label_tokens) {
+  return !label_tokens.empty() || max_new_tokens <= 1;
+}
+
+int64_t ReservedKvPositions(int64_t prompt_tokens, int64_t max_new_tokens,
+                            const std::vector<int64_t>& label_tokens) {
+  if (EndsInFirstPass(max_new_tokens, label_tokens)) return 0;
+  return KvPositions(prompt_tokens, max_new_tokens, label_tokens);
+}
+
+int64_t FirstPassTokens(int64_t prompt_tokens, const std::vector<int64_t>& label_tokens) {
+  int64_t tokens = prompt_tokens;
+  for (int64_t t : label_tokens) tokens += t;
+  return tokens;
+}
+
+uint64_t PassTokenBytes(const checkpoint::ModelConfig& config) {
+  return 4ull * static_cast<uint64_t>(std::max<int64_t>(config.hidden_size, 0)) +
+         KvBytesPerToken(1, config.num_kv_heads, config.head_dim, kEngineKvDtypeBytes);
+}
+
+int64_t DefaultPassTokenBudget(const checkpoint::ModelConfig& config) {
+  const uint64_t per_token = std::max<uint64_t>(1, PassTokenBytes(config));
+  return static_cast<int64_t>(std::max<uint64_t>(1, kDefaultPassTokenMemory / per_token));
+}
+
 int64_t MaxContextTokens(const checkpoint::ModelConfig& config) {
   int64_t context = config.max_position_embeddings;
   if (config.sliding_window && *config.sliding_window < context) context = *config.sliding_window;

@@ -44,6 +44,36 @@ uint64_t KvBytesPerToken(const checkpoint::ModelConfig& config, int kv_dtype_byt
 int64_t KvPositions(int64_t prompt_tokens, int64_t max_new_tokens,
                     const std::vector<int64_t>& label_tokens);
 
+// Whether a job's sequence ends inside its first pass: a classification
+// (every label is scored in the pass that feeds the prompt) or a generation
+// of at most one token (the pass that feeds the prompt samples it, and it is
+// never fed back). Such a sequence keeps layer l's keys and values only
+// while layer l runs: it reserves no KV budget, only rows of its pass.
+bool EndsInFirstPass(int64_t max_new_tokens, const std::vector<int64_t>& label_tokens);
+
+// The KV positions a job holds across passes, what the KV budget is charged:
+// KvPositions, or 0 when it ends in its first pass.
+int64_t ReservedKvPositions(int64_t prompt_tokens, int64_t max_new_tokens,
+                            const std::vector<int64_t>& label_tokens);
+
+// Tokens a job feeds in its first pass: its prompt and every label's tokens.
+int64_t FirstPassTokens(int64_t prompt_tokens, const std::vector<int64_t>& label_tokens);
+
+// Bytes one token of a pass holds for the whole pass beyond the fixed
+// activation budget: its hidden state, kept between layers (4 x hidden), and
+// the keys and values of the running layer, which a sequence ending in the
+// pass holds only then (2 x kv_heads x head_dim x 4). The pass-token budget
+// is memory / this.
+uint64_t PassTokenBytes(const checkpoint::ModelConfig& config);
+
+// Memory a worker gives a pass's tokens when no --pass-token-budget is set;
+// 64 MiB is 5,461 tokens of bench-1.7b (hidden 2048), 32,768 of a hidden-256
+// model: a queue of long classification prompts fills a pass with dozens.
+inline constexpr uint64_t kDefaultPassTokenMemory = 64ull << 20;
+
+// kDefaultPassTokenMemory / PassTokenBytes(config), at least 1.
+int64_t DefaultPassTokenBudget(const checkpoint::ModelConfig& config);
+
 // The longest context the engine runs for `config` by default:
 // max_position_embeddings, or the sliding window when that is shorter
 // (sliding-window attention is not implemented; below the window it equals

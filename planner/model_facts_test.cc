@@ -42,6 +42,37 @@ TEST(KvPositionsTest, ClassificationHoldsEveryLabel) {
   EXPECT_EQ(KvPositions(9, 0, {1, 3}), 13);
 }
 
+TEST(ReservedKvPositionsTest, OnlyJobsThatOutliveTheirFirstPassReserveKv) {
+  EXPECT_EQ(ReservedKvPositions(3, 20, {}), 3 + 19);
+  EXPECT_EQ(ReservedKvPositions(3, 2, {}), 4);
+  // One generated token is sampled in the prompt's pass and never fed back.
+  EXPECT_TRUE(EndsInFirstPass(1, {}));
+  EXPECT_EQ(ReservedKvPositions(3, 1, {}), 0);
+  EXPECT_EQ(ReservedKvPositions(3, 0, {}), 0);
+  EXPECT_TRUE(EndsInFirstPass(20, {1, 2}));  // labels: max_new_tokens is not used
+  EXPECT_EQ(ReservedKvPositions(3, 20, {1, 2}), 0);
+  EXPECT_FALSE(EndsInFirstPass(2, {}));
+}
+
+TEST(FirstPassTokensTest, ThePromptAndEveryLabel) {
+  EXPECT_EQ(FirstPassTokens(500, {}), 500);
+  EXPECT_EQ(FirstPassTokens(500, {1, 1, 3}), 505);
+}
+
+TEST(PassTokenBudgetTest, HiddenStateAndOneLayersKeysAndValuesPerToken) {
+  checkpoint::ModelConfig c;  // bench-1.7b: hidden 2048, 4 KV heads of 128
+  c.hidden_size = 2048;
+  c.num_layers = 16;
+  c.num_kv_heads = 4;
+  c.head_dim = 128;
+  EXPECT_EQ(PassTokenBytes(c), 4u * 2048 + 2u * 4 * 128 * 4);
+  EXPECT_EQ(DefaultPassTokenBudget(c), (64 << 20) / 12288);
+  c.hidden_size = 256;  // a hidden-256 qwen2 with 2 KV heads of 64
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  EXPECT_EQ(DefaultPassTokenBudget(c), 32768);
+}
+
 TEST(MaxContextTokensTest, TheShorterOfPositionsAndWindow) {
   checkpoint::ModelConfig c;
   c.max_position_embeddings = 4096;

@@ -40,6 +40,7 @@ struct RunFlags {
   bool json = false;
   std::string device = "cpu";
   std::string activation_budget;
+  int64_t pass_token_budget = 0;
 };
 
 StatusOr<std::vector<TokenId>> ParseTokenIds(const std::string& text, const std::string& what) {
@@ -128,14 +129,18 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
     if (!budget.ok()) return budget.status().Prefixed("--activation-budget");
     options.activation_budget_bytes = *budget;
   }
+  if (f.pass_token_budget < 0) return InvalidArgument("--pass-token-budget must be >= 0");
+  options.pass_token_budget = f.pass_token_budget;
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(f.model_dir, options));
-  for (size_t i = 0; i < requests.size(); ++i) {
-    StatusOr<engine::SequenceId> id = engine->Add(std::move(requests[i]));
-    if (!id.ok()) return id.status().Prefixed("--ids #" + std::to_string(i + 1));
-  }
   RunOutput out;
   out.micro_batch_rows = engine->micro_batch_rows();
-  while (engine->active() > 0) {
+  size_t next = 0;  // prompts join passes in --ids order, as the pass-token budget allows
+  while (next < requests.size() || engine->active() > 0) {
+    for (; next < requests.size(); ++next) {
+      StatusOr<engine::SequenceId> id = engine->Add(requests[next]);
+      if (id.status().code() == StatusCode::kResourceExhausted && engine->active() > 0) break;
+      if (!id.ok()) return id.status().Prefixed("--ids #" + std::to_string(next + 1));
+    }
     NS_ASSIGN_OR_RETURN(PassStats stats, engine->Step());
     out.passes.push_back(stats);
     for (SequenceResult& r : engine->TakeFinished()) out.sequences.push_back(std::move(r));
@@ -224,7 +229,8 @@ int Run(int argc, char** argv) {
   FlagSet flags(
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
-      "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE]",
+      "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "
+      "[--pass-token-budget N]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -232,6 +238,8 @@ int Run(int argc, char** argv) {
       "With --labels, every prompt instead scores each label (a continuation of the prompt, as\n"
       "token ids) in one pass and prints its log-probability, its probability renormalised over\n"
       "the labels, and the best label.\n"
+      "With --pass-token-budget, a pass feeds at most N prompt and label tokens (one per\n"
+      "decoding prompt); the prompts that do not fit join later passes, in --ids order.\n"
       "A prompt longer than the model's context is an error, never truncated.");
   flags.String("model-dir", &f.model_dir, "checkpoint directory (config.json, *.safetensors)",
                "DIR");
@@ -251,6 +259,8 @@ int Run(int argc, char** argv) {
                "cpu (default), or cuda / cuda:N where the linked libtorch has CUDA", "DEVICE");
   flags.String("activation-budget", &f.activation_budget,
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
+  flags.Int("pass-token-budget", &f.pass_token_budget,
+            "tokens one pass may feed; 0 (default): every prompt in the first pass", "N");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
   StatusOr<std::vector<SequenceRequest>> requests = BuildRequests(f, flags);

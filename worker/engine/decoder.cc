@@ -149,6 +149,11 @@ std::pair<at::Tensor, at::Tensor> KVCache::Append(int64_t layer, int64_t at, con
   return {k.narrow(1, 0, at + rows), v.narrow(1, 0, at + rows)};
 }
 
+void KVCache::Release(int64_t layer) {
+  keys_[static_cast<size_t>(layer)].reset();
+  values_[static_cast<size_t>(layer)].reset();
+}
+
 at::Tensor Embed(const ModelConfig& config, const Weight& table, const std::vector<int64_t>& ids) {
   at::Tensor hidden = GatherRows(table, ids);
   if (config.scale_embeddings) {
@@ -213,6 +218,9 @@ void RunDecoderLayer(const ModelConfig& c, const LayerWeights& w, int64_t layer,
             Mlp(c, w, Norm(mid, c.norm, Get(w, W::kMlpNorm), Get(w, W::kMlpNormBias), c.norm_eps));
     }
     x.copy_(out);  // this micro-batch's old rows are no longer read
+  }
+  for (const SequenceRows& s : rows.sequences) {
+    if (s.transient) s.cache->Release(layer);
   }
 }
 

@@ -46,6 +46,8 @@ class KVCache {
   // positions [0, at + rows). at + rows must not exceed capacity().
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer, int64_t at, const at::Tensor& keys,
                                            const at::Tensor& values);
+  // Frees `layer`'s keys and values (a later Append allocates them again).
+  void Release(int64_t layer);
 
  private:
   int64_t kv_heads_;
@@ -65,6 +67,9 @@ struct SequenceRows {
   // these lengths (TreeMask).
   std::vector<int64_t> branches;
   KVCache* cache = nullptr;
+  // The sequence ends in this pass: its cache drops each layer's keys and
+  // values once the layer has run (KVCache::Release).
+  bool transient = false;
 };
 
 // Rows [first, first + n) of the mask of `s` (CausalMask or TreeMask) over
@@ -92,8 +97,9 @@ at::Tensor Embed(const ModelConfig& config, const Weight& table, const std::vect
 
 // Runs decoder block `layer` on `hidden` [tokens, hidden], a micro-batch of
 // rows at a time, overwriting it with the new hidden states; appends each
-// sequence's new keys and values to its cache. `hidden` must be writable and
-// not shared.
+// sequence's new keys and values to its cache, and releases the layer's from
+// the caches of transient sequences once every row has run. `hidden` must be
+// writable and not shared.
 void RunDecoderLayer(const ModelConfig& config, const LayerWeights& weights, int64_t layer,
                      at::Tensor& hidden, const PassRows& rows);
 

@@ -35,6 +35,15 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Each label's token count.
+std::vector<int64_t> LabelTokenCounts(const SequenceRequest& request) {
+  std::vector<int64_t> counts;
+  for (const std::vector<TokenId>& label : request.labels) {
+    counts.push_back(static_cast<int64_t>(label.size()));
+  }
+  return counts;
+}
+
 struct Sequence {
   Sequence(SequenceId id, SequenceRequest request, const ModelConfig& config, int64_t capacity)
       : id(id),
@@ -55,6 +64,11 @@ struct Sequence {
   std::optional<FinishReason> finished;
 
   bool classifying() const { return !request.labels.empty(); }
+  // Ends in the pass that feeds its prompt (planner::EndsInFirstPass): its
+  // cache holds a layer's keys and values only while that layer runs, and it
+  // reserves no KV budget.
+  bool one_pass() const { return planner::EndsInFirstPass(request.max_new_tokens, LabelLengths()); }
+  uint64_t reserved_kv_bytes() const { return one_pass() ? 0 : cache.bytes(); }
 
   // The tokens this sequence feeds into the next pass: its prompt (and every
   // label's tokens after it) first, then its latest token.
@@ -67,13 +81,13 @@ struct Sequence {
     return feed;
   }
 
-  std::vector<int64_t> LabelLengths() const {
-    std::vector<int64_t> lengths;
-    for (const std::vector<TokenId>& label : request.labels) {
-      lengths.push_back(static_cast<int64_t>(label.size()));
-    }
-    return lengths;
+  int64_t NextFeedSize() const {
+    return cached > 0 ? 1
+                      : planner::FirstPassTokens(static_cast<int64_t>(request.prompt.size()),
+                                                 LabelLengths());
   }
+
+  std::vector<int64_t> LabelLengths() const { return LabelTokenCounts(request); }
 
   // The rows of this sequence's feed whose logits the pass needs: the last
   // one when generating; when classifying, the last prompt row (it predicts
@@ -181,12 +195,8 @@ auto Guarded(Fn fn) -> decltype(fn()) {
 // The KV cache positions `request` reserves: planner::KvPositions (the
 // scheduler's figure), a generation's clamped to `context` (it stops there).
 int64_t CachePositions(const SequenceRequest& request, int64_t context) {
-  std::vector<int64_t> label_tokens;
-  for (const std::vector<TokenId>& label : request.labels) {
-    label_tokens.push_back(static_cast<int64_t>(label.size()));
-  }
   const int64_t positions = planner::KvPositions(static_cast<int64_t>(request.prompt.size()),
-                                                 request.max_new_tokens, label_tokens);
+                                                 request.max_new_tokens, LabelTokenCounts(request));
   return request.labels.empty() ? std::min(positions, context) : positions;
 }
 
@@ -238,6 +248,7 @@ Status ValidateOptions(const EngineOptions& options) {
   if (options.read_streams < 0 || options.read_streams > 64) {
     return InvalidArgument("read_streams must be in 0..64");
   }
+  if (options.pass_token_budget < 0) return InvalidArgument("pass_token_budget must be >= 0");
   return CheckDevice(options.device);
 }
 
@@ -417,6 +428,7 @@ struct Engine::Impl {
   // The sequence `id` in flight, or null.
   Sequence* Find(SequenceId id) const;
   uint64_t KvBytesInUse() const;
+  int64_t NextPassTokens() const;
   // Sets up the accelerator path: the device and the stager's slots (two the size of the largest
   // group; one per group when resident).
   Status OpenStager();
@@ -532,6 +544,7 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
     r.count = static_cast<int64_t>(feed.size());
     r.past = s->cached;
     r.cache = &s->cache;
+    r.transient = s->one_pass();
     plan.ids.insert(plan.ids.end(), feed.begin(), feed.end());
     if (s->classifying()) {
       const int64_t prompt = static_cast<int64_t>(s->request.prompt.size());
@@ -544,7 +557,7 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
     plan.first_logit.push_back(static_cast<int64_t>(plan.logit_rows.size()));
     for (int64_t row : s->LogitRows(r.count)) plan.logit_rows.push_back(r.begin + row);
     plan.rows.sequences.push_back(std::move(r));
-    stats->kv_bytes += s->cache.bytes();
+    stats->kv_bytes += s->reserved_kv_bytes();
   }
   plan.rows.inv_freq = &inv_freq;
   plan.rows.device = device;
@@ -667,8 +680,14 @@ Sequence* Engine::Impl::Find(SequenceId id) const {
 
 uint64_t Engine::Impl::KvBytesInUse() const {
   uint64_t bytes = 0;
-  for (const std::unique_ptr<Sequence>& s : active) bytes += s->cache.bytes();
+  for (const std::unique_ptr<Sequence>& s : active) bytes += s->reserved_kv_bytes();
   return bytes;
+}
+
+int64_t Engine::Impl::NextPassTokens() const {
+  int64_t tokens = 0;
+  for (const std::unique_ptr<Sequence>& s : active) tokens += s->NextFeedSize();
+  return tokens;
 }
 
 StatusOr<PassStats> Engine::Impl::RunPass() {
@@ -747,6 +766,14 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
                              std::to_string(in_use) + " of the budget of " +
                              std::to_string(budget) + " are in use");
   }
+  const int64_t tokens = FirstPassTokens(request);
+  const int64_t queued = impl_->NextPassTokens();
+  const int64_t pass_budget = impl_->options.pass_token_budget;
+  if (pass_budget > 0 && queued > 0 && queued + tokens > pass_budget) {
+    return ResourceExhausted("sequence feeds " + std::to_string(tokens) + " tokens; " +
+                             std::to_string(queued) + " of the next pass's budget of " +
+                             std::to_string(pass_budget) + " tokens are taken");
+  }
   const int64_t capacity = CachePositions(request, impl_->max_context);
   SequenceId id = impl_->next_id++;
   return Guarded([&]() -> StatusOr<SequenceId> {
@@ -769,9 +796,17 @@ StatusOr<PassStats> Engine::Step() {
 }
 
 uint64_t Engine::KvBytesFor(const SequenceRequest& request) const {
+  if (planner::EndsInFirstPass(request.max_new_tokens, LabelTokenCounts(request))) return 0;
   return static_cast<uint64_t>(CachePositions(request, impl_->max_context)) *
          planner::KvBytesPerToken(impl_->config, planner::kEngineKvDtypeBytes);
 }
+
+int64_t Engine::FirstPassTokens(const SequenceRequest& request) {
+  return planner::FirstPassTokens(static_cast<int64_t>(request.prompt.size()),
+                                  LabelTokenCounts(request));
+}
+
+int64_t Engine::next_pass_tokens() const { return impl_->NextPassTokens(); }
 
 uint64_t Engine::kv_bytes_in_use() const { return impl_->KvBytesInUse(); }
 

@@ -167,7 +167,15 @@ struct EngineOptions {
   // default, 4. At most 64.
   int read_streams = 0;
   // KV cache bytes the sequences in flight may reserve together; 0: no limit.
+  // A sequence that ends in its first pass (planner::EndsInFirstPass:
+  // labels, or at most one new token) reserves none: it holds each layer's
+  // keys and values only while that layer runs.
   uint64_t kv_budget_bytes = 0;
+  // Tokens one pass may feed (prompts and labels of new sequences, one per
+  // decoding sequence); 0: no limit. Their hidden states stay resident for
+  // the whole pass (planner::PassTokenBytes each). A sequence that does not
+  // fit is refused (Add), unless the next pass would feed nothing else.
+  int64_t pass_token_budget = 0;
   // Bytes of float32 temporaries one micro-batch of a layer may use. Each
   // layer runs the pass's rows in micro-batches of R rows through the same
   // loaded weights, R = min(256, budget / the temporaries of one row, from
@@ -235,15 +243,23 @@ class Engine {
   // classification sequence, an empty label, a label token outside the
   // vocabulary, or prompt + a label longer than the context.
   // ResourceExhausted when its KV bytes (KvBytesFor) do not fit the KV budget
-  // left by the sequences in flight.
+  // left by the sequences in flight, or its first pass's tokens
+  // (FirstPassTokens) do not fit the pass-token budget left by the next
+  // pass's other tokens (next_pass_tokens), unless there are none.
   StatusOr<SequenceId> Add(SequenceRequest request);
 
   // The KV cache bytes `request` reserves while in flight:
   // planner::KvPositions of its prompt, max_new_tokens and labels (a
   // generation's clamped to the context) x planner::KvBytesPerToken of the
   // config in float32 (planner/model_facts.h; the worker's advert and the
-  // scheduler's sizing use the same two functions). Does not validate it.
+  // scheduler's sizing use the same two functions); 0 for a sequence that
+  // ends in its first pass (planner::ReservedKvPositions). Does not validate it.
   uint64_t KvBytesFor(const SequenceRequest& request) const;
+  // Tokens `request` feeds in its first pass: prompt and labels.
+  static int64_t FirstPassTokens(const SequenceRequest& request);
+  // Tokens the next pass feeds for the sequences in flight: the prompts (and
+  // labels) of those not yet run, one per decoding sequence.
+  int64_t next_pass_tokens() const;
   // KV bytes reserved by the sequences in flight.
   uint64_t kv_bytes_in_use() const;
 

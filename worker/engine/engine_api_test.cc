@@ -18,6 +18,7 @@ using testing::Drain;
 using testing::Golden;
 using ::testing::HasSubstr;
 using testing::LoadGolden;
+using testing::MaxAbsDiff;
 
 constexpr char kFixture[] = "llama-gqa-sharded";
 // KV bytes per position of the fixture: K and V x 2 layers x 2 KV heads x 16 dims x float.
@@ -136,26 +137,94 @@ TEST(EngineApiTest, KvBytesFollowThePromptAndMaxNewTokens) {
   // 7 prompt tokens + 8 new: the last new token is never fed back.
   SequenceRequest r = Request(std::vector<TokenId>(7, 5), 8);
   EXPECT_EQ(engine->KvBytesFor(r), (7 + 7) * kKvPerPosition);
-  r.max_new_tokens = 0;
-  EXPECT_EQ(engine->KvBytesFor(r), 7 * kKvPerPosition);
+  r.max_new_tokens = 2;
+  EXPECT_EQ(engine->KvBytesFor(r), (7 + 1) * kKvPerPosition);
   r.max_new_tokens = 100000;  // capped by the context (512)
   EXPECT_EQ(engine->KvBytesFor(r), 512 * kKvPerPosition);
+  // Sequences that end in their first pass reserve nothing.
+  r.max_new_tokens = 1;
+  EXPECT_EQ(engine->KvBytesFor(r), 0u);
+  r.max_new_tokens = 0;
+  EXPECT_EQ(engine->KvBytesFor(r), 0u);
   SequenceRequest labels = Request({1, 2, 3}, 8);
   labels.labels = {{4, 5}, {6}};
-  EXPECT_EQ(engine->KvBytesFor(labels), (3 + 2 + 1) * kKvPerPosition);
+  EXPECT_EQ(engine->KvBytesFor(labels), 0u);
+  EXPECT_EQ(Engine::FirstPassTokens(labels), 3 + 2 + 1);
+  EXPECT_EQ(Engine::FirstPassTokens(r), 7);
 
   EXPECT_EQ(engine->kv_bytes_in_use(), 0u);
-  r.max_new_tokens = 2;
+  r.max_new_tokens = 3;
   ASSERT_TRUE(engine->Add(r).ok());
   ASSERT_TRUE(engine->Add(labels).ok());
-  EXPECT_EQ(engine->kv_bytes_in_use(), engine->KvBytesFor(r) + engine->KvBytesFor(labels));
+  EXPECT_EQ(engine->kv_bytes_in_use(), (7 + 2) * kKvPerPosition);
+  EXPECT_EQ(engine->next_pass_tokens(), 7 + 6);
   StatusOr<PassStats> pass = engine->Step();
   ASSERT_TRUE(pass.ok());
-  EXPECT_EQ(pass->kv_bytes, engine->KvBytesFor(r) + engine->KvBytesFor(labels));
-  // The classification left after its one pass.
-  EXPECT_EQ(engine->kv_bytes_in_use(), engine->KvBytesFor(r));
+  EXPECT_EQ(pass->kv_bytes, (7 + 2) * kKvPerPosition);
+  EXPECT_EQ(engine->active(), 1);  // the classification left after its one pass
+  EXPECT_EQ(engine->next_pass_tokens(), 1);
   Drain(*engine);
   EXPECT_EQ(engine->kv_bytes_in_use(), 0u);
+}
+
+// A KV budget too small for any generation still admits every sequence that
+// ends in its first pass, with the results it gets alone.
+TEST(EngineApiTest, OnePassSequencesNeedNoKvBudget) {
+  const Golden golden = LoadGolden(kFixture);
+  EngineOptions options = Options();
+  options.kv_budget_bytes = kKvPerPosition;  // one position
+  std::unique_ptr<Engine> engine = OpenOrDie(options);
+  EXPECT_EQ(engine->Add(Request(golden.prompts[0], 4)).status().code(),
+            StatusCode::kResourceExhausted);
+  for (const std::vector<TokenId>& prompt : golden.prompts) {
+    SequenceRequest last = Request(prompt, 0);
+    last.return_last_logits = true;
+    ASSERT_TRUE(engine->Add(last).ok());
+    SequenceRequest scored = Request(prompt, 1);
+    scored.labels = {{4, 5}, {6}, {7, 8, 9}};
+    ASSERT_TRUE(engine->Add(scored).ok());
+  }
+  EXPECT_EQ(engine->kv_bytes_in_use(), 0u);
+  std::vector<SequenceResult> results = Drain(*engine);
+  ASSERT_EQ(results.size(), 2 * golden.prompts.size());
+  for (size_t i = 0; i < golden.prompts.size(); ++i) {
+    EXPECT_LT(MaxAbsDiff(results[2 * i].last_logits, golden.last_logits[i]), golden.atol) << i;
+    std::unique_ptr<Engine> alone = OpenOrDie();
+    SequenceRequest scored = Request(golden.prompts[i], 1);
+    scored.labels = {{4, 5}, {6}, {7, 8, 9}};
+    ASSERT_TRUE(alone->Add(scored).ok());
+    std::vector<SequenceResult> reference = Drain(*alone);
+    ASSERT_EQ(reference.size(), 1u);
+    ASSERT_EQ(results[2 * i + 1].labels.size(), 3u);
+    for (size_t j = 0; j < 3; ++j) {
+      EXPECT_NEAR(results[2 * i + 1].labels[j].logprob, reference[0].labels[j].logprob, 1e-4);
+    }
+  }
+}
+
+TEST(EngineApiTest, ThePassTokenBudgetRefusesWhatDoesNotFitTheNextPass) {
+  EngineOptions options = Options();
+  options.pass_token_budget = 10;
+  std::unique_ptr<Engine> engine = OpenOrDie(options);
+  ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(6, 5), 3)).ok());
+  StatusOr<SequenceId> refused = engine->Add(Request(std::vector<TokenId>(5, 5), 3));
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("pass's budget of 10 tokens"));
+  ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(4, 5), 3)).ok());  // 6 + 4 fit
+  ASSERT_TRUE(engine->Step().ok());
+  // Decoding, each sequence feeds one token: 2 + 8 fit.
+  EXPECT_EQ(engine->next_pass_tokens(), 2);
+  ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(8, 5), 1)).ok());
+  EXPECT_FALSE(engine->Add(Request({5}, 1)).ok());
+  Drain(*engine);
+  // A prompt longer than the budget runs when nothing else would ride its pass.
+  ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(12, 5), 1)).ok());
+  EXPECT_FALSE(engine->Add(Request({5}, 1)).ok());
+  EXPECT_EQ(Drain(*engine).size(), 1u);
+
+  options.pass_token_budget = -1;
+  EXPECT_EQ(Engine::Open(FixtureDir(kFixture), options).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(EngineApiTest, TheKvBudgetRefusesWhatDoesNotFitAndFreesOnExit) {

@@ -130,47 +130,91 @@ TEST(EngineStreamTest, PeakMemoryFollowsThePlannersFootprintNotTheCheckpoint) {
 
 // Bounded activations: a pass of many long prompts needs, beyond a
 // one-prompt pass, only its tokens' hidden states (4 x hidden bytes each, the
-// packed rows every layer updates in place) and their KV cache, plus a fixed
-// slack that scales with the shape, not the tokens: twice the default
+// packed rows every layer updates in place) and the KV cache it keeps, plus a
+// fixed slack that scales with the shape, not the tokens: twice the default
 // activation budget, 2 x 256 rows x ActivationBytesPerRow (58 MB here; 100 MB
 // for bench-1.7b): one micro-batch's temporaries, the attention blocks and
-// allocator slop. Measured (VmHWM of engine-stream-run,
-// 2 threads, 8 x 500 tokens): 321 MB against a 232 MB one-prompt pass and a
-// bound of 339 MB; the engine before micro-batching (whole-pass projections,
-// masks and MLP) peaked at 795-840 MB, failing it (checked by running this
-// test against the previous build's engine-stream-run, NIGHTSHIFT_BIN_DIR).
-TEST(EngineStreamTest, ManyLongPromptsGrowMemoryOnlyByTheirHiddenStatesAndKv) {
-  TempDir tmp;
-  const std::string dir = tmp.file("model");
-  // ~140 MB: 4 layers of ~31 MB (F16), a 8 MB embedding and LM head.
-  const checkpoint::Checkpoint ckpt = Write(Spec(1024, 4, 4096, 4096), dir);
-  const std::string warm_up = tmp.file("warm-up");
-  Write(Spec(64, 1, 128, 256), warm_up);
-  StatusOr<ModelConfig> config = ParseModelConfig(ckpt.config);
-  ASSERT_TRUE(config.ok()) << config.status().ToString();
-  constexpr int64_t kBatch = 8, kPrompt = 500;
-  const std::string args = "--warm-up-dir " + warm_up + " --model-dir " + dir +
-                           " --max-new-tokens 1 --max-context 512 --threads 2";
-  nlohmann::json one = RunChild(args + " --batch 1 --prompt-tokens 16");
-  nlohmann::json many = RunChild(args + " --batch " + std::to_string(kBatch) + " --prompt-tokens " +
-                                 std::to_string(kPrompt));
+// allocator slop. Measured (VmHWM of engine-stream-run, 2 threads, 8 x 500
+// tokens): 321 MB against a 232 MB one-prompt pass and a bound of 339 MB; the
+// engine before micro-batching (whole-pass projections, masks and MLP) peaked
+// at 795-840 MB, failing it (checked by running this test against the
+// previous build's engine-stream-run, NIGHTSHIFT_BIN_DIR).
+//
+// Sequences that end in their pass (labels, or one new token) keep no KV
+// cache: only the running layer's keys and values for the pass's tokens, so
+// the same prompts with 4 labels each stay within the one-prompt pass +
+// hidden states + one layer's K/V + the slack, and reserve no KV bytes.
+class ManyLongPromptsTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kBatch = 8, kPrompt = 500;
+
+  void SetUp() override {
+    dir_ = tmp_.file("model");
+    // ~140 MB: 4 layers of ~31 MB (F16), a 8 MB embedding and LM head.
+    const checkpoint::Checkpoint ckpt = Write(Spec(1024, 4, 4096, 4096), dir_);
+    warm_up_ = tmp_.file("warm-up");
+    Write(Spec(64, 1, 128, 256), warm_up_);
+    StatusOr<ModelConfig> config = ParseModelConfig(ckpt.config);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    config_ = *config;
+  }
+
+  nlohmann::json Run(const std::string& args) {
+    return RunChild("--warm-up-dir " + warm_up_ + " --model-dir " + dir_ +
+                    " --max-context 512 --threads 2 " + args);
+  }
+  std::string Many() const {
+    return "--batch " + std::to_string(kBatch) + " --prompt-tokens " + std::to_string(kPrompt);
+  }
+  double HiddenStates() const {
+    return kBatch * kPrompt * static_cast<double>(config_.hidden_size) * sizeof(float);
+  }
+  double OneLayersKv() const {
+    return kBatch * kPrompt * 2.0 * static_cast<double>(config_.kv_dim()) * sizeof(float);
+  }
+  double Slack() const {
+    return 2.0 * kMaxMicroBatchRows * static_cast<double>(ActivationBytesPerRow(config_));
+  }
+
+  TempDir tmp_;
+  std::string dir_, warm_up_;
+  ModelConfig config_;
+};
+
+TEST_F(ManyLongPromptsTest, GenerationGrowsMemoryOnlyByHiddenStatesAndTheKvItKeeps) {
+  nlohmann::json one = Run("--max-new-tokens 2 --batch 1 --prompt-tokens 16");
+  nlohmann::json many = Run("--max-new-tokens 2 " + Many());
   ASSERT_TRUE(one.is_object() && many.is_object());
   EXPECT_EQ(many.value("micro_batch_rows", int64_t{-1}), kMaxMicroBatchRows);
   ASSERT_EQ(many["passes"][0]["tokens"].get<int64_t>(), kBatch * kPrompt);
-
-  const double tokens = kBatch * kPrompt;
-  const double hidden_states = tokens * static_cast<double>(config->hidden_size) * sizeof(float);
   const double kv = many["passes"][0]["kv_bytes"].get<double>();
-  const double slack =
-      2.0 * kMaxMicroBatchRows * static_cast<double>(ActivationBytesPerRow(*config));
-  const double bound = one["vm_hwm_bytes"].get<double>() + kv + hidden_states + slack;
+  // Two new tokens: the first is fed back, so the cache keeps 501 positions.
+  EXPECT_EQ(kv, kBatch * (kPrompt + 1) * 2.0 * config_.num_layers * config_.kv_dim() * 4);
+  const double bound = one["vm_hwm_bytes"].get<double>() + kv + HiddenStates() + Slack();
   EXPECT_LT(many["vm_hwm_bytes"].get<double>(), bound)
       << "one prompt " << one["vm_hwm_bytes"] << ", KV " << kv << ", hidden states "
-      << hidden_states << ", slack " << slack;
+      << HiddenStates() << ", slack " << Slack();
   // The bound is not trivial: the MLP's gate and up for every token at once
   // (what the pass held before micro-batching) would not fit the slack.
-  EXPECT_GT(2 * tokens * static_cast<double>(config->intermediate_size) * sizeof(float),
-            1.5 * slack);
+  EXPECT_GT(2.0 * kBatch * kPrompt * static_cast<double>(config_.intermediate_size) * sizeof(float),
+            1.5 * Slack());
+}
+
+TEST_F(ManyLongPromptsTest, ClassificationKeepsOnlyTheRunningLayersKeysAndValues) {
+  nlohmann::json one = Run("--max-new-tokens 1 --batch 1 --prompt-tokens 16");
+  nlohmann::json scored = Run("--labels 4 " + Many());
+  nlohmann::json sampled = Run("--max-new-tokens 1 " + Many());
+  ASSERT_TRUE(one.is_object() && scored.is_object() && sampled.is_object());
+  for (const nlohmann::json* run : {&scored, &sampled}) {
+    ASSERT_EQ((*run)["passes"].size(), 1u);  // every sequence ends in its one pass
+    EXPECT_EQ((*run)["passes"][0]["kv_bytes"].get<int64_t>(), 0);
+    const double bound =
+        one["vm_hwm_bytes"].get<double>() + HiddenStates() + OneLayersKv() + Slack();
+    EXPECT_LT((*run)["vm_hwm_bytes"].get<double>(), bound)
+        << "one prompt " << one["vm_hwm_bytes"] << ", hidden states " << HiddenStates()
+        << ", one layer's K/V " << OneLayersKv() << ", slack " << Slack();
+  }
+  ASSERT_EQ(scored["label_logprobs"].size(), static_cast<size_t>(kBatch));
 }
 
 // Rewrites the single-file checkpoint in `dir` with tensor `name` (F16)

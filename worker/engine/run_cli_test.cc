@@ -170,6 +170,33 @@ TEST(RunCommandTest, ActivationBudgetLowersTheMicroBatchButNotTheResults) {
   EXPECT_THAT(bad.err, HasSubstr("--activation-budget: '0' is not a size"));
 }
 
+TEST(RunCommandTest, PassTokenBudgetSpreadsPromptsOverPassesWithTheSameResults) {
+  const Golden golden = LoadGolden("llama-gqa-sharded");
+  const std::string args = "run --json --max-new-tokens 3 --model-dir " +
+                           FixtureDir("llama-gqa-sharded") + IdsFlags(golden.prompts);
+  size_t longest = 0, total = 0;
+  for (const auto& prompt : golden.prompts) {
+    longest = std::max(longest, prompt.size());
+    total += prompt.size();
+  }
+  ASSERT_GT(total, longest + 1);  // so that the budget below splits them
+  Outcome plain = RunBinary("nightshift-engine", args);
+  Outcome split =
+      RunBinary("nightshift-engine", args + " --pass-token-budget " + std::to_string(longest));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(split.exit_code, 0) << split.err << split.out;
+  const json a = json::parse(plain.out), b = json::parse(split.out);
+  EXPECT_EQ(a["passes"], 3);
+  EXPECT_GT(b["passes"].get<int>(), 3);
+  ASSERT_EQ(a["sequences"].size(), b["sequences"].size());
+  for (size_t i = 0; i < a["sequences"].size(); ++i) {
+    EXPECT_EQ(a["sequences"][i]["generated_ids"], b["sequences"][i]["generated_ids"]) << i;
+  }
+  Outcome bad = RunBinary("nightshift-engine", args + " --pass-token-budget -1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--pass-token-budget must be >= 0"));
+}
+
 TEST(RunCommandTest, DeviceChoosesWhereTheBatchRuns) {
   const Golden golden = LoadGolden("llama-gqa-sharded");
   const std::string args = "run --json --max-new-tokens 8 --model-dir " +

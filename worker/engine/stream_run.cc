@@ -73,6 +73,7 @@ nlohmann::json PassJson(const PassStats& p) {
 int Run(int argc, char** argv) {
   std::string dir, warm_up_dir, residency = "streaming", device = "cpu", activation_budget;
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
+  int64_t labels = 0;
   bool prefetch = true, logits = false;
   FlagSet flags("engine-stream-run --model-dir DIR [flags]",
                 "Runs one batched generation and prints its passes and memory as JSON.");
@@ -83,6 +84,8 @@ int Run(int argc, char** argv) {
   flags.Bool("prefetch", &prefetch, "read the next layer while this one computes (default on)");
   flags.Int("read-streams", &streams, "parallel reads in flight (0: the engine's default)");
   flags.Int("batch", &batch, "sequences, all added before the first pass");
+  flags.Int("labels", &labels,
+            "classify instead: each sequence scores N one-token labels (ids 2..N+1)", "N");
   flags.Int("prompt-tokens", &prompt_tokens, "tokens per prompt");
   flags.Int("max-new-tokens", &max_new, "tokens generated per sequence (EOS ignored)");
   flags.Int("max-context", &max_context, "the engine's context (0: the model's)");
@@ -96,7 +99,7 @@ int Run(int argc, char** argv) {
     std::cout << flags.Help();
     return 0;
   }
-  if (!parsed.ok() || dir.empty() || batch < 1 || prompt_tokens < 1 ||
+  if (!parsed.ok() || dir.empty() || batch < 1 || prompt_tokens < 1 || labels < 0 ||
       (residency != "streaming" && residency != "resident")) {
     std::cerr << "engine-stream-run: " << (parsed.ok() ? "bad arguments" : parsed.ToString())
               << "\n"
@@ -143,6 +146,8 @@ int Run(int argc, char** argv) {
     r.max_new_tokens = max_new;
     r.ignore_eos = true;
     r.return_last_logits = logits;
+    for (int64_t j = 0; j < labels; ++j)
+      r.labels.push_back({static_cast<TokenId>((2 + j) % vocab)});
     StatusOr<SequenceId> added = (*engine)->Add(std::move(r));
     if (!added.ok()) {
       std::cerr << "engine-stream-run: " << added.status().ToString() << "\n";
@@ -153,6 +158,7 @@ int Run(int argc, char** argv) {
   out["passes"] = nlohmann::json::array();
   out["generated"] = nlohmann::json::array();
   out["last_logits"] = nlohmann::json::array();
+  out["label_logprobs"] = nlohmann::json::array();
   std::vector<SequenceResult> results(static_cast<size_t>(batch));  // by id (0..batch)
   while ((*engine)->active() > 0) {
     StatusOr<PassStats> pass = (*engine)->Step();
@@ -167,6 +173,9 @@ int Run(int argc, char** argv) {
   }
   for (const SequenceResult& r : results) {
     out["generated"].push_back(r.generated);
+    nlohmann::json scores = nlohmann::json::array();
+    for (const LabelScore& l : r.labels) scores.push_back(l.logprob);
+    if (labels > 0) out["label_logprobs"].push_back(std::move(scores));
     if (logits) out["last_logits"].push_back(r.last_logits);
   }
   out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
