@@ -111,6 +111,9 @@ struct ModelOffer {
   double seconds_per_pass = 0;     // streamed bytes / measured read bandwidth; 0 = unknown
   int64_t max_context_tokens = 0;  // 0 = unknown
   std::string tokenizer_hash;      // "" = no tokenizer sent
+  // Tokens one pass may feed (prompts and labels of joining jobs, one per
+  // decoding job); 0 = no limit.
+  int64_t pass_token_budget = 0;
 };
 
 // A model's tokenizer files as a worker sends them, cached by content hash.
@@ -160,6 +163,7 @@ struct PassProgress {
   std::map<int64_t, int64_t> generated;  // job id -> tokens generated so far
   int64_t free_kv_bytes = 0;             // KV the worker could give to more jobs of this model
   bool want_top_up = false;
+  int64_t free_pass_tokens = 0;  // of the pass-token budget, left for joining jobs (0: no budget)
 };
 
 }  // namespace nightshift::api

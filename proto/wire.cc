@@ -66,7 +66,8 @@ ModelOffer FromProto(const v1::ModelAdvert& m) {
           m.checkpoint_bytes(),
           m.seconds_per_pass(),
           m.max_context_tokens(),
-          m.tokenizer_hash()};
+          m.tokenizer_hash(),
+          m.pass_token_budget()};
 }
 
 void ToProto(const ModelOffer& m, v1::ModelAdvert* out) {
@@ -76,6 +77,7 @@ void ToProto(const ModelOffer& m, v1::ModelAdvert* out) {
   out->set_seconds_per_pass(m.seconds_per_pass);
   out->set_max_context_tokens(m.max_context_tokens);
   out->set_tokenizer_hash(m.tokenizer_hash);
+  out->set_pass_token_budget(m.pass_token_budget);
 }
 
 TokenizerFiles FromProto(const v1::TokenizerUpload& upload) {
@@ -103,6 +105,7 @@ PassProgress FromProto(const v1::PassReport& r) {
   for (const auto& [job, generated] : r.generated()) out.generated[job] = generated;
   out.free_kv_bytes = r.free_kv_bytes();
   out.want_top_up = r.want_top_up();
+  out.free_pass_tokens = r.free_pass_tokens();
   return out;
 }
 
@@ -118,6 +121,7 @@ void ToProto(const PassProgress& p, v1::PassReport* out) {
   for (const auto& [job, generated] : p.generated) (*out->mutable_generated())[job] = generated;
   out->set_free_kv_bytes(p.free_kv_bytes);
   out->set_want_top_up(p.want_top_up);
+  out->set_free_pass_tokens(p.free_pass_tokens);
 }
 
 WorkerHello FromProto(const v1::WorkerHello& h) {

@@ -89,7 +89,7 @@ TEST(ApiWireTest, WorkerHelloRoundTripsWithItsModels) {
   info.read_bytes_per_second = 1.5e9;
   info.max_batch_jobs = 12;
   info.open_model = "m";
-  info.models.push_back({"m", 4096, 1'000'000, 0.75, 2048, "abc"});
+  info.models.push_back({"m", 4096, 1'000'000, 0.75, 2048, "abc", 6000});
   v1::WorkerHello wire;
   ToProto(hello, &wire);
   ExpectEveryFieldSet(wire);
@@ -113,6 +113,7 @@ TEST(ApiWireTest, WorkerHelloRoundTripsWithItsModels) {
   EXPECT_EQ(m.seconds_per_pass, 0.75);
   EXPECT_EQ(m.max_context_tokens, 2048);
   EXPECT_EQ(m.tokenizer_hash, "abc");
+  EXPECT_EQ(m.pass_token_budget, 6000);
 }
 
 TEST(ApiWireTest, PassProgressRoundTrips) {
@@ -128,6 +129,7 @@ TEST(ApiWireTest, PassProgressRoundTrips) {
   p.generated = {{7, 2}, {8, 3}};
   p.free_kv_bytes = 512;
   p.want_top_up = true;
+  p.free_pass_tokens = 900;
   v1::PassReport wire;
   ToProto(p, &wire);
   ExpectEveryFieldSet(wire);
@@ -143,6 +145,7 @@ TEST(ApiWireTest, PassProgressRoundTrips) {
   EXPECT_EQ(back.generated, (std::map<int64_t, int64_t>{{7, 2}, {8, 3}}));
   EXPECT_EQ(back.free_kv_bytes, 512);
   EXPECT_TRUE(back.want_top_up);
+  EXPECT_EQ(back.free_pass_tokens, 900);
 }
 
 TEST(ApiWireTest, TokenizerFilesRoundTripAndKeepTheirHash) {

@@ -5,6 +5,10 @@
 
 namespace nightshift::scheduler {
 
+EtaJob EtaJobOf(const QueuedJob& job) {
+  return {job.reserved_kv_tokens(), job.passes, job.pass_tokens()};
+}
+
 double SmoothSecondsPerPass(double previous, double sample) {
   if (previous <= 0) return sample;
   return previous + kPassSmoothing * (sample - previous);
@@ -35,11 +39,14 @@ std::vector<std::optional<double>> QueueFinishTimes(const std::vector<EtaWorker>
     const int64_t job_limit =
         w.max_batch_jobs > 0 ? w.max_batch_jobs : std::numeric_limits<int64_t>::max();
     int64_t bytes_left = w.kv_budget_bytes;
+    int64_t tokens_left =
+        w.pass_token_budget > 0 ? w.pass_token_budget : std::numeric_limits<int64_t>::max();
     int64_t longest = 0;
     for (int64_t taken = 0; next < queue.size() && taken < job_limit; ++taken, ++next) {
       const int64_t bytes = queue[next].kv_tokens * w.kv_bytes_per_token;
-      if (bytes > bytes_left) break;
+      if (bytes > bytes_left || (taken > 0 && queue[next].pass_tokens > tokens_left)) break;
       bytes_left -= bytes;
+      tokens_left -= std::min(tokens_left, queue[next].pass_tokens);
       const int64_t passes = std::max<int64_t>(1, queue[next].passes);
       finish[next] = free_at[chosen] + static_cast<double>(passes) * w.seconds_per_pass;
       longest = std::max(longest, passes);

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/types.h"
+
 namespace nightshift::scheduler {
 
 // Weight of the newest pass in the smoothed seconds per pass.
@@ -36,19 +38,23 @@ struct EtaWorker {
   double seconds_per_pass = 0;  // measured (smoothed) or advertised; <= 0 unknown
   int64_t kv_budget_bytes = 0;
   int64_t kv_bytes_per_token = 0;
-  int32_t max_batch_jobs = 0;  // 0 = no limit
-  double busy_seconds = 0;     // until its current batch finishes; 0 = idle
+  int32_t max_batch_jobs = 0;     // 0 = no limit
+  double busy_seconds = 0;        // until its current batch finishes; 0 = idle
+  int64_t pass_token_budget = 0;  // tokens one pass may feed; 0 = no limit
 };
 
 // A queued job of that model, in dispatch order.
 struct EtaJob {
-  int64_t kv_tokens = 0;
-  int64_t passes = 0;  // passes it needs once running
+  int64_t kv_tokens = 0;    // reserved: 0 for a job that ends in its first pass
+  int64_t passes = 0;       // passes it needs once running
+  int64_t pass_tokens = 0;  // tokens it feeds in its first pass
 };
+EtaJob EtaJobOf(const QueuedJob& job);
 
 // Seconds from now until each job of `queue` finishes, in the same order.
 // The queue is cut into batches in order: the worker that frees up first
-// takes the next jobs up to its KV budget and job limit, runs them together,
+// takes the next jobs up to its KV budget, pass-token budget (the first
+// always) and job limit, runs them together,
 // and is free again after the batch's longest job. Workers with an unknown
 // speed take no work; a job that fits no worker with a known speed, and every
 // job after it, has an unknown (nullopt) finish time.

@@ -91,6 +91,7 @@ std::vector<WorkerSlot> Fleet::Slots() const {
       slot.batch_jobs = static_cast<int32_t>(b.jobs.size());
       slot.wants_top_up = b.wants_top_up;
       slot.free_kv_bytes = b.free_kv_bytes;
+      slot.free_pass_tokens = b.free_pass_tokens;
     }
     slots.push_back(std::move(slot));
   }

@@ -83,6 +83,7 @@ struct LiveBatch {
   int32_t sequences = 0;
   std::string mode;
   int64_t free_kv_bytes = 0;
+  int64_t free_pass_tokens = 0;  // of the model's pass-token budget, at the last boundary
   bool wants_top_up = false;
 
   // Passes `job` still needs: the larger of the tokens it generated and the

@@ -11,7 +11,7 @@ namespace {
 
 std::vector<EtaJob> EtaQueue(const std::vector<QueuedJob>& queue) {
   std::vector<EtaJob> eta_queue;
-  for (const QueuedJob& q : queue) eta_queue.push_back({q.kv_tokens, q.passes});
+  for (const QueuedJob& q : queue) eta_queue.push_back(EtaJobOf(q));
   return eta_queue;
 }
 

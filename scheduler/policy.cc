@@ -8,10 +8,16 @@ namespace nightshift::scheduler {
 namespace {
 
 // What is left of one worker while the plan is built.
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+
 struct Budget {
   const WorkerSlot* worker = nullptr;
   int64_t kv_bytes_left = 0;
   int64_t jobs_left = 0;
+  // Tokens the batch's next pass can still feed; for an idle worker, set
+  // from the model's budget when the batch opens.
+  int64_t pass_tokens_left = kNoLimit;
+  bool fresh = false;   // a new batch with no job yet: takes one job whatever its tokens
   std::string model;    // "" while the idle worker is still unassigned
   int assignment = -1;  // index into Plan::assignments once it has one
 };
@@ -21,17 +27,24 @@ bool DispatchOrder(const QueuedJob& a, const QueuedJob& b) {
          std::make_tuple(-static_cast<int64_t>(b.priority), b.submission_id, b.id);
 }
 
+// A model's pass-token budget on `worker`, kNoLimit when it has none.
+int64_t PassTokenBudget(const WorkerSlot& worker, const std::string& model) {
+  const ModelOffer* offer = FindModel(worker.info, model);
+  return offer != nullptr && offer->pass_token_budget > 0 ? offer->pass_token_budget : kNoLimit;
+}
+
 std::vector<Budget> OpenBudgets(const std::vector<WorkerSlot>& workers) {
-  constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
   std::vector<Budget> budgets;
   for (const WorkerSlot& w : workers) {
     if (!w.info.connected) continue;
     const int64_t job_limit = w.info.max_batch_jobs > 0 ? w.info.max_batch_jobs : kNoLimit;
     if (w.batch_id == 0) {
-      budgets.push_back({&w, w.info.kv_budget_bytes, job_limit, "", -1});
-    } else if (w.wants_top_up && w.free_kv_bytes > 0) {
+      budgets.push_back({&w, w.info.kv_budget_bytes, job_limit, kNoLimit, true, "", -1});
+    } else if (w.wants_top_up && (w.free_kv_bytes > 0 || w.free_pass_tokens > 0)) {
       const int64_t jobs_left = job_limit == kNoLimit ? kNoLimit : job_limit - w.batch_jobs;
-      budgets.push_back({&w, w.free_kv_bytes, jobs_left, w.batch_model, -1});
+      const int64_t tokens_left =
+          PassTokenBudget(w, w.batch_model) == kNoLimit ? kNoLimit : w.free_pass_tokens;
+      budgets.push_back({&w, w.free_kv_bytes, jobs_left, tokens_left, false, w.batch_model, -1});
     }
   }
   return budgets;
@@ -53,9 +66,9 @@ std::string NeverFits(const QueuedJob& job, const std::vector<WorkerSlot>& worke
     }
   }
   if (most_tokens < 0) return "";
-  return "needs " + std::to_string(job.kv_tokens) + " tokens of KV cache; the most any worker " +
-         "serving " + job.model + " can hold is " + std::to_string(most_tokens) + " (worker " +
-         where + ")";
+  return "needs " + std::to_string(job.reserved_kv_tokens()) +
+         " tokens of KV cache; the most any worker " + "serving " + job.model + " can hold is " +
+         std::to_string(most_tokens) + " (worker " + where + ")";
 }
 
 // Tokens of `model` the budget can still hold.
@@ -84,6 +97,7 @@ Budget* Place(const QueuedJob& job, std::vector<Budget>& budgets) {
     const ModelOffer* offer = FindModel(b.worker->info, job.model);
     if (offer == nullptr || offer->kv_bytes_per_token <= 0 || b.jobs_left <= 0) continue;
     if (KvBytes(job, *offer) > b.kv_bytes_left) continue;
+    if (!b.fresh && job.pass_tokens() > b.pass_tokens_left) continue;
     if (b.model == job.model) return &b;
     if (b.model.empty() && (idle == nullptr || BetterIdle(*idle, b, job.model))) idle = &b;
   }
@@ -93,7 +107,7 @@ Budget* Place(const QueuedJob& job, std::vector<Budget>& budgets) {
 }  // namespace
 
 int64_t KvBytes(const QueuedJob& job, const ModelOffer& model) {
-  return job.kv_tokens * model.kv_bytes_per_token;
+  return job.reserved_kv_tokens() * model.kv_bytes_per_token;
 }
 
 Plan Schedule(const Snapshot& snapshot) {
@@ -110,6 +124,8 @@ Plan Schedule(const Snapshot& snapshot) {
     Budget* budget = Place(job, budgets);
     if (budget == nullptr) continue;
     if (budget->assignment < 0) {
+      if (budget->model.empty())
+        budget->pass_tokens_left = PassTokenBudget(*budget->worker, job.model);
       budget->model = job.model;
       budget->assignment = static_cast<int>(plan.assignments.size());
       plan.assignments.push_back(
@@ -119,7 +135,10 @@ Plan Schedule(const Snapshot& snapshot) {
     Assignment& assignment = plan.assignments[budget->assignment];
     assignment.job_ids.push_back(job.id);
     assignment.kv_bytes += bytes;
+    assignment.pass_tokens += job.pass_tokens();
     budget->kv_bytes_left -= bytes;
+    budget->pass_tokens_left -= std::min(budget->pass_tokens_left, job.pass_tokens());
+    budget->fresh = false;
     --budget->jobs_left;
   }
   return plan;

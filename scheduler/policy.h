@@ -6,13 +6,20 @@
 //   - Queued jobs are taken by priority (higher first), then oldest
 //     submission, then submission order.
 //   - A job is priced in KV bytes on each worker: the worker's exact KV bytes
-//     per token for its model x the job's kv_tokens (prompt + max new tokens,
-//     or prompt + label tokens for classification).
+//     per token for its model x the positions the job holds across passes
+//     (QueuedJob::reserved_kv_tokens: prompt + max new tokens - 1; 0 for a
+//     job that ends in its first pass, a classification or a generation of
+//     at most one token), and in pass tokens: what it feeds in its first pass
+//     (QueuedJob::pass_tokens, prompt and labels), against the model's
+//     pass-token budget on that worker.
 //   - A job joins a batch already chosen for its model (a top-up of a running
-//     batch, or a new batch opened earlier in this plan) while that worker's
-//     KV budget left and job limit allow; otherwise it opens a new batch on an
-//     idle connected worker serving its model, preferring one that has the
-//     model open, then the most tokens of KV budget, then the worker id.
+//     batch at a pass boundary, or a new batch opened earlier in this plan)
+//     while that worker's KV budget left, the next pass's tokens left and the
+//     job limit allow; otherwise it opens a new batch on an idle connected
+//     worker serving its model (a new batch takes its first job whatever its
+//     tokens), preferring one that has the model open, then the most tokens
+//     of KV budget, then the worker id. So a queue of classifications tops a
+//     running batch up at every pass with as many as a pass's tokens allow.
 //   - A job that no known worker serving its model could ever hold (its KV
 //     need exceeds every such worker's whole budget) is rejected with that
 //     reason instead of waiting forever. A job whose model no known worker
@@ -30,12 +37,13 @@ namespace nightshift::scheduler {
 
 // A worker as the policy sees it.
 struct WorkerSlot {
-  WorkerInfo info;            // budgets, models with KV bytes per token, connected
-  int64_t batch_id = 0;       // its active batch; 0 = idle
-  std::string batch_model;    // the active batch's model
-  int32_t batch_jobs = 0;     // jobs in the active batch now
-  bool wants_top_up = false;  // said so at its last pass boundary
-  int64_t free_kv_bytes = 0;  // KV it reported free at that boundary
+  WorkerInfo info;               // budgets, models with KV bytes per token, connected
+  int64_t batch_id = 0;          // its active batch; 0 = idle
+  std::string batch_model;       // the active batch's model
+  int32_t batch_jobs = 0;        // jobs in the active batch now
+  bool wants_top_up = false;     // said so at its last pass boundary
+  int64_t free_kv_bytes = 0;     // KV it reported free at that boundary
+  int64_t free_pass_tokens = 0;  // and of the pass-token budget
 };
 
 struct Snapshot {
@@ -49,6 +57,7 @@ struct Assignment {
   int64_t batch_id = 0;          // the active batch topped up, or 0 for a new batch
   std::vector<int64_t> job_ids;  // in dispatch order
   int64_t kv_bytes = 0;          // what these jobs take of the worker's KV budget
+  int64_t pass_tokens = 0;       // and of the next pass's tokens
 };
 
 struct Rejection {

@@ -21,15 +21,20 @@ struct W {
   int64_t free_kv = 0;
   int32_t max_jobs = 0;
   int32_t batch_jobs = 0;
+  int64_t pass_budget = 0;  // tokens per pass of every model; 0 = no limit
+  int64_t free_pass = 0;    // of it, left at the running batch's last boundary
 };
 
-// A queued job: id, submission, model, priority, KV tokens.
+// A queued job: id, submission, model, priority, KV positions, passes (by
+// default 2: a generation of two tokens, holding its positions across
+// passes and feeding kv_tokens - 1 of them in its first pass).
 struct J {
   int64_t id;
   int64_t submission;
   std::string model;
   int32_t priority;
   int64_t kv_tokens;
+  int64_t passes = 2;
 };
 
 // An expected assignment: worker, batch (0 = new), job ids in order.
@@ -60,6 +65,7 @@ Snapshot Build(const Case& c) {
       ModelOffer offer;
       offer.name = model;
       offer.kv_bytes_per_token = per_token;
+      offer.pass_token_budget = w.pass_budget;
       slot.info.models.push_back(offer);
     }
     slot.batch_id = w.batch_id;
@@ -67,10 +73,11 @@ Snapshot Build(const Case& c) {
     slot.batch_jobs = w.batch_jobs;
     slot.wants_top_up = w.wants_top_up;
     slot.free_kv_bytes = w.free_kv;
+    slot.free_pass_tokens = w.free_pass;
     snapshot.workers.push_back(slot);
   }
   for (const J& j : c.queue) {
-    snapshot.queue.push_back({j.id, j.submission, j.model, j.priority, j.kv_tokens, 1});
+    snapshot.queue.push_back({j.id, j.submission, j.model, j.priority, j.kv_tokens, j.passes});
   }
   return snapshot;
 }
@@ -151,6 +158,35 @@ const Case kCases[] = {
      {{1, 1, "m", 0, 30}},
      {{"bf16", 0, {1}}},
      {}},
+    {"one-pass jobs reserve no KV: they fill a pass up to its token budget",
+     {{"w1", 10, {{"m", 1}}, "", true, 0, "", false, 0, 0, 0, 100}},
+     {{1, 1, "m", 0, 30, 1},
+      {2, 1, "m", 0, 30, 1},
+      {3, 1, "m", 0, 30, 1},
+      {4, 1, "m", 0, 30, 1},
+      {5, 1, "m", 0, 10, 1}},
+     {{"w1", 0, {1, 2, 3, 5}}},
+     {}},
+    {"a job longer than the pass budget opens a batch of its own",
+     {{"w1", 1000, {{"m", 1}}, "", true, 0, "", false, 0, 0, 0, 50}},
+     {{1, 1, "m", 0, 80, 1}, {2, 1, "m", 0, 10, 1}},
+     {{"w1", 0, {1}}},
+     {}},
+    {"generation is priced in KV and in its prompt's tokens",
+     {{"w1", 1000, {{"m", 1}}, "", true, 0, "", false, 0, 0, 0, 25}},
+     {{1, 1, "m", 0, 20}, {2, 1, "m", 0, 20}, {3, 1, "m", 0, 6, 1}},
+     {{"w1", 0, {1, 3}}},
+     {}},
+    {"a running batch with no KV left still tops up with one-pass jobs at a boundary",
+     {{"busy", 1000, {{"m", 1}}, "m", true, 7, "m", true, 0, 0, 3, 100, 40}},
+     {{1, 1, "m", 0, 10, 5}, {2, 1, "m", 0, 30, 1}, {3, 1, "m", 0, 30, 1}, {4, 1, "m", 0, 9, 1}},
+     {{"busy", 7, {2, 4}}},
+     {}},
+    {"a one-pass job never fails for want of KV",
+     {{"small", 5, {{"m", 1}}}},
+     {{1, 1, "m", 0, 1000, 1}},
+     {{"small", 0, {1}}},
+     {}},
     {"disconnected workers get nothing",
      {{"gone", 1000, {{"m", 1}}, "m", false}},
      {{1, 1, "m", 0, 10}},
@@ -195,7 +231,7 @@ TEST(ScheduleTest, KvBytesOfAssignmentsNeverExceedTheBudget) {
   w.info.kv_budget_bytes = 1'000'000;
   w.info.models.push_back({"m", 48, 0, 0, 0, ""});
   snapshot.workers.push_back(w);
-  for (int i = 1; i <= 500; ++i) snapshot.queue.push_back({i, 1, "m", 0, 100 + (i * 37) % 400, 1});
+  for (int i = 1; i <= 500; ++i) snapshot.queue.push_back({i, 1, "m", 0, 100 + (i * 37) % 400, 3});
   const Plan plan = Schedule(snapshot);
   ASSERT_EQ(plan.assignments.size(), 1u);
   EXPECT_LE(plan.assignments[0].kv_bytes, w.info.kv_budget_bytes);

@@ -13,6 +13,19 @@ namespace {
 
 constexpr int kTokeniseChunk = 500;
 
+// Jobs of `prompt_tokens` tokens holding `reserved_kv_tokens` positions
+// across passes that one batch on `worker` takes at once: as many as its KV
+// budget holds, or, for jobs that end in their first pass (no KV reserved),
+// as many as one pass's token budget feeds (at least one).
+int64_t JobsPerBatch(const WorkerInfo& worker, const ModelOffer& offer, int64_t reserved_kv_tokens,
+                     int64_t prompt_tokens) {
+  if (reserved_kv_tokens > 0 || offer.pass_token_budget <= 0) {
+    const int64_t positions = reserved_kv_tokens > 0 ? reserved_kv_tokens : prompt_tokens;
+    return worker.kv_budget_bytes / (offer.kv_bytes_per_token * positions);
+  }
+  return std::max<int64_t>(1, offer.pass_token_budget / prompt_tokens);
+}
+
 std::string WaitingReason(const std::string& model) {
   return "waiting for a worker that serves " + model;
 }
@@ -252,7 +265,7 @@ StatusOr<Estimate> Scheduler::EstimateModel(const std::string& model, int64_t jo
   std::lock_guard<std::mutex> lock(mu_);
   Estimate estimate;
   estimate.model = model;
-  const int64_t kv_tokens = planner::KvPositions(prompt_tokens, max_new_tokens, {});
+  const int64_t kv_tokens = planner::ReservedKvPositions(prompt_tokens, max_new_tokens, {});
   std::vector<EtaWorker> eta_workers;
   for (const auto& [id, w] : fleet_.workers()) {
     const ModelOffer* offer = FindModel(w->info, model);
@@ -263,7 +276,7 @@ StatusOr<Estimate> Scheduler::EstimateModel(const std::string& model, int64_t jo
     e.offer = *offer;
     e.seconds_per_pass = fleet_.SecondsPerPass(*w, model);
     e.measured = w->measured_seconds_per_pass.count(model) != 0;
-    e.jobs_per_batch = w->info.kv_budget_bytes / (offer->kv_bytes_per_token * kv_tokens);
+    e.jobs_per_batch = JobsPerBatch(w->info, *offer, kv_tokens, prompt_tokens);
     if (w->info.max_batch_jobs > 0) {
       e.jobs_per_batch = std::min<int64_t>(e.jobs_per_batch, w->info.max_batch_jobs);
     }
@@ -271,15 +284,16 @@ StatusOr<Estimate> Scheduler::EstimateModel(const std::string& model, int64_t jo
     if (w->info.connected && !w->draining) {
       eta_workers.push_back({id, e.seconds_per_pass, w->info.kv_budget_bytes,
                              offer->kv_bytes_per_token, w->info.max_batch_jobs,
-                             fleet_.BusySeconds(*w)});
+                             fleet_.BusySeconds(*w), offer->pass_token_budget});
     }
   }
   if (estimate.workers.empty()) return NotFound("no known worker serves " + model);
   NS_ASSIGN_OR_RETURN(std::vector<QueuedJob> queue, store_->QueuedJobs(model, options_.eta_window));
   estimate.queued_ahead = static_cast<int64_t>(queue.size());
   std::vector<EtaJob> eta_queue;
-  for (const QueuedJob& q : queue) eta_queue.push_back({q.kv_tokens, q.passes});
-  for (int64_t i = 0; i < jobs; ++i) eta_queue.push_back({kv_tokens, max_new_tokens});
+  for (const QueuedJob& q : queue) eta_queue.push_back(EtaJobOf(q));
+  for (int64_t i = 0; i < jobs; ++i)
+    eta_queue.push_back({kv_tokens, max_new_tokens, prompt_tokens});
   const auto finish = QueueFinishTimes(eta_workers, eta_queue);
   std::optional<double> worst = 0.0;
   for (size_t i = queue.size(); i < finish.size(); ++i) {
@@ -419,6 +433,7 @@ Status Scheduler::Progress(const std::string& worker_id, int64_t session,
   batch.sequences = progress.sequences;
   batch.mode = progress.mode;
   batch.free_kv_bytes = progress.free_kv_bytes;
+  batch.free_pass_tokens = progress.free_pass_tokens;
   batch.wants_top_up = progress.want_top_up;
   for (const auto& [job_id, generated] : progress.generated) {
     auto job = batch.jobs.find(job_id);
@@ -551,6 +566,7 @@ void Scheduler::ApplyAssignment(const Assignment& assignment) {
   LiveBatch& batch = fleet_.Batch(lease->batch_id, worker.info.id, assignment.model);
   batch.wants_top_up = false;
   batch.free_kv_bytes = std::max<int64_t>(0, batch.free_kv_bytes - assignment.kv_bytes);
+  batch.free_pass_tokens = std::max<int64_t>(0, batch.free_pass_tokens - assignment.pass_tokens);
   worker.batch_id = lease->batch_id;
   std::vector<JobChange> changes;
   for (const Job& job : lease->jobs) {

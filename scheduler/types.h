@@ -12,6 +12,7 @@
 // enum beside them, mirrored by the batches table's CHECK constraint.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -113,8 +114,17 @@ struct QueuedJob {
   int64_t submission_id = 0;
   std::string model;
   int32_t priority = 0;
-  int64_t kv_tokens = 0;
-  int64_t passes = 0;
+  int64_t kv_tokens = 0;  // KvTokens: positions its sequence holds
+  int64_t passes = 0;     // PassesNeeded
+
+  // The KV positions it holds across passes (planner::ReservedKvPositions):
+  // 0 for a job that ends in its first pass (passes == 1: labels, or at most
+  // one new token).
+  int64_t reserved_kv_tokens() const { return passes > 1 ? kv_tokens : 0; }
+  // Tokens it feeds in its first pass (planner::FirstPassTokens): for a
+  // one-pass job all its positions; for a generation of n > 1 tokens, whose
+  // positions are prompt + n - 1 and passes n, the prompt.
+  int64_t pass_tokens() const { return kv_tokens - std::max<int64_t>(passes - 1, 0); }
 };
 
 struct Job {

@@ -40,6 +40,7 @@ void ToProto(const ModelOffer& m, double measured, v1::ModelInfo* out) {
   out->set_max_context_tokens(m.max_context_tokens);
   out->set_tokenizer_hash(m.tokenizer_hash);
   out->set_measured_seconds_per_pass(measured);
+  out->set_pass_token_budget(m.pass_token_budget);
 }
 
 }  // namespace

@@ -11,9 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <set>
 
+#include "common/metrics_test_util.h"
 #include "scheduler/prompt_encoder.h"
 #include "scheduler/test_util.h"
 #include "tests/e2e/cluster.h"
@@ -160,7 +162,7 @@ class Reference {
     if (group.ids.empty()) {
       group.model = job.spec.model;
       group.flags = flags;
-      if (sampled) group.flags += " --seed " + std::to_string(job.spec.sampling.seed);
+      group.sampled = sampled;
       group.first_seed = job.spec.sampling.seed;
     }
     if (sampled) {  // the run seeds its prompt i with --seed + i
@@ -169,18 +171,27 @@ class Reference {
     group.ids.push_back(job.spec.custom_id);
   }
 
+  // One `nightshift run` per group, or per kRunPrompts of it: a shell
+  // command line is one argument, which Linux caps at 128 KiB.
   void Run() {
+    constexpr size_t kRunPrompts = 16;
     for (const auto& [key, group] : groups_) {
-      std::string command = BinPath("nightshift") + " run --json --model-dir " + root_ + "/" +
-                            group.model + " " + group.flags;
-      for (const std::string& id : group.ids) command += " --ids " + JoinIds(expected_[id].prompt);
-      Outcome run = Shell(command, scratch_ + "/run-stderr.txt", 120);
-      ASSERT_EQ(run.code, 0) << command << "\n" << run.err;
-      json doc = json::parse(run.out, nullptr, false);
-      ASSERT_TRUE(doc.is_object()) << run.out;
-      const json& sequences = doc["sequences"];
-      ASSERT_EQ(sequences.size(), group.ids.size()) << run.out;
-      for (size_t i = 0; i < group.ids.size(); ++i) Fill(sequences[i], &expected_[group.ids[i]]);
+      for (size_t first = 0; first < group.ids.size(); first += kRunPrompts) {
+        const size_t n = std::min(kRunPrompts, group.ids.size() - first);
+        std::string command = BinPath("nightshift") + " run --json --model-dir " + root_ + "/" +
+                              group.model + " " + group.flags;
+        if (group.sampled) command += " --seed " + std::to_string(group.first_seed + first);
+        for (size_t i = first; i < first + n; ++i) {
+          command += " --ids " + JoinIds(expected_[group.ids[i]].prompt);
+        }
+        Outcome run = Shell(command, scratch_ + "/run-stderr.txt", 120);
+        ASSERT_EQ(run.code, 0) << command.substr(0, 400) << "...\n" << run.err;
+        json doc = json::parse(run.out, nullptr, false);
+        ASSERT_TRUE(doc.is_object()) << run.out;
+        const json& sequences = doc["sequences"];
+        ASSERT_EQ(sequences.size(), n) << run.out;
+        for (size_t i = 0; i < n; ++i) Fill(sequences[i], &expected_[group.ids[first + i]]);
+      }
     }
   }
 
@@ -206,7 +217,8 @@ class Reference {
   // The jobs one `nightshift run` computes, in its prompt order.
   struct Group {
     std::string model;
-    std::string flags;
+    std::string flags;  // all but the seed
+    bool sampled = false;
     uint64_t first_seed = 0;
     std::vector<std::string> ids;
   };
@@ -320,6 +332,116 @@ TEST(BatchEndToEndTest, TwoHundredJobsTwoModelsTwoWorkersMatchTheEngineRunDirect
   }
   EXPECT_EQ(workers, (std::set<std::string>{"w1", "w2"})) << "both workers ran jobs";
   EXPECT_LE(near_ties, 5) << "near-ties should be rare with random but peaked logits";
+  if (HasFailure()) std::cerr << cluster.Logs();
+}
+
+// A long classification prompt: about `words` words of varied text.
+std::string LongPrompt(int index, int words) {
+  const std::vector<std::string> vocabulary = {
+      "the",   "river",    "ran",    "past",    "an",    "old",    "mill",
+      "where", "children", "once",   "played",  "under", "tall",   "trees",
+      "and",   "every",    "spring", "brought", "rain",  "that",   "made",
+      "green", "fields",   "shine",  "like",    "glass", "before", "noon"};
+  std::string text = "Review " + std::to_string(index) + ":";
+  for (int w = 0; w < words; ++w) {
+    text += " " + vocabulary[static_cast<size_t>((w * 7 + index * 3 + w / 5) % 28)];
+  }
+  return text + ". Is this review positive? Answer:";
+}
+
+// The pass-token budget at work: 64 classifications of ~420 words with 3
+// one-token labels, on a worker whose KV budget (4 MiB, 4 KiB per position
+// here) holds only two such prompts' caches, run in at most 4 passes
+// (counted by the worker's pass histogram), because a job that ends in its
+// first pass reserves no KV and a pass feeds as many of them as its token
+// budget allows, the scheduler topping the batch up at every boundary. The
+// worker stays under its 1 GiB memory budget, and every label's log-
+// probability is what `nightshift run --labels` gives.
+TEST(BatchEndToEndTest, LongClassificationsFillPassesUpToThePassTokenBudget) {
+  TempDir dir;
+  const std::string root = dir.file("models");
+  ModelShape shape;
+  shape.arch = "qwen2";
+  shape.hidden = 256;
+  shape.layers = 4;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.intermediate = 512;
+  shape.tie_embeddings = true;
+  shape.tokenizer_dir = DataPath("tokenizers/qwen3");
+  shape.seed = 13;
+  const std::string model = "qwen2-256";
+  ASSERT_EQ(MakeCheckpoint(shape, root + "/" + model), "");
+
+  Cluster cluster(dir.path());
+  ASSERT_EQ(cluster.StartScheduler(/*lease_seconds=*/20), "");
+  Process* worker = cluster.StartWorker(
+      "w1", {root}, {"--kv-budget", "4MiB", "--memory-budget", "1GiB", "--metrics-port", "0"});
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(cluster.WaitForWorker("w1", {model}, 60)) << cluster.Logs();
+  const json workers = cluster.Workers();
+  const json& advert = workers["workers"][0]["models"][0];
+  // 4 KiB of KV per position: 4 MiB is 1024 positions, two prompts.
+  ASSERT_EQ(Int(advert["kv_bytes_per_token"]), 2 * 4 * 2 * 64 * 4) << advert;
+  const int port = testutil::WaitForLogPort(*worker, "metrics listening on ", 10);
+  ASSERT_GT(port, 0) << cluster.Logs();
+
+  std::vector<Job> jobs;
+  for (int i = 0; i < 64; ++i) {
+    Job job;
+    job.spec.custom_id = "review-" + std::to_string(i);
+    job.spec.model = model;
+    job.spec.prompt_text = LongPrompt(i, 420);
+    job.spec.labels = kLabels;
+    job.line = ClassifyLine(job.spec.custom_id, model, job.spec.prompt_text, kLabels);
+    jobs.push_back(std::move(job));
+  }
+  std::vector<json> lines;
+  for (const Job& job : jobs) lines.push_back(job.line);
+  const int64_t id = cluster.Submit(WriteJsonLines(dir.file("reviews.jsonl"), lines));
+  ASSERT_GT(id, 0) << cluster.last_error();
+  Reference reference(root, dir.path());
+  for (const Job& job : jobs) reference.Add(job);
+  reference.Run();
+  Outcome watch = cluster.Nightshift("watch " + std::to_string(id), 150);
+  EXPECT_EQ(watch.code, 0) << watch.out << watch.err << cluster.Logs();
+
+  // The default pass-token budget (64 MiB / 2 KiB of hidden state and one
+  // layer's K/V per token) admits at least 16 of these prompts.
+  const int64_t prompt_tokens =
+      static_cast<int64_t>(reference[jobs[0].spec.custom_id].prompt.size());
+  EXPECT_GT(prompt_tokens, 400);
+  EXPECT_GE(Int(advert["pass_token_budget"]) / (prompt_tokens + 3), 16) << advert;
+
+  const std::string metrics = metrics::testing::HttpGet(port, "/metrics").body();
+  const std::string count = "nightshift_pass_duration_seconds_count{";
+  const size_t at = metrics.find(count);
+  ASSERT_NE(at, std::string::npos) << metrics;
+  const double passes = std::stod(metrics.substr(metrics.find(' ', at) + 1));
+  EXPECT_GE(passes, 1);
+  EXPECT_LE(passes, 4) << "passes for 64 one-pass jobs";
+  const std::string status = ReadFile("/proc/" + std::to_string(worker->pid()) + "/status");
+  const size_t hwm = status.find("VmHWM:");
+  ASSERT_NE(hwm, std::string::npos);
+  const double hwm_bytes = std::stod(status.substr(hwm + 6)) * 1024;
+  EXPECT_LE(hwm_bytes, 1024.0 * 1024 * 1024) << "worker VmHWM";
+  std::cout << "64 classifications of " << prompt_tokens << "+ tokens: " << passes
+            << " passes, worker VmHWM " << hwm_bytes / 1e6 << " MB, pass-token budget "
+            << Int(advert["pass_token_budget"]) << "\n";
+
+  std::vector<json> stored = cluster.ListJobs(id);
+  ASSERT_EQ(stored.size(), jobs.size());
+  for (const json& row : stored) {
+    const std::string custom_id = row.value("custom_id", "");
+    EXPECT_EQ(row["state"], "JOB_STATE_SUCCEEDED") << row;
+    const json& labels = row["output"]["labels"];
+    ASSERT_EQ(labels.size(), kLabels.size()) << row;
+    for (size_t l = 0; l < kLabels.size(); ++l) {
+      EXPECT_NEAR(labels[l].value("logprob", 0.0), reference[custom_id].label_logprobs[l],
+                  kLogprobTolerance)
+          << custom_id << " label " << l;
+    }
+  }
   if (HasFailure()) std::cerr << cluster.Logs();
 }
 

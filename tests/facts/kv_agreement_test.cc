@@ -1,9 +1,10 @@
 // The KV figures of every fixture model agree across the three modules that
 // use them, for several job shapes: the worker's advert (its model catalogue:
 // kv_bytes_per_token, max_context_tokens), the scheduler's sizing
-// (scheduler::KvTokens x kv_bytes_per_token, what it packs batches with) and
-// the engine's reservation (engine::Engine::KvBytesFor, what it admits
-// against its KV budget). Each computes through planner/model_facts.h; a
+// (QueuedJob::reserved_kv_tokens x kv_bytes_per_token and QueuedJob::
+// pass_tokens, what it packs batches with) and the engine's (Engine::
+// KvBytesFor and FirstPassTokens, what it admits against its KV and
+// pass-token budgets). Each computes through planner/model_facts.h; a
 // module that re-derived a fact would fail here.
 #include <gtest/gtest.h>
 
@@ -100,12 +101,16 @@ TEST(KvAgreementTest, AdvertSchedulerAndEngineAgreeOnEveryFixture) {
       scheduler::JobSpec spec;
       scheduler::TokenisedPrompt tokens;
       MakeJob(shape, &spec, &tokens);
-      const int64_t kv_tokens = scheduler::KvTokens(spec, tokens);
+      // The queued job as the policy prices it.
+      scheduler::QueuedJob job;
+      job.kv_tokens = scheduler::KvTokens(spec, tokens);
+      job.passes = scheduler::PassesNeeded(spec);
       // Within the context, so the engine's clamp cannot hide a difference.
-      ASSERT_LE(kv_tokens, context);
-      const uint64_t scheduler_bytes =
-          static_cast<uint64_t>(kv_tokens) * static_cast<uint64_t>(model.offer.kv_bytes_per_token);
+      ASSERT_LE(job.kv_tokens, context);
+      const uint64_t scheduler_bytes = static_cast<uint64_t>(job.reserved_kv_tokens()) *
+                                       static_cast<uint64_t>(model.offer.kv_bytes_per_token);
       EXPECT_EQ(scheduler_bytes, (*engine)->KvBytesFor(MakeRequest(shape)));
+      EXPECT_EQ(job.pass_tokens(), engine::Engine::FirstPassTokens(MakeRequest(shape)));
       ++checked;
     }
   }

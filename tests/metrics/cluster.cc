@@ -23,24 +23,6 @@ using testutil::BinPath;
 
 std::string ModelDir() { return testutil::DataPath(std::string("models/") + kModel); }
 
-// The port of the "metrics listening on HOST:PORT" line in the log of `p`,
-// waiting up to `timeout_seconds`; 0 if it never appears.
-int WaitForMetricsPort(const Process& p, double timeout_seconds) {
-  const std::string needle = "metrics listening on ";
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds);
-  while (Clock::now() < deadline) {
-    const std::string log = p.Log();
-    const size_t at = log.find(needle);
-    const size_t end = at == std::string::npos ? at : log.find('\n', at);
-    if (end != std::string::npos) {
-      const std::string where = log.substr(at + needle.size(), end - at - needle.size());
-      return std::atoi(where.substr(where.rfind(':') + 1).c_str());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return 0;
-}
-
 }  // namespace
 
 int FreePort() {
@@ -121,7 +103,7 @@ std::string MetricsCluster::StartScheduler() {
   Process& p = *processes_["scheduler"];
   address_ = testutil::WaitForListenAddress(p, 20);
   if (address_.empty()) return "the scheduler did not start:\n" + p.Log();
-  scheduler_metrics_port_ = WaitForMetricsPort(p, 5);
+  scheduler_metrics_port_ = testutil::WaitForLogPort(p, "metrics listening on ", 5);
   if (scheduler_metrics_port_ == 0) return "the scheduler printed no metrics port:\n" + p.Log();
   return "";
 }
@@ -141,7 +123,7 @@ std::string MetricsCluster::StartWorker(const std::string& id) {
            "--device", "cpu", "--threads", "1", "--read-bandwidth", "1e9", "--state-dir",
            dir_ + "/state-" + id, "--metrics-port", "0"});
   if (!error.empty()) return error;
-  const int port = WaitForMetricsPort(*processes_[id], 30);
+  const int port = testutil::WaitForLogPort(*processes_[id], "metrics listening on ", 30);
   if (port == 0) return "worker " + id + " printed no metrics port:\n" + processes_[id]->Log();
   worker_metrics_ports_[id] = port;
   return "";

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -166,6 +167,25 @@ inline std::string WaitForListenAddress(Process& scheduler, double timeout_secon
   if (line.empty()) return "";
   const size_t at = line.find(needle) + needle.size();
   return line.substr(at, line.find(' ', at) - at);
+}
+
+// The port of the first "NEEDLE HOST:PORT" line in the log (standard error)
+// of `p`, e.g. "metrics listening on ", waiting up to `timeout_seconds`; 0
+// when none comes.
+inline int WaitForLogPort(const Process& p, const std::string& needle, double timeout_seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string log = p.Log();
+    const size_t at = log.find(needle);
+    const size_t end = at == std::string::npos ? at : log.find('\n', at);
+    if (end != std::string::npos) {
+      const std::string where = log.substr(at + needle.size(), end - at - needle.size());
+      return std::atoi(where.substr(where.rfind(':') + 1).c_str());
+    }
+    usleep(20'000);
+  }
+  return 0;
 }
 
 // `text` single-quoted for /bin/sh.

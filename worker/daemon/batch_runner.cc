@@ -52,11 +52,13 @@ int64_t PromptTokens(const JobAssignment& job) {
 }  // namespace
 
 BatchRunner::BatchRunner(int64_t batch_id, BatchEngine* engine,
-                         const tokenizer::Tokenizer* tokenizer, uint64_t kv_budget_bytes)
+                         const tokenizer::Tokenizer* tokenizer, uint64_t kv_budget_bytes,
+                         int64_t pass_token_budget)
     : batch_id_(batch_id),
       engine_(engine),
       tokenizer_(tokenizer),
-      kv_budget_bytes_(kv_budget_bytes) {}
+      kv_budget_bytes_(kv_budget_bytes),
+      pass_token_budget_(pass_token_budget) {}
 
 BatchRunner::~BatchRunner() = default;
 
@@ -225,6 +227,10 @@ std::vector<JobOutcome> BatchRunner::FailAll(const std::string& error) {
 uint64_t BatchRunner::free_kv_bytes() const {
   const uint64_t used = engine_->kv_bytes_in_use();
   return used >= kv_budget_bytes_ ? 0 : kv_budget_bytes_ - used;
+}
+
+int64_t BatchRunner::free_pass_tokens() const {
+  return std::max<int64_t>(0, pass_token_budget_ - engine_->next_pass_tokens());
 }
 
 }  // namespace nightshift::worker

@@ -31,6 +31,7 @@ class BatchEngine {
   virtual ~BatchEngine() = default;
   virtual StatusOr<engine::SequenceId> Add(engine::SequenceRequest request) = 0;
   virtual uint64_t kv_bytes_in_use() const = 0;
+  virtual int64_t next_pass_tokens() const = 0;
   virtual StatusOr<std::vector<engine::TokenId>> Generated(engine::SequenceId id) const = 0;
   virtual Status Finish(engine::SequenceId id, engine::FinishReason reason) = 0;
   virtual Status Cancel(engine::SequenceId id) = 0;
@@ -52,9 +53,10 @@ class BatchRunner {
  public:
   // `engine` must outlive the runner (the worker keeps it open across
   // batches of the same model); `tokenizer` may be null (no text then, and
-  // stop strings cannot match). `kv_budget_bytes` is the engine's budget.
+  // stop strings cannot match). `kv_budget_bytes` and `pass_token_budget`
+  // are the engine's budgets (0: no pass-token limit).
   BatchRunner(int64_t batch_id, BatchEngine* engine, const tokenizer::Tokenizer* tokenizer,
-              uint64_t kv_budget_bytes);
+              uint64_t kv_budget_bytes, int64_t pass_token_budget = 0);
   ~BatchRunner();
   BatchRunner(const BatchRunner&) = delete;
   BatchRunner& operator=(const BatchRunner&) = delete;
@@ -65,8 +67,8 @@ class BatchRunner {
   };
   // Queues jobs for the next pass. A job the engine refuses as invalid
   // (InvalidArgument, e.g. a prompt longer than the context) fails alone;
-  // one that does not fit the KV budget left (ResourceExhausted) is handed
-  // back. A job id already in the batch is ignored.
+  // one that does not fit the KV budget or the next pass's tokens left
+  // (ResourceExhausted) is handed back. A job id already in the batch is ignored.
   AddResult Add(const std::vector<JobAssignment>& jobs);
 
   // Runs one pass (FailedPrecondition when nothing is in flight). An engine
@@ -86,6 +88,9 @@ class BatchRunner {
   bool empty() const { return jobs_.empty(); }
   size_t size() const { return jobs_.size(); }
   uint64_t free_kv_bytes() const;
+  // Of the pass-token budget, what the next pass leaves for joining jobs; 0
+  // without a budget.
+  int64_t free_pass_tokens() const;
   int64_t passes() const { return passes_; }
 
  private:
@@ -100,6 +105,7 @@ class BatchRunner {
   BatchEngine* engine_;
   const tokenizer::Tokenizer* tokenizer_;
   uint64_t kv_budget_bytes_;
+  int64_t pass_token_budget_;
   int64_t passes_ = 0;
   std::map<engine::SequenceId, std::unique_ptr<Job>> jobs_;  // by sequence id (add order)
 };

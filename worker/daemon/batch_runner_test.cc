@@ -175,6 +175,24 @@ TEST(BatchRunnerTest, AddFailsInvalidJobsAloneAndHandsBackWhatDoesNotFit) {
   EXPECT_EQ(runner.free_kv_bytes(), 4 * engine.kv_per_token);
 }
 
+TEST(BatchRunnerTest, ThePassTokenBudgetHandsBackWhatTheNextPassCannotFeed) {
+  FakeEngine engine;
+  engine.pass_token_budget = 5;  // two-token prompts: two per pass, then one per decoding job
+  BatchRunner runner(6, &engine, &TinyTokenizer(), engine.kv_budget, engine.pass_token_budget);
+  EXPECT_EQ(runner.free_pass_tokens(), 5);
+  auto added = runner.Add({Generation(1, 3), Generation(2, 3), Generation(3, 3)});
+  EXPECT_EQ(added.handed_back, std::vector<int64_t>{3});
+  EXPECT_EQ(runner.free_pass_tokens(), 1);
+  ASSERT_TRUE(runner.RunPass().ok());
+  EXPECT_EQ(runner.free_pass_tokens(), 3);  // each decoding job feeds one token
+  EXPECT_TRUE(runner.Add({Generation(3, 3)}).handed_back.empty());
+  EXPECT_EQ(runner.free_pass_tokens(), 1);
+  EXPECT_EQ(RunToEnd(runner).size(), 3u);
+
+  BatchRunner unlimited(7, &engine, &TinyTokenizer(), engine.kv_budget);
+  EXPECT_EQ(unlimited.free_pass_tokens(), 0);  // no budget: nothing to report
+}
+
 TEST(BatchRunnerTest, CancelTakeUnfinishedAndFailAll) {
   FakeEngine engine;
   BatchRunner runner(5, &engine, &TinyTokenizer(), engine.kv_budget);

@@ -12,6 +12,7 @@ StatusOr<engine::SequenceId> EngineBatchEngine::Add(engine::SequenceRequest requ
   return engine_->Add(std::move(request));
 }
 uint64_t EngineBatchEngine::kv_bytes_in_use() const { return engine_->kv_bytes_in_use(); }
+int64_t EngineBatchEngine::next_pass_tokens() const { return engine_->next_pass_tokens(); }
 StatusOr<std::vector<engine::TokenId>> EngineBatchEngine::Generated(engine::SequenceId id) const {
   return engine_->Generated(id);
 }

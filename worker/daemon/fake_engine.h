@@ -3,6 +3,8 @@
 // as byte tokens), stops at EOS (256) or max_new_tokens, scores labels in
 // one pass (label i: logprob -0.5 x (i + 1), the first wins), and reserves
 // (prompt + labels + max_new_tokens) x kv_per_token bytes of its KV budget.
+// With a pass-token budget it refuses, as the engine does, a sequence whose
+// prompt and labels do not fit beside the next pass's other tokens.
 #pragma once
 
 #include <functional>
@@ -21,7 +23,8 @@ class FakeEngine : public BatchEngine {
       };
   uint64_t kv_budget = 1 << 20;
   uint64_t kv_per_token = 8;
-  Status step_error;  // returned by every Step once set
+  int64_t pass_token_budget = 0;  // 0: no limit
+  Status step_error;              // returned by every Step once set
   engine::Residency residency = engine::Residency::kStream;
   int64_t steps = 0;
   std::vector<engine::SequenceId> finished_by_caller;
@@ -31,6 +34,10 @@ class FakeEngine : public BatchEngine {
     if (request.prompt.empty()) return InvalidArgument("empty prompt");
     const uint64_t kv = KvBytesFor(request);
     if (kv_bytes_in_use() + kv > kv_budget) return ResourceExhausted("KV budget full");
+    const int64_t queued = next_pass_tokens();
+    if (pass_token_budget > 0 && queued > 0 && queued + FeedTokens(request) > pass_token_budget) {
+      return ResourceExhausted("pass-token budget full");
+    }
     const engine::SequenceId id = next_id_++;
     active_[id] = {std::move(request), {}, {}, false};
     return id;
@@ -39,6 +46,11 @@ class FakeEngine : public BatchEngine {
     uint64_t used = 0;
     for (const auto& [id, s] : active_) used += KvBytesFor(s.request);
     return used;
+  }
+  int64_t next_pass_tokens() const override {
+    int64_t tokens = 0;
+    for (const auto& [id, s] : active_) tokens += s.started ? 1 : FeedTokens(s.request);
+    return tokens;
   }
   StatusOr<std::vector<engine::TokenId>> Generated(engine::SequenceId id) const override {
     auto it = active_.find(id);
@@ -73,9 +85,7 @@ class FakeEngine : public BatchEngine {
       Sequence& s = it->second;
       auto current = it++;
       if (!s.started) {
-        stats.tokens += static_cast<int64_t>(s.request.prompt.size());
-        for (const auto& label : s.request.labels)
-          stats.tokens += static_cast<int64_t>(label.size());
+        stats.tokens += FeedTokens(s.request);
         s.started = true;
       } else {
         stats.tokens += 1;
@@ -117,6 +127,12 @@ class FakeEngine : public BatchEngine {
     std::vector<engine::TokenLogprob> logprobs;
     bool started = false;
   };
+
+  static int64_t FeedTokens(const engine::SequenceRequest& r) {
+    int64_t tokens = static_cast<int64_t>(r.prompt.size());
+    for (const auto& label : r.labels) tokens += static_cast<int64_t>(label.size());
+    return tokens;
+  }
 
   uint64_t KvBytesFor(const engine::SequenceRequest& r) const {
     uint64_t tokens = r.prompt.size();

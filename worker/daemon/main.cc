@@ -41,6 +41,8 @@ struct Flags {
   std::vector<std::string> roots;
   std::string memory_budget;
   std::string kv_budget;
+  std::string activation_budget;
+  int64_t pass_token_budget = 0;
   std::string device;
   std::string streaming;
   int64_t metrics_port = -1;
@@ -87,6 +89,12 @@ FlagSet MakeFlags(Flags* f) {
                "BYTES");
   flags.String("kv-budget", &f->kv_budget,
                "KV cache budget (default: what the planner leaves of the memory budget)", "BYTES");
+  flags.String("activation-budget", &f->activation_budget,
+               "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
+  flags.Int("pass-token-budget", &f->pass_token_budget,
+            "tokens one pass may feed: prompts and labels of joining jobs, one per decoding job "
+            "(default: 64 MiB of hidden states and one layer's keys and values)",
+            "N");
   flags.String("device", &f->device,
                "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
@@ -165,7 +173,7 @@ void LogCatalog(const Catalog& catalog) {
     line << "model " << m.offer.name << " advertised: " << (m.resident ? "resident" : "streaming")
          << ", " << m.offer.checkpoint_bytes << " bytes, " << m.offer.kv_bytes_per_token
          << " KV bytes/token, " << m.offer.seconds_per_pass << " s/pass, context "
-         << m.offer.max_context_tokens << ", "
+         << m.offer.max_context_tokens << ", " << m.offer.pass_token_budget << " tokens per pass, "
          << (m.tokenizer != nullptr ? "tokenizer " + m.offer.tokenizer_hash.substr(0, 12)
                                     : std::string("no tokenizer"));
     LogLine(line.str());
@@ -216,6 +224,15 @@ int Run(int argc, char** argv) {
     if (!kv.ok()) return fail(kv.status().Prefixed("--kv-budget"));
     kv_budget = *kv;
   }
+  uint64_t activation_budget = 0;
+  if (!f.activation_budget.empty()) {
+    StatusOr<uint64_t> bytes = ParseSize(f.activation_budget);
+    if (!bytes.ok()) return fail(bytes.status().Prefixed("--activation-budget"));
+    activation_budget = *bytes;
+  }
+  if (f.pass_token_budget < 0) {
+    return fail(InvalidArgument("--pass-token-budget must be a positive count (0: the default)"));
+  }
   StatusOr<std::vector<double>> bandwidths = Bandwidths(f);
   if (!bandwidths.ok()) return fail(bandwidths.status());
 
@@ -224,6 +241,7 @@ int Run(int argc, char** argv) {
   catalog_options.read_bytes_per_second = *bandwidths;
   catalog_options.memory_budget_bytes = *memory;
   catalog_options.kv_budget_bytes = kv_budget;
+  catalog_options.pass_token_budget = f.pass_token_budget;
   catalog_options.streaming = *streaming;
   catalog_options.device = *device == "cpu" ? planner::Device::kCpu : planner::Device::kGpu;
   StatusOr<Catalog> catalog = ScanModelRoots(catalog_options);
@@ -250,12 +268,14 @@ int Run(int argc, char** argv) {
 
   const std::string engine_device = *device;
   const int threads = static_cast<int>(f.threads);
-  EngineFactory factory = [engine_device, threads](
+  EngineFactory factory = [engine_device, threads, activation_budget](
                               const ModelEntry& model,
                               uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
     engine::EngineOptions options;
     options.residency = model.resident ? engine::Residency::kResident : engine::Residency::kStream;
     options.kv_budget_bytes = kv;
+    options.pass_token_budget = model.offer.pass_token_budget;
+    options.activation_budget_bytes = activation_budget;
     options.device = engine_device;
     options.threads = threads;
     NS_ASSIGN_OR_RETURN(std::unique_ptr<EngineBatchEngine> engine,

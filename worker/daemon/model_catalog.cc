@@ -117,6 +117,9 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   entry.offer.checkpoint_bytes = static_cast<int64_t>(pass_bytes);
   entry.offer.seconds_per_pass = planner::PassSeconds(pass_bytes, read_bytes_per_second);
   entry.offer.max_context_tokens = context;
+  entry.offer.pass_token_budget = options.pass_token_budget > 0
+                                      ? options.pass_token_budget
+                                      : planner::DefaultPassTokenBudget(config);
   return entry;
 }
 

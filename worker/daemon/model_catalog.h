@@ -57,6 +57,8 @@ struct CatalogOptions {
   // KV cache budget; 0 = what the memory budget leaves after the largest
   // footprint of the models advertised.
   uint64_t kv_budget_bytes = 0;
+  // Tokens one pass may feed; 0 = planner::DefaultPassTokenBudget of each model.
+  int64_t pass_token_budget = 0;
   planner::StreamingRequest streaming = planner::StreamingRequest::kAuto;
   planner::Device device = planner::Device::kCpu;
 };

@@ -175,8 +175,9 @@ void Worker::Handle(BatchAssignment assignment) {
                   FailJobs(batch_id, assignment.jobs, open.ToString()));
         return;
       }
-      batch_ = std::make_unique<BatchRunner>(batch_id, engine_.get(), model_->tokenizer.get(),
-                                             catalog_->kv_budget_bytes);
+      batch_ =
+          std::make_unique<BatchRunner>(batch_id, engine_.get(), model_->tokenizer.get(),
+                                        catalog_->kv_budget_bytes, model_->offer.pass_token_budget);
       batch_model_ = assignment.model;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -190,7 +191,7 @@ void Worker::Handle(BatchAssignment assignment) {
   if (!added.failed.empty()) link_->SendResults(std::move(added.failed));
   if (!added.handed_back.empty()) {
     LogLine("handing back " + std::to_string(added.handed_back.size()) +
-            " jobs: no room in the KV budget");
+            " jobs: no room in the KV budget or the next pass");
     link_->SendHandBack(batch_id, std::move(added.handed_back), /*draining=*/false);
   }
 }
@@ -283,7 +284,9 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   p.mode = ModeName(s.residency);
   p.generated = pass.generated;
   p.free_kv_bytes = static_cast<int64_t>(batch_->free_kv_bytes());
-  p.want_top_up = want_top_up && p.free_kv_bytes > 0;
+  p.free_pass_tokens = batch_->free_pass_tokens();
+  // Scoring jobs need only rows of the pass; generation also needs KV.
+  p.want_top_up = want_top_up && (p.free_kv_bytes > 0 || p.free_pass_tokens > 0);
   link_->SendPass(p);
   if (metrics_ != nullptr) {
     metrics_->OnPass(batch_model_, s, pass.prompt_tokens, pass.generated_tokens,
