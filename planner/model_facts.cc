@@ -141,6 +141,21 @@ uint64_t PinnedBytes(const std::vector<uint64_t>& group_bytes, const std::vector
   return bytes;
 }
 
+uint64_t ActivationWorkingSetBytes(const checkpoint::ModelConfig& c,
+                                   uint64_t activation_budget_bytes) {
+  constexpr uint64_t kMaxRows = 256, kMaxScoreBytes = 64ull << 20;
+  const uint64_t per_row =
+      4 * static_cast<uint64_t>(std::max<int64_t>(
+              0, 8 * c.hidden_size + 6 * c.q_dim() + 6 * c.kv_dim() + 3 * c.intermediate_size));
+  uint64_t rows = kMaxRows, scores = kMaxScoreBytes;
+  if (activation_budget_bytes > 0) {
+    rows = std::clamp<uint64_t>(per_row > 0 ? activation_budget_bytes / per_row : kMaxRows, 1,
+                                kMaxRows);
+    scores = std::min(activation_budget_bytes, kMaxScoreBytes);
+  }
+  return rows * per_row + 2 * scores;
+}
+
 uint64_t PinBudgetBytes(uint64_t memory_budget, uint64_t stream_buffer_bytes,
                         uint64_t activation_bytes, uint64_t kv_budget_bytes) {
   uint64_t left = memory_budget;

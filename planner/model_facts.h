@@ -92,6 +92,18 @@ std::vector<bool> ChoosePinnedGroups(const std::vector<uint64_t>& group_bytes,
 // The bytes of the groups `pinned` marks.
 uint64_t PinnedBytes(const std::vector<uint64_t>& group_bytes, const std::vector<bool>& pinned);
 
+// The activation working set a memory budget reserves for any pass (the
+// engine's EngineOptions::memory_budget_bytes, the worker's advert, `plan`):
+// R rows' float32 temporaries, 4 x (8 x hidden + 6 x q width + 6 x KV width +
+// 3 x intermediate) bytes each, with R = min(256, activation_budget / that),
+// at least 1 (256 without a budget), plus twice the attention score blocks
+// (the scores and their softmax), each min(64 MiB, activation_budget) (64 MiB
+// without). The same figures as the engine's ActivationBytesPerRow,
+// MicroBatchRows and score bound (engine.h; a test holds them equal). The
+// pass's hidden states and logits come on top.
+uint64_t ActivationWorkingSetBytes(const checkpoint::ModelConfig& config,
+                                   uint64_t activation_budget_bytes);
+
 // What a memory budget leaves for pinned groups after the working set:
 // memory_budget - stream buffers - activations - KV budget, 0 when the
 // working set alone takes it all (saturating). The planner's fixed runtime

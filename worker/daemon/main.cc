@@ -164,8 +164,8 @@ void LogCatalog(const Catalog& catalog) {
     std::ostringstream line;
     line << "model " << m.offer.name << " advertised: " << (m.resident ? "resident" : "streaming")
          << ", " << m.offer.checkpoint_bytes << " bytes, " << m.offer.kv_bytes_per_token
-         << " KV bytes/token, " << m.offer.seconds_per_pass << " s/pass, context "
-         << m.offer.max_context_tokens << ", "
+         << " KV bytes/token, " << m.pinned_bytes << " bytes pinned, " << m.offer.seconds_per_pass
+         << " s/pass, context " << m.offer.max_context_tokens << ", "
          << (m.tokenizer != nullptr ? "tokenizer " + m.offer.tokenizer_hash.substr(0, 12)
                                     : std::string("no tokenizer"));
     LogLine(line.str());
@@ -256,6 +256,7 @@ int Run(int argc, char** argv) {
     engine::EngineOptions options;
     options.residency = model.resident ? engine::Residency::kResident : engine::Residency::kStream;
     options.kv_budget_bytes = kv;
+    options.memory_budget_bytes = model.memory_budget_bytes;  // pins model.pinned_bytes
     options.device = engine_device;
     options.threads = threads;
     NS_ASSIGN_OR_RETURN(std::unique_ptr<EngineBatchEngine> engine,

@@ -427,7 +427,8 @@ struct Engine::Impl {
   // (which groups to pin), or the resident figure.
   Status FixPassPlan(const PassPlan& plan);
   // The activations the first pass `plan` needs (run's plan): its
-  // micro-batch temporaries, score blocks, hidden states and logits.
+  // micro-batch temporaries, score blocks (both bounded as in
+  // planner::ActivationWorkingSetBytes), hidden states and logits.
   uint64_t FirstPassActivationBytes(const PassPlan& plan) const;
 };
 
@@ -461,7 +462,7 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
   const uint64_t buffers = planner::StreamBufferBytes(group_bytes, {}, options.prefetch);
   uint64_t activations, kv;
   if (options.kv_budget_bytes > 0) {
-    activations = ActivationWorkingSetBytes(config, options.activation_budget_bytes);
+    activations = planner::ActivationWorkingSetBytes(config, options.activation_budget_bytes);
     kv = options.kv_budget_bytes;
   } else {
     activations = FirstPassActivationBytes(plan);
@@ -892,15 +893,6 @@ const ModelConfig& Engine::config() const { return impl_->config; }
 int64_t Engine::max_context() const { return impl_->max_context; }
 int64_t Engine::micro_batch_rows() const { return impl_->micro_batch_rows; }
 uint64_t Engine::pinned_bytes() const { return impl_->pinned_bytes; }
-
-uint64_t ActivationWorkingSetBytes(const ModelConfig& config, uint64_t activation_budget_bytes) {
-  const uint64_t scores = activation_budget_bytes > 0
-                              ? std::min<uint64_t>(activation_budget_bytes, kMaxAttentionScoreBytes)
-                              : static_cast<uint64_t>(kMaxAttentionScoreBytes);
-  return static_cast<uint64_t>(MicroBatchRows(config, activation_budget_bytes)) *
-             ActivationBytesPerRow(config) +
-         2 * scores;
-}
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
 
 }  // namespace nightshift::engine

@@ -185,7 +185,7 @@ struct EngineOptions {
   // activations; the KV budget) pins groups (planner::ChoosePinnedGroups
   // with `pin_placement`), kept as stored (BF16/F16, never widened) after
   // their first read, and later passes stream only the rest. Activations
-  // are ActivationWorkingSetBytes when kv_budget_bytes is set (a worker: any
+  // are planner::ActivationWorkingSetBytes when kv_budget_bytes is set (a worker: any
   // batch may join later); without it (`nightshift run`: every sequence is
   // in the first pass) the KV budget becomes what the sequences in flight
   // then reserve (Add refuses more later) and the activations what that
@@ -230,14 +230,6 @@ uint64_t ActivationBytesPerRow(const ModelConfig& config);
 // min(kMaxMicroBatchRows, budget / ActivationBytesPerRow), at least 1.
 // 0 (no budget given): kMaxMicroBatchRows.
 int64_t MicroBatchRows(const ModelConfig& config, uint64_t budget_bytes);
-
-// The activation working set a memory budget reserves for any pass (see
-// EngineOptions::memory_budget_bytes): MicroBatchRows x ActivationBytesPerRow
-// + the attention score blocks (min(kMaxAttentionScoreBytes, budget), twice:
-// the scores and their softmax) of `config` under `activation_budget_bytes`
-// (0: the defaults). The pass's hidden states (4 x hidden bytes per token)
-// and logits come on top; the worker's pass-token budget bounds them.
-uint64_t ActivationWorkingSetBytes(const ModelConfig& config, uint64_t activation_budget_bytes);
 
 // Whether the linked libtorch was built with CUDA and sees a GPU.
 bool CudaAvailable();
