@@ -175,7 +175,13 @@ uint64_t StreamBufferBytes(const std::vector<uint64_t>& group_bytes,
 }
 
 uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint, uint64_t pinned_bytes) {
-  return checkpoint.total_bytes - std::min(checkpoint.total_bytes, pinned_bytes);
+  return StreamedBytesPerPass(checkpoint.total_bytes, pinned_bytes, checkpoint.embedding.bytes);
+}
+
+uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
+                              uint64_t embedding_bytes) {
+  return std::max(total_bytes - std::min(total_bytes, pinned_bytes),
+                  std::min(total_bytes, embedding_bytes));
 }
 
 double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second) {

@@ -118,8 +118,14 @@ uint64_t StreamBufferBytes(const std::vector<uint64_t>& group_bytes,
 // Checkpoint bytes one pass streams from disk: every tensor's bytes (the
 // embedding is priced whole though a pass gathers only the rows it needs)
 // less `pinned_bytes`, the groups kept resident (ChoosePinnedGroups /
-// PinnedBytes), which later passes do not read.
+// PinnedBytes), which later passes do not read; never less than the
+// embedding, which is not a group (a tied head pinned is the embedding's
+// copy: the rows fed are still read).
 uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint, uint64_t pinned_bytes = 0);
+// The same from the checkpoint's tensor bytes and its embedding's:
+// max(total_bytes - pinned_bytes, embedding_bytes).
+uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
+                              uint64_t embedding_bytes);
 
 // Seconds one pass takes at `read_bytes_per_second`: streamed_bytes /
 // read_bytes_per_second; 0 when the bandwidth is unknown (<= 0).

@@ -100,6 +100,9 @@ TEST(StreamedBytesPerPassTest, PinnedBytesAreNotStreamed) {
   EXPECT_EQ(StreamedBytesPerPass(ckpt), 1000u);
   EXPECT_EQ(StreamedBytesPerPass(ckpt, 400), 600u);
   EXPECT_EQ(StreamedBytesPerPass(ckpt, 2000), 0u);
+  ckpt.embedding.bytes = 100;  // never pinned: a tied head's copy still leaves its rows read
+  EXPECT_EQ(StreamedBytesPerPass(ckpt, 950), 100u);
+  EXPECT_EQ(StreamedBytesPerPass(ckpt, 400), 600u);
   EXPECT_DOUBLE_EQ(PassSeconds(StreamedBytesPerPass(ckpt, 400), 1200), 0.5);
 }
 
