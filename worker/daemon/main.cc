@@ -86,11 +86,15 @@ FlagSet MakeFlags(Flags* f) {
                "cgroup limit)",
                "BYTES");
   flags.String("kv-budget", &f->kv_budget,
-               "KV cache budget (default: what the planner leaves of the memory budget)", "BYTES");
+               "KV cache budget (default: what the planner leaves of the memory budget); given, "
+               "what the memory budget leaves after it pins layers of a streamed model",
+               "BYTES");
   flags.String("device", &f->device,
                "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
-               "auto, always or never (or NIGHTSHIFT_STREAMING; the flag wins)", "MODE");
+               "auto (resident when it fits, else streamed, partly pinned with --kv-budget), "
+               "always (stream everything) or never (or NIGHTSHIFT_STREAMING; the flag wins)",
+               "MODE");
   flags.Int("metrics-port", &f->metrics_port,
             "serve /metrics on this port (0 = any free port, printed; -1 = off, the default)");
   flags.String("tls-ca", &f->tls_ca, "connect with TLS, trusting this CA (PEM)", "FILE");
