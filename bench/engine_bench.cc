@@ -12,12 +12,17 @@
 //     sequences: the median decode pass, tokens/s, the cgroup's peak usage and
 //     the child's VmHWM; prefetch off at 1 and 16; uncapped at 1 and 16, whose
 //     tokens must equal the capped run's.
+//   - the residency sweep (uncapped, 1 sequence): --memory-budget pinning 0,
+//     25, 50 and 75% of the streamed groups (spread), 50% pinned at the head
+//     and at the tail of the pass, and `run`'s half-the-checkpoint budget:
+//     the median decode pass against the fastest cold read of the bytes that
+//     pass streams, with its compute seconds beside it.
 // Then prints the medians over the rounds, with the machine's load average
 // beside them, and llama.cpp's figures from issue 5 for the same shape and
 // cap. Prints figures, never pass/fail; not a test.
 //
 //   engine_bench [--model-dir DIR | --work-dir DIR] [--runs 3] [--cap-fraction 0.3333]
-//                [--prompt-tokens 2] [--max-new-tokens 3] [--stream-run PATH]
+//                [--prompt-tokens 2] [--max-new-tokens 3] [--stream-run PATH] [--sweep-only]
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +40,7 @@
 #include "common/flags.h"
 #include "planner/checkpoint_shape.h"
 #include "planner/exact.h"
+#include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/generator/generator.h"
 
@@ -95,6 +101,7 @@ struct Config {
   int64_t batch = 1;
   bool capped = true;
   bool prefetch = true;
+  std::string extra;  // more engine-stream-run flags (the residency sweep's)
 };
 
 struct Measured {
@@ -103,7 +110,9 @@ struct Measured {
   double tokens_per_second = 0;
   double cgroup_peak_bytes = 0;
   double vm_hwm_bytes = 0;
+  double compute_seconds = 0;  // of the median decode pass's kind: median compute seconds
   uint64_t pass_bytes = 0;
+  uint64_t pinned_bytes = 0;
   nlohmann::json generated;
 };
 
@@ -131,20 +140,23 @@ class Bench {
     command += stream_run_ + " --model-dir " + model_dir_ + " --batch " + std::to_string(c.batch) +
                " --prompt-tokens " + std::to_string(prompt_tokens_) + " --max-new-tokens " +
                std::to_string(new_tokens_) + " --max-context 256" +
-               (c.prefetch ? "" : " --no-prefetch");
+               (c.prefetch ? "" : " --no-prefetch") + c.extra;
     const std::string out = Capture(command);
     if (out.empty()) {
       std::cerr << "engine_bench: failed: " << command << "\n";
       return false;
     }
     nlohmann::json j = nlohmann::json::parse(out);
-    std::vector<double> decode, io;
+    std::vector<double> decode, io, compute;
     for (size_t p = 1; p < j["passes"].size(); ++p) {
       decode.push_back(j["passes"][p]["seconds"].get<double>());
       io.push_back(j["passes"][p]["io_seconds"].get<double>());
+      compute.push_back(j["passes"][p]["compute_seconds"].get<double>());
     }
     m->pass_seconds = Median(decode);
     m->io_seconds = Median(io);
+    m->compute_seconds = Median(compute);
+    m->pinned_bytes = j["pinned_bytes"].get<uint64_t>();
     m->tokens_per_second = static_cast<double>(c.batch) / m->pass_seconds;
     m->pass_bytes = j["passes"].back()["bytes_read"].get<uint64_t>();
     m->vm_hwm_bytes = j["vm_hwm_bytes"].get<double>();
@@ -167,6 +179,7 @@ int Main(int argc, char** argv) {
   std::string model_dir, work_dir = "/tmp/nightshift-engine-bench", stream_run;
   int64_t runs = 3, prompt_tokens = 2, new_tokens = 3;
   double cap_fraction = 1.0 / 3;
+  bool sweep_only = false;
   FlagSet flags(
       "engine_bench [flags]",
       "Streaming engine vs the disk's fastest read and llama.cpp, under a memory cgroup.");
@@ -178,6 +191,7 @@ int Main(int argc, char** argv) {
   flags.Int("max-new-tokens", &new_tokens,
             "tokens per sequence (passes after the first are timed)");
   flags.Double("cap-fraction", &cap_fraction, "memory cgroup cap as a share of the checkpoint");
+  flags.Bool("sweep-only", &sweep_only, "run only the residency sweep");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested() || !parsed.ok() || runs < 1 || new_tokens < 2) {
     std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
@@ -216,16 +230,53 @@ int Main(int argc, char** argv) {
               << " (root, cgroup v1?)\n";
     return 1;
   }
-  const std::vector<Config> configs = {
-      {"1 seq", 1, true, true},
-      {"4 seqs", 4, true, true},
-      {"16 seqs", 16, true, true},
-      {"64 seqs", 64, true, true},
-      {"1 seq, no prefetch", 1, true, false},
-      {"16 seqs, no prefetch", 16, true, false},
-      {"1 seq, uncapped", 1, false, true},
-      {"16 seqs, uncapped", 16, false, true},
+  std::vector<Config> configs;
+  if (!sweep_only) {
+    configs = {
+        {"1 seq", 1, true, true, ""},
+        {"4 seqs", 4, true, true, ""},
+        {"16 seqs", 16, true, true, ""},
+        {"64 seqs", 64, true, true, ""},
+        {"1 seq, no prefetch", 1, true, false, ""},
+        {"16 seqs, no prefetch", 16, true, false, ""},
+        {"1 seq, uncapped", 1, false, true, ""},
+        {"16 seqs, uncapped", 16, false, true, ""},
+    };
+  }
+  // The residency sweep: a memory budget of the stream buffers + the
+  // activation working set + a share of the groups (the engine charges the
+  // first pass's activations, less than that, so the share pinned is at least
+  // the one named; the pinned bytes measured are printed).
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
+  uint64_t group_sum = 0;
+  for (uint64_t g : groups) group_sum += g;
+  StatusOr<checkpoint::ModelConfig> model_config = checkpoint::ParseModelConfig(ckpt->config);
+  if (!model_config.ok()) {
+    std::cerr << "engine_bench: " << model_config.status().ToString() << "\n";
+    return 1;
+  }
+  const uint64_t working_set = planner::StreamBufferBytes(groups, {}, true) +
+                               planner::ActivationWorkingSetBytes(*model_config, 0);
+  auto budget_flag = [&](double share, const char* placement) {
+    return " --memory-budget " +
+           std::to_string(working_set + static_cast<uint64_t>(share * group_sum)) +
+           " --pin-placement " + placement;
   };
+  std::vector<std::string> sweep;
+  for (int pct : {0, 25, 50, 75}) {
+    const std::string name = "pin " + std::to_string(pct) + "% spread";
+    sweep.push_back(name);
+    configs.push_back({name, 1, false, true, pct == 0 ? "" : budget_flag(pct / 100.0, "spread")});
+  }
+  for (const char* placement : {"head", "tail"}) {
+    const std::string name = std::string("pin 50% ") + placement;
+    sweep.push_back(name);
+    configs.push_back({name, 1, false, true, budget_flag(0.5, placement)});
+  }
+  sweep.push_back("run: half the ckpt");
+  configs.push_back(
+      {sweep.back(), 1, false, true, " --memory-budget " + std::to_string(ckpt->total_bytes / 2)});
+  std::vector<double> best_gbs;
   std::map<std::string, std::vector<Measured>> results;
   std::vector<double> fastest_read_seconds, loads;
   std::map<std::string, std::vector<double>> mode_gbs;
@@ -248,6 +299,7 @@ int Main(int argc, char** argv) {
       best = std::max(best, mode.gbs);
     }
     fastest_read_seconds.push_back(static_cast<double>(disk->bytes_per_mode) / (best * 1e9));
+    best_gbs.push_back(best);
     printf("run %lld (load %.2f): fastest read %.2f GB/s\n", static_cast<long long>(run + 1),
            loads.back(), best);
     for (const Config& c : configs) {
@@ -261,8 +313,12 @@ int Main(int argc, char** argv) {
       results[c.name].push_back(m);
     }
     for (const char* batch : {"1 seq", "16 seqs"}) {
+      if (sweep_only) break;
       const std::string uncapped = std::string(batch) + ", uncapped";
       same_tokens &= results[batch].back().generated == results[uncapped].back().generated;
+    }
+    for (const std::string& name : sweep) {
+      same_tokens &= results[name].back().generated == results[sweep[0]].back().generated;
     }
   }
 
@@ -286,6 +342,7 @@ int Main(int argc, char** argv) {
   printf("%-22s %9s %9s %9s %9s %11s %9s %11s\n", "", "pass s", "/ read", "tok/s", "io wait",
          "cgroup MiB", "VmHWM MiB", "planner MiB");
   for (const Config& c : configs) {
+    if (!c.extra.empty() || c.name == sweep[0]) continue;  // the sweep has its own table
     std::vector<double> pass, tps, io, peak, hwm;
     for (const Measured& m : results[c.name]) {
       pass.push_back(m.pass_seconds);
@@ -297,6 +354,30 @@ int Main(int argc, char** argv) {
     printf("%-22s %9.3f %9.2f %9.2f %9.3f %11.0f %9.0f %11.0f\n", c.name.c_str(), Median(pass),
            Median(pass) / read_seconds, Median(tps), Median(io), Mb(Median(peak)), Mb(Median(hwm)),
            Mb(footprint(c.batch)));
+  }
+  // The sweep: each pass against the fastest cold read of what it streams
+  // (the run's fastest mode, GB/s, x that pass's bytes).
+  const double read_gbs = Median(best_gbs);
+  printf("\nresidency sweep (1 seq, uncapped; fastest cold read %.2f GB/s):\n", read_gbs);
+  printf("%-22s %9s %9s %11s %9s %9s %9s %9s\n", "", "pinned %", "pinned MB", "streamed MB",
+         "pass s", "read s", "/ read", "compute s");
+  for (const std::string& name : sweep) {
+    std::vector<double> pass, compute, hwm;
+    for (const Measured& m : results[name]) {
+      pass.push_back(m.pass_seconds);
+      compute.push_back(m.compute_seconds);
+      hwm.push_back(m.vm_hwm_bytes);
+    }
+    const Measured& last = results[name].back();
+    const double read = static_cast<double>(last.pass_bytes) / (read_gbs * 1e9);
+    printf("%-22s %9.1f %9.0f %11.0f %9.3f %9.3f %9.2f %9.3f   VmHWM %.0f MiB\n", name.c_str(),
+           100.0 * static_cast<double>(last.pinned_bytes) / static_cast<double>(group_sum),
+           last.pinned_bytes / 1e6, last.pass_bytes / 1e6, Median(pass), read, Median(pass) / read,
+           Median(compute), Mb(Median(hwm)));
+  }
+  if (sweep_only) {
+    printf("same tokens in every sweep run: %s\n", same_tokens ? "yes" : "NO");
+    return 0;
   }
   auto pass_of = [&](const std::string& name) {
     std::vector<double> v;

@@ -69,6 +69,48 @@ Sizing ExactSizing(const CheckpointShape& shape, const PlanOptions& options, Dev
   return s;
 }
 
+PinSplitPlan PlanPinSplit(const std::vector<uint64_t>& group_bytes, uint64_t total_bytes,
+                          uint64_t embedding_bytes, uint64_t memory_budget_bytes,
+                          uint64_t working_set_bytes, uint64_t kv_bytes_per_sequence,
+                          int64_t queued_jobs, double read_bytes_per_second) {
+  PinSplitPlan plan;
+  plan.working_set_bytes = working_set_bytes;
+  const uint64_t left = PinBudgetBytes(memory_budget_bytes, working_set_bytes, 0, 0);
+  const uint64_t per_sequence = std::max<uint64_t>(1, kv_bytes_per_sequence);
+  const int64_t most = static_cast<int64_t>(std::min<uint64_t>(left / per_sequence, 1u << 30));
+  if (most < 1) return plan;
+  const int64_t queue = std::max<int64_t>(1, queued_jobs);
+  std::vector<int64_t> counts;
+  for (int64_t k = 1; k < most; k *= 2) counts.push_back(k);
+  counts.push_back(std::min(queue, most));
+  counts.push_back(most);
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  for (int64_t k : counts) {
+    PinSplit split;
+    split.kv_sequences = k;
+    split.kv_budget_bytes = static_cast<uint64_t>(k) * per_sequence;
+    split.pinned_bytes =
+        PinnedBytes(group_bytes, ChoosePinnedGroups(group_bytes, left - split.kv_budget_bytes));
+    split.streamed_bytes = StreamedBytesPerPass(total_bytes, split.pinned_bytes, embedding_bytes);
+    split.seconds_per_pass = PassSeconds(split.streamed_bytes, read_bytes_per_second);
+    split.jobs_per_pass = std::min(k, queue);
+    if (split.seconds_per_pass > 0) {
+      split.jobs_per_second = static_cast<double>(split.jobs_per_pass) / split.seconds_per_pass;
+    }
+    plan.alternatives.push_back(split);
+  }
+  for (size_t i = 1; i < plan.alternatives.size(); ++i) {
+    const PinSplit& a = plan.alternatives[i];
+    const PinSplit& best = plan.alternatives[plan.chosen];
+    if (a.jobs_per_second > best.jobs_per_second ||
+        (a.jobs_per_second == best.jobs_per_second && a.pinned_bytes > best.pinned_bytes)) {
+      plan.chosen = i;
+    }
+  }
+  return plan;
+}
+
 ModelSpec HeuristicSpec(const CheckpointShape& shape) {
   ModelSpec spec;
   spec.size_b = static_cast<double>(shape.parameters) / 1e9;

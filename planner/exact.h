@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "planner/estimate.h"
 #include "planner/plan.h"
@@ -84,6 +85,41 @@ uint64_t ActivationBytes(const CheckpointShape& shape, int compute_dtype_bytes, 
 // The exact sizing of `shape` under `options` (prefetching, context_k, batch
 // and prompt_tokens are read) on `device`. layers_estimated is false.
 Sizing ExactSizing(const CheckpointShape& shape, const PlanOptions& options, Device device);
+
+// One way to split what a memory budget leaves after the working set
+// between the KV cache and pinned groups (partial residency).
+struct PinSplit {
+  int64_t kv_sequences = 0;      // sequences the KV budget holds at the planned context
+  uint64_t kv_budget_bytes = 0;  // kv_sequences x KV bytes per sequence
+  uint64_t pinned_bytes = 0;     // groups pinned with the rest (ChoosePinnedGroups)
+  uint64_t streamed_bytes = 0;   // StreamedBytesPerPass with them pinned
+  double seconds_per_pass = 0;   // PassSeconds(streamed_bytes, bandwidth)
+  int64_t jobs_per_pass = 0;     // min(kv_sequences, queued jobs)
+  double jobs_per_second = 0;    // jobs_per_pass / seconds_per_pass (0 when unknown)
+};
+
+struct PinSplitPlan {
+  uint64_t working_set_bytes = 0;      // stream buffers + activation working set
+  std::vector<PinSplit> alternatives;  // by kv_sequences, ascending
+  size_t chosen = 0;                   // index into alternatives; meaningless when empty
+};
+
+// The splits of `memory_budget_bytes` after `working_set_bytes` for a queue of
+// `queued_jobs` jobs (at least 1) of `kv_bytes_per_sequence` each, on a disk
+// reading `read_bytes_per_second`, over the loader's groups `group_bytes`
+// (StreamedGroupBytes) of a checkpoint of `total_bytes` tensor bytes
+// (`embedding_bytes` of them the embedding's, see StreamedBytesPerPass). The
+// alternatives are KV budgets of 1, 2, 4, ... sequences up to the most that
+// fit, plus exactly the queue and the most that fit; each prices its passes
+// from the streamed bytes (PassSeconds: seconds per pass = streamed bytes /
+// bandwidth, the figure the worker advertises). The chosen split maximises
+// jobs per second; ties (e.g. more KV than the queue fills) go to the one
+// pinning more, whose passes are shorter. Empty when not even one
+// sequence's KV fits beside the working set.
+PinSplitPlan PlanPinSplit(const std::vector<uint64_t>& group_bytes, uint64_t total_bytes,
+                          uint64_t embedding_bytes, uint64_t memory_budget_bytes,
+                          uint64_t working_set_bytes, uint64_t kv_bytes_per_sequence,
+                          int64_t queued_jobs, double read_bytes_per_second);
 
 // The catalog entry the seed would have for this checkpoint, to show its
 // estimate beside the exact one: size_b = parameters / 10^9, the real layer

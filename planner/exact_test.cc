@@ -116,5 +116,29 @@ TEST(ExactTest, HeuristicSpecMirrorsTheCheckpoint) {
   EXPECT_EQ(HeuristicSpec(CheckpointShape{}).size_b, 0.0);
 }
 
+TEST(ExactTest, PinSplitMaximisesJobsPerSecondForTheQueue) {
+  // 8 groups of 100 bytes, a 1000-byte checkpoint, 1 byte/s, KV 50 per job.
+  const std::vector<uint64_t> groups(8, 100);
+  PinSplitPlan plan = PlanPinSplit(groups, 1000, 200, 1000, 200, 50, 3, 1.0);
+  ASSERT_FALSE(plan.alternatives.empty());
+  EXPECT_EQ(plan.working_set_bytes, 200u);
+  // 800 left: 1, 2, 3 (the queue), 4, 8 and 16 (all) sequences.
+  std::vector<int64_t> counts;
+  for (const PinSplit& a : plan.alternatives) counts.push_back(a.kv_sequences);
+  EXPECT_EQ(counts, (std::vector<int64_t>{1, 2, 3, 4, 8, 16}));
+  const PinSplit& chosen = plan.alternatives[plan.chosen];
+  EXPECT_EQ(chosen.kv_sequences, 3);  // 150 of KV, 600 pinned: 400 streamed, 3 jobs / 400 s
+  EXPECT_EQ(chosen.pinned_bytes, 600u);
+  EXPECT_EQ(chosen.streamed_bytes, 400u);
+  EXPECT_DOUBLE_EQ(chosen.seconds_per_pass, 400.0);
+  EXPECT_EQ(chosen.jobs_per_pass, 3);
+  const PinSplit& all_kv = plan.alternatives.back();
+  EXPECT_EQ(all_kv.pinned_bytes, 0u);
+  EXPECT_EQ(all_kv.jobs_per_pass, 3);  // more KV than the queue fills
+  EXPECT_LT(all_kv.jobs_per_second, chosen.jobs_per_second);
+  // Nothing beside the working set: no split.
+  EXPECT_TRUE(PlanPinSplit(groups, 1000, 200, 220, 200, 50, 3, 1.0).alternatives.empty());
+}
+
 }  // namespace
 }  // namespace nightshift::planner

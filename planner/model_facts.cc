@@ -54,8 +54,168 @@ int64_t MaxContextTokens(const checkpoint::ModelConfig& config) {
   return context;
 }
 
-uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint) {
-  return checkpoint.total_bytes;
+int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_bytes) {
+  if (rows <= 0 || largest_layer_bytes == 0) return std::max<int64_t>(rows, 1);
+  const uint64_t slices =
+      std::max<uint64_t>(1, (head_bytes + largest_layer_bytes - 1) / largest_layer_bytes);
+  return (rows + static_cast<int64_t>(slices) - 1) / static_cast<int64_t>(slices);
+}
+
+std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint) {
+  std::vector<uint64_t> groups;
+  uint64_t largest_layer = 0;
+  for (const checkpoint::TensorGroup& layer : checkpoint.layers) {
+    uint64_t bytes = 0;
+    for (int t : layer.tensors) bytes += checkpoint.tensors[static_cast<size_t>(t)].size;
+    groups.push_back(bytes);
+    largest_layer = std::max(largest_layer, bytes);
+  }
+  // The LM head: its own tensor, or the embedding's when tied (the largest
+  // embedding tensor, as the engine binds it).
+  const checkpoint::TensorInfo* head = nullptr;
+  if (checkpoint.lm_head >= 0) {
+    head = &checkpoint.tensors[static_cast<size_t>(checkpoint.lm_head)];
+  } else {
+    for (int t : checkpoint.embedding.tensors) {
+      const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
+      if (head == nullptr || info.size > head->size) head = &info;
+    }
+  }
+  uint64_t norm = 0;  // the head group's other tensors: the final norm (and bias)
+  for (int t : checkpoint.head.tensors) {
+    if (t != checkpoint.lm_head) norm += checkpoint.tensors[static_cast<size_t>(t)].size;
+  }
+  if (head == nullptr || head->shape.empty() || head->shape[0] <= 0) {
+    groups.push_back(norm);
+    return groups;
+  }
+  const int64_t rows = head->shape[0];
+  const uint64_t row_bytes = head->size / static_cast<uint64_t>(rows);
+  const int64_t per_slice = HeadSliceRows(rows, head->size, largest_layer);
+  for (int64_t row = 0; row < rows; row += per_slice) {
+    const uint64_t bytes = static_cast<uint64_t>(std::min(per_slice, rows - row)) * row_bytes;
+    groups.push_back(bytes + (row == 0 ? norm : 0));
+  }
+  return groups;
+}
+
+const char* PinPlacementName(PinPlacement placement) {
+  switch (placement) {
+    case PinPlacement::kHead:
+      return "head";
+    case PinPlacement::kTail:
+      return "tail";
+    case PinPlacement::kSpread:
+      break;
+  }
+  return "spread";
+}
+
+StatusOr<PinPlacement> ParsePinPlacement(const std::string& word) {
+  for (PinPlacement p : {PinPlacement::kSpread, PinPlacement::kHead, PinPlacement::kTail}) {
+    if (word == PinPlacementName(p)) return p;
+  }
+  return InvalidArgument("pin placement '" + word + "': expected spread, head or tail");
+}
+
+namespace {
+
+// 0..n-1 in bit-reversed order of the smallest power of two >= n (values
+// >= n skipped): 0, n/2, n/4, 3n/4, ... so any prefix is spread evenly.
+std::vector<size_t> SpreadOrder(size_t n) {
+  size_t bits = 0;
+  while ((size_t{1} << bits) < n) ++bits;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < (size_t{1} << bits); ++i) {
+    size_t r = 0;
+    for (size_t b = 0; b < bits; ++b) {
+      if (i & (size_t{1} << b)) r |= size_t{1} << (bits - 1 - b);
+    }
+    if (r < n) order.push_back(r);
+  }
+  return order;
+}
+
+}  // namespace
+
+std::vector<bool> ChoosePinnedGroups(const std::vector<uint64_t>& group_bytes,
+                                     uint64_t pin_budget_bytes, PinPlacement placement) {
+  const size_t n = group_bytes.size();
+  std::vector<bool> pinned(n, false);
+  std::vector<size_t> order;
+  if (placement == PinPlacement::kSpread) {
+    order = SpreadOrder(n);
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      order.push_back(placement == PinPlacement::kHead ? i : n - 1 - i);
+  }
+  uint64_t left = pin_budget_bytes;
+  for (size_t g : order) {
+    if (group_bytes[g] <= left) {
+      pinned[g] = true;
+      left -= group_bytes[g];
+    }
+  }
+  return pinned;
+}
+
+uint64_t PinnedBytes(const std::vector<uint64_t>& group_bytes, const std::vector<bool>& pinned) {
+  uint64_t bytes = 0;
+  for (size_t g = 0; g < group_bytes.size() && g < pinned.size(); ++g) {
+    if (pinned[g]) bytes += group_bytes[g];
+  }
+  return bytes;
+}
+
+uint64_t ActivationBytesPerRow(const checkpoint::ModelConfig& c) {
+  return 4 * static_cast<uint64_t>(std::max<int64_t>(
+                 0, 8 * c.hidden_size + 6 * c.q_dim() + 6 * c.kv_dim() + 3 * c.intermediate_size));
+}
+
+int64_t MicroBatchRows(const checkpoint::ModelConfig& c, uint64_t activation_budget_bytes) {
+  constexpr uint64_t kMaxRows = 256;
+  const uint64_t per_row = ActivationBytesPerRow(c);
+  if (activation_budget_bytes == 0 || per_row == 0) return static_cast<int64_t>(kMaxRows);
+  return static_cast<int64_t>(std::clamp<uint64_t>(activation_budget_bytes / per_row, 1, kMaxRows));
+}
+
+uint64_t ActivationWorkingSetBytes(const checkpoint::ModelConfig& c,
+                                   uint64_t activation_budget_bytes) {
+  constexpr uint64_t kMaxScoreBytes = 64ull << 20;
+  const uint64_t scores = activation_budget_bytes > 0
+                              ? std::min(activation_budget_bytes, kMaxScoreBytes)
+                              : kMaxScoreBytes;
+  return static_cast<uint64_t>(MicroBatchRows(c, activation_budget_bytes)) *
+             ActivationBytesPerRow(c) +
+         2 * scores;
+}
+
+uint64_t PinBudgetBytes(uint64_t memory_budget, uint64_t stream_buffer_bytes,
+                        uint64_t activation_bytes, uint64_t kv_budget_bytes) {
+  uint64_t left = memory_budget;
+  for (uint64_t use : {stream_buffer_bytes, activation_bytes, kv_budget_bytes}) {
+    left -= std::min(left, use);
+  }
+  return left;
+}
+
+uint64_t StreamBufferBytes(const std::vector<uint64_t>& group_bytes,
+                           const std::vector<bool>& pinned, bool prefetch) {
+  uint64_t largest = 0;
+  for (size_t g = 0; g < group_bytes.size(); ++g) {
+    if (g >= pinned.size() || !pinned[g]) largest = std::max(largest, group_bytes[g]);
+  }
+  return largest * (prefetch ? 2 : 1);
+}
+
+uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint, uint64_t pinned_bytes) {
+  return StreamedBytesPerPass(checkpoint.total_bytes, pinned_bytes, checkpoint.embedding.bytes);
+}
+
+uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
+                              uint64_t embedding_bytes) {
+  return std::max(total_bytes - std::min(total_bytes, pinned_bytes),
+                  std::min(total_bytes, embedding_bytes));
 }
 
 double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second) {

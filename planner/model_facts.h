@@ -8,6 +8,9 @@
 //   KV positions per job KvPositions: what one sequence keeps in the cache
 //   max context          MaxContextTokens: max_position_embeddings, or the
 //                        sliding window when shorter
+//   streamed groups      StreamedGroupBytes: what the engine's loader reads
+//                        as one unit (each layer, the head's row slices)
+//   pinned groups        ChoosePinnedGroups: which groups a budget keeps
 //   streamed bytes       StreamedBytesPerPass: what one pass reads
 //   seconds per pass     PassSeconds: streamed bytes / measured bandwidth
 //
@@ -16,7 +19,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "common/status.h"
 
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/model_config.h"
@@ -80,9 +86,84 @@ int64_t DefaultPassTokenBudget(const checkpoint::ModelConfig& config);
 // full attention). The worker advertises this as max_context_tokens.
 int64_t MaxContextTokens(const checkpoint::ModelConfig& config);
 
+// Rows per slice of an LM head of `rows` rows and `head_bytes` bytes when
+// no slice may exceed `largest_layer_bytes` (the loader's buffers are sized
+// to the largest group): ceil(rows / ceil(head_bytes / largest_layer_bytes)),
+// all rows (one slice) when largest_layer_bytes is 0. The engine slices its
+// head with this; StreamedGroupBytes prices the same slices.
+int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_bytes);
+
+// The tensor bytes of each group the engine's layer loader reads as one unit,
+// in pass order: every decoder layer (checkpoint::Checkpoint::layers), then
+// the final norm (and its bias) with the LM head's first row slice, then each
+// further slice (HeadSliceRows; a tied head is the embedding). The embedding
+// is not a group: a pass reads only the rows of the tokens it feeds.
+std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint);
+
+// Where pinned groups sit in the pass.
+enum class PinPlacement {
+  kSpread,  // evenly through the pass (the default): every streamed read overlaps compute
+  kHead,    // the first groups
+  kTail,    // the last groups
+};
+// "spread", "head", "tail"; and back (InvalidArgument naming the word).
+const char* PinPlacementName(PinPlacement placement);
+StatusOr<PinPlacement> ParsePinPlacement(const std::string& word);
+
+// The groups (of `group_bytes`, StreamedGroupBytes' order) kept resident
+// across passes within `pin_budget_bytes`: candidates are taken in the order
+// of `placement` (spread: bit-reversed positions, so every prefix of the
+// order is spread evenly over the pass) and each is pinned when it still
+// fits. Kept as stored (no widening), so a group costs its stored bytes.
+// Returns one flag per group; none when the budget is 0.
+std::vector<bool> ChoosePinnedGroups(const std::vector<uint64_t>& group_bytes,
+                                     uint64_t pin_budget_bytes,
+                                     PinPlacement placement = PinPlacement::kSpread);
+// The bytes of the groups `pinned` marks.
+uint64_t PinnedBytes(const std::vector<uint64_t>& group_bytes, const std::vector<bool>& pinned);
+
+// The float32 temporaries one row of a pass needs while a layer runs it: 4
+// x (8 x hidden + 6 x q width + 6 x KV width + 3 x intermediate) bytes
+// (engine::ActivationBytesPerRow, which explains the terms).
+uint64_t ActivationBytesPerRow(const checkpoint::ModelConfig& config);
+// The rows a layer runs at once under an activation budget: min(256, budget
+// / ActivationBytesPerRow), at least 1; 256 without a budget (0).
+int64_t MicroBatchRows(const checkpoint::ModelConfig& config, uint64_t activation_budget_bytes);
+
+// The activation working set a memory budget reserves for any pass (the
+// engine's EngineOptions::memory_budget_bytes, the worker's advert, `plan`):
+// R rows' float32 temporaries, 4 x (8 x hidden + 6 x q width + 6 x KV width +
+// 3 x intermediate) bytes each, with R = min(256, activation_budget / that),
+// at least 1 (256 without a budget), plus twice the attention score blocks
+// (the scores and their softmax), each min(64 MiB, activation_budget) (64 MiB
+// without). The same figures as the engine's ActivationBytesPerRow,
+// MicroBatchRows and score bound (engine.h; a test holds them equal). The
+// pass's hidden states and logits come on top.
+uint64_t ActivationWorkingSetBytes(const checkpoint::ModelConfig& config,
+                                   uint64_t activation_budget_bytes);
+
+// What a memory budget leaves for pinned groups after the working set:
+// memory_budget - stream buffers - activations - KV budget, 0 when the
+// working set alone takes it all (saturating). The planner's fixed runtime
+// allowance (code, thread pools) is not part of any of these.
+uint64_t PinBudgetBytes(uint64_t memory_budget, uint64_t stream_buffer_bytes,
+                        uint64_t activation_bytes, uint64_t kv_budget_bytes);
+// The loader's stream buffers: the largest group not pinned, x 2 with
+// prefetch (one computing, one reading), x 1 without; 0 when all are pinned.
+uint64_t StreamBufferBytes(const std::vector<uint64_t>& group_bytes,
+                           const std::vector<bool>& pinned, bool prefetch);
+
 // Checkpoint bytes one pass streams from disk: every tensor's bytes (the
-// embedding is priced whole though a pass gathers only the rows it needs).
-uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint);
+// embedding is priced whole though a pass gathers only the rows it needs)
+// less `pinned_bytes`, the groups kept resident (ChoosePinnedGroups /
+// PinnedBytes), which later passes do not read; never less than the
+// embedding, which is not a group (a tied head pinned is the embedding's
+// copy: the rows fed are still read).
+uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint, uint64_t pinned_bytes = 0);
+// The same from the checkpoint's tensor bytes and its embedding's:
+// max(total_bytes - pinned_bytes, embedding_bytes).
+uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
+                              uint64_t embedding_bytes);
 
 // Seconds one pass takes at `read_bytes_per_second`: streamed_bytes /
 // read_bytes_per_second; 0 when the bandwidth is unknown (<= 0).

@@ -91,6 +91,52 @@ TEST(PassSecondsTest, BytesOverBandwidthWithNoEfficiencyFactor) {
   EXPECT_EQ(PassSeconds(1'000'000'000, std::numeric_limits<double>::quiet_NaN()), 0.0);
 }
 
+TEST(HeadSliceRowsTest, SlicesNoLargerThanTheLargestLayer) {
+  EXPECT_EQ(HeadSliceRows(32000, 131072000, 90185728), 16000);  // bench-1.7b: two slices
+  EXPECT_EQ(HeadSliceRows(100, 1000, 1000), 100);               // fits: one slice
+  EXPECT_EQ(HeadSliceRows(100, 1000, 0), 100);                  // no layer: one slice
+  EXPECT_EQ(HeadSliceRows(10, 1000, 300), 3);                   // 4 slices of <= 3 rows
+}
+
+TEST(ChoosePinnedGroupsTest, SpreadHeadOrTailWithinTheBudget) {
+  const std::vector<uint64_t> groups(8, 10);
+  EXPECT_EQ(ChoosePinnedGroups(groups, 0), std::vector<bool>(8, false));
+  EXPECT_EQ(ChoosePinnedGroups(groups, 1000), std::vector<bool>(8, true));
+  // Half: every other group, spread over the pass.
+  std::vector<bool> spread = ChoosePinnedGroups(groups, 45);
+  EXPECT_EQ(PinnedBytes(groups, spread), 40u);
+  EXPECT_EQ(spread, (std::vector<bool>{true, false, true, false, true, false, true, false}));
+  EXPECT_EQ(ChoosePinnedGroups(groups, 25, PinPlacement::kHead),
+            (std::vector<bool>{true, true, false, false, false, false, false, false}));
+  EXPECT_EQ(ChoosePinnedGroups(groups, 25, PinPlacement::kTail),
+            (std::vector<bool>{false, false, false, false, false, false, true, true}));
+  // A group that does not fit is passed over for a smaller one that does.
+  EXPECT_EQ(ChoosePinnedGroups({10, 30, 5}, 16), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(ParsePinPlacement("tail").value(), PinPlacement::kTail);
+  EXPECT_FALSE(ParsePinPlacement("middle").ok());
+}
+
+TEST(PinBudgetTest, WhatTheWorkingSetLeaves) {
+  EXPECT_EQ(PinBudgetBytes(100, 20, 30, 10), 40u);
+  EXPECT_EQ(PinBudgetBytes(50, 20, 30, 10), 0u);  // saturates
+  EXPECT_EQ(StreamBufferBytes({10, 30, 5}, {}, true), 60u);
+  EXPECT_EQ(StreamBufferBytes({10, 30, 5}, {false, true, false}, true), 20u);
+  EXPECT_EQ(StreamBufferBytes({10, 30, 5}, {false, true, false}, false), 10u);
+  EXPECT_EQ(StreamBufferBytes({10, 30, 5}, {true, true, true}, true), 0u);
+}
+
+TEST(StreamedBytesPerPassTest, PinnedBytesAreNotStreamed) {
+  checkpoint::Checkpoint ckpt;
+  ckpt.total_bytes = 1000;
+  EXPECT_EQ(StreamedBytesPerPass(ckpt), 1000u);
+  EXPECT_EQ(StreamedBytesPerPass(ckpt, 400), 600u);
+  EXPECT_EQ(StreamedBytesPerPass(ckpt, 2000), 0u);
+  ckpt.embedding.bytes = 100;  // never pinned: a tied head's copy still leaves its rows read
+  EXPECT_EQ(StreamedBytesPerPass(ckpt, 950), 100u);
+  EXPECT_EQ(StreamedBytesPerPass(ckpt, 400), 600u);
+  EXPECT_DOUBLE_EQ(PassSeconds(StreamedBytesPerPass(ckpt, 400), 1200), 0.5);
+}
+
 // On every fixture: the facts from the parsed config agree with exact mode's
 // figures from the planner's shape of the same checkpoint.
 TEST(ModelFactsFixtureTest, ConfigFactsAgreeWithExactMode) {
@@ -113,6 +159,14 @@ TEST(ModelFactsFixtureTest, ConfigFactsAgreeWithExactMode) {
     EXPECT_EQ(StreamedBytesPerPass(*ckpt), shape->tensor_bytes);
     EXPECT_GT(MaxContextTokens(*config), 0);
     EXPECT_LE(MaxContextTokens(*config), config->max_position_embeddings);
+    // The loader's groups: every tensor but the embedding (and what the
+    // engine ignores), a tied head counting the embedding once more.
+    const std::vector<uint64_t> groups = StreamedGroupBytes(*ckpt);
+    EXPECT_GT(groups.size(), ckpt->layers.size());
+    uint64_t grouped = 0;
+    for (uint64_t g : groups) grouped += g;
+    const uint64_t untied = tensors - ckpt->embedding.bytes - ckpt->other.bytes;
+    EXPECT_EQ(grouped, ckpt->tied_embeddings ? untied + ckpt->embedding.bytes : untied);
     ++checked;
   }
   EXPECT_GE(checked, 10);

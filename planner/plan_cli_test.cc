@@ -153,6 +153,37 @@ TEST(PlanCliTest, ExactFormWorksForEveryFixtureFamily) {
   }
 }
 
+// Exact form with a budget: the split between KV budget and pinned groups,
+// each alternative priced from its streamed bytes.
+TEST(PlanCliTest, ExactFormShowsTheMemorySplitAndItsAlternatives) {
+  json j = PlanJson({"--model-dir", Model("gemma"), "--budget-gb", "0.2", "--read-gbs", "1",
+                     "--free-gb", "1", "--batch", "4", "--context-k", "1"});
+  ASSERT_TRUE(j.contains("memory_split")) << j.dump();
+  const json& split = j["memory_split"];
+  EXPECT_GT(split["working_set_bytes"].get<uint64_t>(), 0u);
+  ASSERT_GE(split["alternatives"].size(), 3u);
+  const uint64_t checkpoint = 550144;
+  double best = 0;
+  for (const json& a : split["alternatives"]) {
+    EXPECT_EQ(a["kv_budget_bytes"], a["kv_sequences"].get<uint64_t>() * 512 * 1024);
+    // gemma's head is tied: pinning it saves the copy, the embedding's rows are still read.
+    EXPECT_GE(a["streamed_bytes"], checkpoint - a["pinned_bytes"].get<uint64_t>());
+    EXPECT_GT(a["streamed_bytes"], 0u);
+    EXPECT_DOUBLE_EQ(a["seconds_per_pass"].get<double>(), a["streamed_bytes"].get<double>() / 1e9);
+    EXPECT_EQ(a["jobs_per_pass"], std::min<int64_t>(a["kv_sequences"].get<int64_t>(), 4));
+    best = std::max(best, a["jobs_per_second"].get<double>());
+  }
+  // The queue of 4 decides: KV for exactly 4, everything else pinned (and
+  // more KV only slows the passes down).
+  EXPECT_EQ(split["chosen"]["kv_sequences"], 4);
+  EXPECT_EQ(split["chosen"]["jobs_per_second"].get<double>(), best);
+  // A budget the working set fills leaves no split.
+  json tiny = PlanJson({"--model-dir", Model("gemma"), "--budget-gb", "0.000001", "--read-gbs", "1",
+                        "--free-gb", "1"});
+  EXPECT_TRUE(tiny["memory_split"]["alternatives"].empty());
+  EXPECT_TRUE(tiny["memory_split"]["chosen"].is_null());
+}
+
 TEST(PlanCliTest, CompareAddsTheResidentSide) {
   std::vector<std::string> args = {
       "--size-b", "70",        "--layers", "80",        "--budget-gb",  "160", "--read-gbs",

@@ -20,6 +20,7 @@
 #include "planner/checkpoint_shape.h"
 #include "planner/estimate.h"
 #include "planner/exact.h"
+#include "planner/model_facts.h"
 #include "planner/plan.h"
 #include "planner/plan_json.h"
 #include "planner/policy.h"
@@ -226,6 +227,8 @@ struct Report {
   Priced main;                      // exact in exact form, the estimate otherwise
   std::optional<Priced> heuristic;  // exact form only
   std::optional<planner::CheckpointShape> shape;
+  // Exact form with a budget: the split between KV budget and pinned groups.
+  std::optional<planner::PinSplitPlan> split;
   planner::Comparison comparison;  // computed always: the decision needs resident_fits
   planner::Decision decision;
 };
@@ -242,6 +245,25 @@ Status Price(const PlanFlags& f, Report& report) {
     report.main.plan.id = f.model_dir;
     report.heuristic = PriceCatalog(planner::HeuristicSpec(shape), r.options);
     report.shape = shape;
+    if (r.options.budget_gb) {
+      // The activation working set from the shape (the engine's figure).
+      checkpoint::ModelConfig config;
+      config.hidden_size = shape.hidden;
+      config.num_heads = shape.heads;
+      config.num_kv_heads = shape.kv_heads;
+      config.head_dim = shape.head_dim;
+      config.intermediate_size = shape.intermediate;
+      const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
+      const uint64_t working_set = planner::StreamBufferBytes(groups, {}, r.options.prefetching) +
+                                   planner::ActivationWorkingSetBytes(config, 0);
+      const uint64_t kv_per_sequence =
+          planner::KvBytesPerToken(shape, planner::ComputeDtypeBytes(shape, r.device)) *
+          static_cast<uint64_t>(planner::ContextTokens(r.options.context_k));
+      report.split =
+          planner::PlanPinSplit(groups, ckpt.total_bytes, ckpt.embedding.bytes,
+                                static_cast<uint64_t>(*r.options.budget_gb * 1e9), working_set,
+                                kv_per_sequence, r.options.batch, *r.options.disk.read_gbs * 1e9);
+    }
   }
   report.comparison = planner::CompareResident(report.main.sizing, report.main.plan, r.options,
                                                f.compare ? f.mem_bw_gbs : 0.0);
@@ -275,6 +297,26 @@ nlohmann::ordered_json ReportJson(const PlanFlags& f, const Report& report) {
     j["tokens_per_pass"] = p.batch * std::max<int64_t>(1, p.prompt_tokens);
     j["parameters"] = s.parameters;
     j["heuristic"] = planner::PlanJson(report.heuristic->plan);
+  }
+  if (report.split) {
+    nlohmann::ordered_json alternatives = nlohmann::ordered_json::array();
+    for (const planner::PinSplit& a : report.split->alternatives) {
+      alternatives.push_back({{"kv_sequences", a.kv_sequences},
+                              {"kv_budget_bytes", a.kv_budget_bytes},
+                              {"pinned_bytes", a.pinned_bytes},
+                              {"streamed_bytes", a.streamed_bytes},
+                              {"seconds_per_pass", a.seconds_per_pass},
+                              {"jobs_per_pass", a.jobs_per_pass},
+                              {"jobs_per_second", a.jobs_per_second}});
+    }
+    nlohmann::ordered_json split = {{"working_set_bytes", report.split->working_set_bytes}};
+    if (!report.split->alternatives.empty()) {
+      split["chosen"] = alternatives[report.split->chosen];
+    } else {
+      split["chosen"] = nullptr;
+    }
+    split["alternatives"] = std::move(alternatives);
+    j["memory_split"] = std::move(split);
   }
   j["streaming"] = planner::DecisionJson(report.decision);
   if (f.compare) j["compare"] = planner::ComparisonJson(report.comparison);
@@ -372,6 +414,38 @@ void PrintList(const std::string& title, const std::vector<std::string>& items) 
   for (const std::string& item : items) std::cout << "  - " << item << "\n";
 }
 
+std::string Bytes(uint64_t bytes) { return Gb(static_cast<double>(bytes) / 1e9); }
+
+// The split between KV budget and pinned groups, every alternative priced.
+void PrintSplit(const planner::PinSplitPlan& split, int64_t queued) {
+  std::cout << "memory split (partial residency): after the working set of "
+            << Bytes(split.working_set_bytes)
+            << " (stream buffers + activations), the budget goes to the KV cache or to pinned "
+               "layers; seconds per pass = streamed bytes / read speed, "
+            << queued << " job(s) queued (--batch):\n";
+  if (split.alternatives.empty()) {
+    std::cout << "  no room for one sequence's KV cache beside the working set\n\n";
+    return;
+  }
+  std::vector<Column> columns(7);
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < split.alternatives.size(); ++i) {
+    const planner::PinSplit& a = split.alternatives[i];
+    labels.push_back(i == split.chosen ? "chosen" : "");
+    columns[0].push_back(std::to_string(a.kv_sequences));
+    columns[1].push_back(Bytes(a.kv_budget_bytes));
+    columns[2].push_back(Bytes(a.pinned_bytes));
+    columns[3].push_back(Bytes(a.streamed_bytes));
+    columns[4].push_back(planner::FormatFixed(a.seconds_per_pass, 3));
+    columns[5].push_back(std::to_string(a.jobs_per_pass));
+    columns[6].push_back(planner::FormatFixed(a.jobs_per_second, 3));
+  }
+  PrintTable(labels,
+             {"KV seqs", "KV budget", "pinned", "streamed", "s/pass", "jobs/pass", "jobs/s"},
+             columns);
+  std::cout << "\n";
+}
+
 void PrintHuman(const PlanFlags& f, const Report& report) {
   const PlanRequest& r = report.request;
   const PlanResult& p = report.main.plan;
@@ -404,6 +478,7 @@ void PrintHuman(const PlanFlags& f, const Report& report) {
               << planner::HumanDuration(c.streamed_seconds) << " streamed\n"
               << c.verdict << "\n";
   }
+  if (report.split) PrintSplit(*report.split, p.batch);
   std::cout << "streaming (" << planner::StreamingRequestName(report.decision.request)
             << "): " << report.decision.reason << "\n";
 }

@@ -41,6 +41,7 @@ struct RunFlags {
   std::string device = "cpu";
   std::string activation_budget;
   int64_t pass_token_budget = 0;
+  std::string memory_budget;
 };
 
 StatusOr<std::vector<TokenId>> ParseTokenIds(const std::string& text, const std::string& what) {
@@ -119,6 +120,7 @@ struct RunOutput {
   std::vector<SequenceResult> sequences;  // in --ids order
   std::vector<PassStats> passes;
   int64_t micro_batch_rows = 0;
+  uint64_t pinned_bytes = 0;
 };
 
 StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> requests) {
@@ -131,6 +133,11 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
   }
   if (f.pass_token_budget < 0) return InvalidArgument("--pass-token-budget must be >= 0");
   options.pass_token_budget = f.pass_token_budget;
+  if (!f.memory_budget.empty()) {
+    StatusOr<uint64_t> budget = ParseSize(f.memory_budget);
+    if (!budget.ok()) return budget.status().Prefixed("--memory-budget");
+    options.memory_budget_bytes = *budget;  // KV: exactly what these prompts reserve
+  }
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(f.model_dir, options));
   RunOutput out;
   out.micro_batch_rows = engine->micro_batch_rows();
@@ -145,6 +152,7 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
     out.passes.push_back(stats);
     for (SequenceResult& r : engine->TakeFinished()) out.sequences.push_back(std::move(r));
   }
+  out.pinned_bytes = engine->pinned_bytes();
   std::sort(out.sequences.begin(), out.sequences.end(),
             [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
   return out;
@@ -182,12 +190,16 @@ void PrintJson(const RunOutput& out, bool logits) {
     sequences.push_back(std::move(s));
   }
   nlohmann::json pass_seconds = nlohmann::json::array();
-  for (const PassStats& p : out.passes) pass_seconds.push_back(p.seconds);
-  nlohmann::json doc = {{"sequences", std::move(sequences)},
-                        {"passes", out.passes.size()},
-                        {"pass_seconds", std::move(pass_seconds)},
-                        {"bytes_read", TotalBytes(out)},
-                        {"micro_batch_rows", out.micro_batch_rows}};
+  nlohmann::json pass_bytes = nlohmann::json::array();
+  for (const PassStats& p : out.passes) {
+    pass_seconds.push_back(p.seconds);
+    pass_bytes.push_back(p.bytes_read);
+  }
+  nlohmann::json doc = {
+      {"sequences", std::move(sequences)},        {"passes", out.passes.size()},
+      {"pass_seconds", std::move(pass_seconds)},  {"bytes_read", TotalBytes(out)},
+      {"pass_bytes_read", std::move(pass_bytes)}, {"pinned_bytes", out.pinned_bytes},
+      {"micro_batch_rows", out.micro_batch_rows}};
   std::cout << doc.dump() << "\n";
 }
 
@@ -221,7 +233,9 @@ void PrintText(const RunOutput& out, bool logits) {
     }
   }
   std::cout << out.passes.size() << " passes in " << seconds << " s, " << TotalBytes(out)
-            << " checkpoint bytes read\n";
+            << " checkpoint bytes read";
+  if (out.pinned_bytes > 0) std::cout << ", " << out.pinned_bytes << " bytes pinned";
+  std::cout << "\n";
 }
 
 int Run(int argc, char** argv) {
@@ -230,7 +244,7 @@ int Run(int argc, char** argv) {
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
       "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "
-      "[--pass-token-budget N]",
+      "[--pass-token-budget N] [--memory-budget SIZE]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -240,7 +254,10 @@ int Run(int argc, char** argv) {
       "the labels, and the best label.\n"
       "With --pass-token-budget, a pass feeds at most N prompt and label tokens (one per\n"
       "decoding prompt); the prompts that do not fit join later passes, in --ids order.\n"
-      "A prompt longer than the model's context is an error, never truncated.");
+      "A prompt longer than the model's context is an error, never truncated.\n"
+      "With --memory-budget, what the budget leaves after the stream buffers, the activations\n"
+      "and exactly these prompts' KV cache pins layers in memory as stored; passes after the\n"
+      "first stream only the rest. Without it every pass streams the whole checkpoint.");
   flags.String("model-dir", &f.model_dir, "checkpoint directory (config.json, *.safetensors)",
                "DIR");
   flags.StringList("ids", &f.ids, "a prompt as comma-separated token ids", "IDS");
@@ -261,6 +278,10 @@ int Run(int argc, char** argv) {
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   flags.Int("pass-token-budget", &f.pass_token_budget,
             "tokens one pass may feed; 0 (default): every prompt in the first pass", "N");
+  flags.String("memory-budget", &f.memory_budget,
+               "memory for stream buffers, pinned layers, activations and KV, e.g. 1GiB "
+               "(default: none, stream everything)",
+               "SIZE");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
   StatusOr<std::vector<SequenceRequest>> requests = BuildRequests(f, flags);

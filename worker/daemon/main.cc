@@ -88,7 +88,9 @@ FlagSet MakeFlags(Flags* f) {
                "cgroup limit)",
                "BYTES");
   flags.String("kv-budget", &f->kv_budget,
-               "KV cache budget (default: what the planner leaves of the memory budget)", "BYTES");
+               "KV cache budget (default: what the planner leaves of the memory budget); given, "
+               "what the memory budget leaves after it pins layers of a streamed model",
+               "BYTES");
   flags.String("activation-budget", &f->activation_budget,
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   flags.Int("pass-token-budget", &f->pass_token_budget,
@@ -98,7 +100,9 @@ FlagSet MakeFlags(Flags* f) {
   flags.String("device", &f->device,
                "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
-               "auto, always or never (or NIGHTSHIFT_STREAMING; the flag wins)", "MODE");
+               "auto (resident when it fits, else streamed, partly pinned with --kv-budget), "
+               "always (stream everything) or never (or NIGHTSHIFT_STREAMING; the flag wins)",
+               "MODE");
   flags.Int("metrics-port", &f->metrics_port,
             "serve /metrics on this port (0 = any free port, printed; -1 = off, the default)");
   flags.String("tls-ca", &f->tls_ca, "connect with TLS, trusting this CA (PEM)", "FILE");
@@ -172,8 +176,9 @@ void LogCatalog(const Catalog& catalog) {
     std::ostringstream line;
     line << "model " << m.offer.name << " advertised: " << (m.resident ? "resident" : "streaming")
          << ", " << m.offer.checkpoint_bytes << " bytes, " << m.offer.kv_bytes_per_token
-         << " KV bytes/token, " << m.offer.seconds_per_pass << " s/pass, context "
-         << m.offer.max_context_tokens << ", " << m.offer.pass_token_budget << " tokens per pass, "
+         << " KV bytes/token, " << m.pinned_bytes << " bytes pinned, " << m.offer.seconds_per_pass
+         << " s/pass, context " << m.offer.max_context_tokens << ", " << m.offer.pass_token_budget
+         << " tokens per pass, "
          << (m.tokenizer != nullptr ? "tokenizer " + m.offer.tokenizer_hash.substr(0, 12)
                                     : std::string("no tokenizer"));
     LogLine(line.str());
@@ -276,6 +281,7 @@ int Run(int argc, char** argv) {
     options.kv_budget_bytes = kv;
     options.pass_token_budget = model.offer.pass_token_budget;
     options.activation_budget_bytes = activation_budget;
+    options.memory_budget_bytes = model.memory_budget_bytes;  // pins model.pinned_bytes
     options.device = engine_device;
     options.threads = threads;
     NS_ASSIGN_OR_RETURN(std::unique_ptr<EngineBatchEngine> engine,

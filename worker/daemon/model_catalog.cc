@@ -110,10 +110,23 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   // the engine uses (planner/model_facts.h): KV bytes in the engine's float32
   // (a smaller figure, the stored dtype on a GPU, would lease twice the jobs
   // the engine admits), the bytes a pass streams at the measured bandwidth,
-  // and the engine's default context.
+  // (less what it pins) and the engine's default context.
   entry.offer.kv_bytes_per_token =
       static_cast<int64_t>(planner::KvBytesPerToken(config, planner::kEngineKvDtypeBytes));
-  const uint64_t pass_bytes = planner::StreamedBytesPerPass(ckpt);
+  if (!entry.resident && options.streaming != planner::StreamingRequest::kAlways &&
+      options.kv_budget_bytes > 0) {
+    // What the engine will pin under this memory budget (EngineOptions::
+    // memory_budget_bytes with a KV budget: stream buffers, the full
+    // activation working set and the KV budget first).
+    const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
+    const uint64_t pin_budget = planner::PinBudgetBytes(
+        options.memory_budget_bytes, planner::StreamBufferBytes(groups, {}, /*prefetch=*/true),
+        planner::ActivationWorkingSetBytes(config, 0), options.kv_budget_bytes);
+    entry.pinned_bytes =
+        planner::PinnedBytes(groups, planner::ChoosePinnedGroups(groups, pin_budget));
+    if (entry.pinned_bytes > 0) entry.memory_budget_bytes = options.memory_budget_bytes;
+  }
+  const uint64_t pass_bytes = planner::StreamedBytesPerPass(ckpt, entry.pinned_bytes);
   entry.offer.checkpoint_bytes = static_cast<int64_t>(pass_bytes);
   entry.offer.seconds_per_pass = planner::PassSeconds(pass_bytes, read_bytes_per_second);
   entry.offer.max_context_tokens = context;

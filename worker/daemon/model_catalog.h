@@ -55,7 +55,13 @@ struct CatalogOptions {
   std::vector<double> read_bytes_per_second;
   uint64_t memory_budget_bytes = 0;
   // KV cache budget; 0 = what the memory budget leaves after the largest
-  // footprint of the models advertised.
+  // footprint of the models advertised. Given (--kv-budget), a streamed
+  // model pins what the memory budget leaves after its working set and this
+  // (planner/model_facts.h, the figures the engine uses), unless streaming
+  // is `always`. Without it every group is streamed and the KV cache takes
+  // the rest: with an unbounded queue, jobs per second (jobs per pass /
+  // seconds per pass) grows with the KV share, so that is the split the pass
+  // model picks.
   uint64_t kv_budget_bytes = 0;
   // Tokens one pass may feed; 0 = planner::DefaultPassTokenBudget of each model.
   int64_t pass_token_budget = 0;
@@ -65,10 +71,16 @@ struct CatalogOptions {
 
 // One advertised model.
 struct ModelEntry {
-  std::string root;                     // canonical root it was found under
-  std::string dir;                      // canonical checkpoint directory
-  bool resident = false;                // keep every layer after its first load (else stream)
-  uint64_t footprint_bytes = 0;         // memory outside the KV cache in that mode
+  std::string root;              // canonical root it was found under
+  std::string dir;               // canonical checkpoint directory
+  bool resident = false;         // keep every layer after its first load (else stream)
+  uint64_t footprint_bytes = 0;  // memory outside the KV cache in that mode
+  // Partial residency: the engine's EngineOptions::memory_budget_bytes (0:
+  // every group streamed) and the bytes it will pin with it, which a pass
+  // then does not read (offer.checkpoint_bytes and seconds_per_pass count
+  // only the streamed rest).
+  uint64_t memory_budget_bytes = 0;
+  uint64_t pinned_bytes = 0;
   api::ModelOffer offer;                // name, exact figures, tokenizer hash
   api::TokenizerFiles tokenizer_files;  // empty when the model has no tokenizer.json
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null when none

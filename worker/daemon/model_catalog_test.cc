@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "planner/model_facts.h"
+#include "worker/checkpoint/checkpoint.h"
 #include "worker/daemon/test_util.h"
 #include "worker/engine/engine.h"
 
@@ -234,6 +236,61 @@ TEST(ScanModelRootsTest, FirstRootWinsAndArgumentsAreChecked) {
   CatalogOptions fixed_kv = Options(a.path(), 1ull << 30);
   fixed_kv.kv_budget_bytes = 12345;
   EXPECT_EQ(ScanModelRoots(fixed_kv)->kv_budget_bytes, 12345u);
+}
+
+// With a KV budget, a model that does not fit whole pins what the memory
+// budget leaves after its working set (the engine's figures), and its advert
+// prices only the streamed rest; `always` and a KV budget that takes it all
+// pin nothing.
+TEST(ScanModelRootsTest, AStreamedModelWithAKvBudgetPinsWhatFitsAndAdvertisesTheRest) {
+  TempDir root;
+  MakeStoriesModel(root.path(), "m");
+  const uint64_t kv = 1 << 20;
+  CatalogOptions whole = Options(root.path(), 1ull << 40);
+  whole.kv_budget_bytes = kv;
+  auto resident = ScanModelRoots(whole);
+  ASSERT_TRUE(resident.ok() && resident->models.size() == 1u);
+  ASSERT_TRUE(resident->models[0].resident);
+  EXPECT_EQ(resident->models[0].pinned_bytes, 0u);  // resident: the engine keeps it all anyway
+
+  // One byte short of resident: streamed, and pinned where it fits.
+  CatalogOptions partial = whole;
+  partial.memory_budget_bytes = resident->models[0].footprint_bytes - 1;
+  auto catalog = ScanModelRoots(partial);
+  ASSERT_TRUE(catalog.ok() && catalog->models.size() == 1u) << catalog.status().ToString();
+  const ModelEntry& m = catalog->models[0];
+  ASSERT_FALSE(m.resident);
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(m.dir);
+  ASSERT_TRUE(ckpt.ok());
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
+  StatusOr<checkpoint::ModelConfig> config = checkpoint::ParseModelConfig(ckpt->config);
+  ASSERT_TRUE(config.ok());
+  const uint64_t pin_budget = planner::PinBudgetBytes(
+      partial.memory_budget_bytes, planner::StreamBufferBytes(groups, {}, true),
+      planner::ActivationWorkingSetBytes(*config, 0), kv);
+  EXPECT_GT(m.pinned_bytes, 0u);
+  EXPECT_EQ(m.pinned_bytes,
+            planner::PinnedBytes(groups, planner::ChoosePinnedGroups(groups, pin_budget)));
+  EXPECT_EQ(m.memory_budget_bytes, partial.memory_budget_bytes);
+  const uint64_t streamed = planner::StreamedBytesPerPass(*ckpt, m.pinned_bytes);
+  EXPECT_LT(streamed, ckpt->total_bytes);
+  EXPECT_EQ(m.offer.checkpoint_bytes, static_cast<int64_t>(streamed));
+  EXPECT_DOUBLE_EQ(m.offer.seconds_per_pass, planner::PassSeconds(streamed, 1e9));
+
+  CatalogOptions always = partial;
+  always.streaming = planner::StreamingRequest::kAlways;
+  auto streamed_all = ScanModelRoots(always);
+  ASSERT_TRUE(streamed_all.ok() && streamed_all->models.size() == 1u);
+  EXPECT_EQ(streamed_all->models[0].pinned_bytes, 0u);
+  EXPECT_EQ(streamed_all->models[0].memory_budget_bytes, 0u);
+  EXPECT_EQ(streamed_all->models[0].offer.checkpoint_bytes,
+            static_cast<int64_t>(ckpt->total_bytes));
+
+  CatalogOptions all_kv = partial;
+  all_kv.kv_budget_bytes = partial.memory_budget_bytes;
+  auto no_room = ScanModelRoots(all_kv);
+  ASSERT_TRUE(no_room.ok() && no_room->models.size() == 1u);
+  EXPECT_EQ(no_room->models[0].pinned_bytes, 0u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/device_stager.h"
@@ -166,6 +167,72 @@ TEST(AcceleratorPathTest, Bf16WeightsAreMultipliedInBf16) {
   EXPECT_LE(MaxAbsDiff(logits[0], golden.last_logits[0]), golden.atol);
   EXPECT_GT(MaxAbsDiff(logits[1], golden.last_logits[0]), golden.atol);
   EXPECT_LE(MaxAbsDiff(logits[1], golden.last_logits[0]), testing::Bf16ProjectionAtol(golden));
+}
+
+// Partial residency on both paths: a sweep of memory budgets pins more
+// groups as the budget grows (on the accelerator path they stay in device
+// memory); every pass after the first reads the streamed pass less the
+// pinned bytes, and the tokens and logits are the fully streamed run's.
+TEST(AcceleratorPathTest, AMemoryBudgetPinsGroupsAndKeepsTheResults) {
+  const Golden golden = LoadGolden(kFixture);
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
+  ASSERT_TRUE(ckpt.ok());
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
+  uint64_t all = 0;
+  for (uint64_t g : groups) all += g;
+  for (bool accelerator : {false, true}) {
+    SCOPED_TRACE(accelerator ? "accelerator path" : "cpu path");
+    auto run = [&](uint64_t budget, std::vector<PassStats>* passes) {
+      EngineOptions options = accelerator ? AcceleratorOptions() : EngineOptions{};
+      options.threads = 1;
+      options.memory_budget_bytes = budget;
+      std::unique_ptr<Engine> engine = OpenEngine(FixtureDir(kFixture), options);
+      EXPECT_NE(engine, nullptr);
+      std::vector<SequenceResult> out;
+      if (engine == nullptr) return out;
+      EXPECT_TRUE(engine->Add(GreedyRequest(golden.prompts[0], 4)).ok());
+      EXPECT_TRUE(engine->Add(GreedyRequest(golden.prompts[1], 4)).ok());
+      while (engine->active() > 0) {
+        StatusOr<PassStats> stats = engine->Step();
+        if (!stats.ok()) {
+          EXPECT_EQ(stats.status().code(), StatusCode::kResourceExhausted) << stats.status().ToString();
+          return std::vector<SequenceResult>();
+        }
+        passes->push_back(*stats);
+        for (SequenceResult& r : engine->TakeFinished()) out.push_back(std::move(r));
+      }
+      return out;
+    };
+    std::vector<PassStats> streamed_passes;
+    const std::vector<SequenceResult> streamed = run(0, &streamed_passes);
+    ASSERT_EQ(streamed.size(), 2u);
+    uint64_t last = 0;
+    int partial = 0, whole = 0, refused = 0;
+    for (uint64_t budget = all / 4; budget <= 4 * all; budget += all / 4) {
+      std::vector<PassStats> passes;
+      const std::vector<SequenceResult> results = run(budget, &passes);
+      if (results.empty()) {  // the working set alone exceeds the budget
+        ++refused;
+        continue;
+      }
+      ASSERT_EQ(passes.size(), streamed_passes.size());
+      const uint64_t pinned = passes[0].pinned_bytes;
+      EXPECT_GE(pinned, last) << budget;  // more budget, never fewer pinned bytes
+      last = pinned;
+      partial += pinned > 0 && pinned < all;
+      whole += pinned == all;
+      for (size_t p = 1; p < passes.size(); ++p) {
+        EXPECT_EQ(passes[p].bytes_read, streamed_passes[p].bytes_read - pinned) << budget;
+        EXPECT_EQ(passes[p].pinned_bytes, pinned);
+      }
+      for (size_t i = 0; i < results.size(); ++i) {
+        EXPECT_EQ(results[i].generated, streamed[i].generated) << budget;
+      }
+    }
+    EXPECT_GT(refused, 0);  // the sweep starts below the working set
+    EXPECT_GT(partial, 0);
+    EXPECT_GT(whole, 0);
+  }
 }
 
 }  // namespace

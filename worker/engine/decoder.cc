@@ -184,17 +184,11 @@ at::Tensor AllowedKeys(const SequenceRows& s, int64_t first, int64_t n) {
          ((key < s.past + prompt) | (key >= segment.unsqueeze(1) + s.past));
 }
 
-uint64_t ActivationBytesPerRow(const ModelConfig& c) {
-  const int64_t floats =
-      8 * c.hidden_size + 6 * c.q_dim() + 6 * c.kv_dim() + 3 * c.intermediate_size;
-  return static_cast<uint64_t>(floats) * sizeof(float);
-}
+uint64_t ActivationBytesPerRow(const ModelConfig& c) { return planner::ActivationBytesPerRow(c); }
 
 int64_t MicroBatchRows(const ModelConfig& c, uint64_t budget_bytes) {
-  if (budget_bytes == 0) return kMaxMicroBatchRows;
-  const uint64_t rows = budget_bytes / ActivationBytesPerRow(c);
-  return static_cast<int64_t>(
-      std::clamp<uint64_t>(rows, 1, static_cast<uint64_t>(kMaxMicroBatchRows)));
+  static_assert(kMaxMicroBatchRows == 256, "planner::MicroBatchRows caps at 256 rows");
+  return planner::MicroBatchRows(c, budget_bytes);
 }
 
 void RunDecoderLayer(const ModelConfig& c, const LayerWeights& w, int64_t layer, at::Tensor& hidden,

@@ -273,11 +273,8 @@ std::vector<checkpoint::TensorInfo> HeadSlices(const ModelTensors& tensors) {
   const checkpoint::TensorInfo& head = *tensors.lm_head;
   const int64_t rows = head.shape[0];
   const uint64_t row_bytes = head.size / static_cast<uint64_t>(rows);
-  const uint64_t slices =
-      largest_layer == 0 ? 1
-                         : std::max<uint64_t>(1, (head.size + largest_layer - 1) / largest_layer);
-  const int64_t per_slice =
-      (rows + static_cast<int64_t>(slices) - 1) / static_cast<int64_t>(slices);
+  // planner::StreamedGroupBytes prices the same slices.
+  const int64_t per_slice = planner::HeadSliceRows(rows, head.size, largest_layer);
   std::vector<checkpoint::TensorInfo> out;
   for (int64_t row = 0; row < rows; row += per_slice) {
     checkpoint::TensorInfo slice = head;
@@ -365,8 +362,14 @@ struct Engine::Impl {
   size_t next_slot = 0;  // streaming: groups alternate between two slots
   size_t held_slot = 0;  // the acquired group's
   // Resident on a device: each group as staged by the first pass (slot i
-  // holds group i), after which the loader is not used again.
+  // holds group i), after which the loader is not used again. Partial on a
+  // device: the pinned groups as staged (slot 2 + i holds group i), which
+  // the loader then skips.
   std::vector<std::optional<LoadedGroup>> resident_groups;
+  // Partial residency (EngineOptions::memory_budget_bytes), fixed by the
+  // first pass: per loader group, kept across passes; their bytes.
+  std::vector<bool> pinned;
+  uint64_t pinned_bytes = 0;
   std::vector<float> inv_freq;
   std::vector<int64_t> eos;
   int64_t max_context = 0;
@@ -432,7 +435,80 @@ struct Engine::Impl {
   // Sets up the accelerator path: the device and the stager's slots (two the size of the largest
   // group; one per group when resident).
   Status OpenStager();
+  // At the first pass: the pass plan of EngineOptions::memory_budget_bytes
+  // (which groups to pin), or the resident figure.
+  Status FixPassPlan(const PassPlan& plan);
+  // The activations the first pass `plan` needs (run's plan): its
+  // micro-batch temporaries, score blocks (both bounded as in
+  // planner::ActivationWorkingSetBytes), hidden states and logits.
+  uint64_t FirstPassActivationBytes(const PassPlan& plan) const;
 };
+
+uint64_t Engine::Impl::FirstPassActivationBytes(const PassPlan& plan) const {
+  const uint64_t tokens = plan.ids.size();
+  const uint64_t rows = std::min<uint64_t>(tokens, static_cast<uint64_t>(micro_batch_rows));
+  uint64_t scores = 0;
+  for (const SequenceRows& r : plan.rows.sequences) {
+    const uint64_t queries = static_cast<uint64_t>(std::min(r.count, micro_batch_rows));
+    scores = std::max(scores, static_cast<uint64_t>(config.num_heads) * queries *
+                                  static_cast<uint64_t>(r.cache->capacity()) * sizeof(float));
+  }
+  scores = std::min(scores, static_cast<uint64_t>(max_score_bytes));
+  const uint64_t hidden = tokens * static_cast<uint64_t>(config.hidden_size) * sizeof(float);
+  // float32 logits, and a classification's log-softmax in double beside them.
+  const uint64_t logits =
+      plan.logit_rows.size() * static_cast<uint64_t>(config.vocab_size) * 3 * sizeof(float);
+  return rows * ActivationBytesPerRow(config) + 2 * scores + hidden + logits;
+}
+
+Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
+  std::vector<uint64_t> group_bytes;
+  for (size_t g = 0; g < loader->groups(); ++g)
+    group_bytes.push_back(loader->group_tensor_bytes(g));
+  if (options.residency == Residency::kResident) {
+    pinned.assign(group_bytes.size(), true);
+    pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
+    return Status::Ok();
+  }
+  if (options.memory_budget_bytes == 0) return Status::Ok();
+  const uint64_t buffers = planner::StreamBufferBytes(group_bytes, {}, options.prefetch);
+  uint64_t activations, kv;
+  if (options.kv_budget_bytes > 0) {
+    activations = planner::ActivationWorkingSetBytes(config, options.activation_budget_bytes);
+    kv = options.kv_budget_bytes;
+  } else {
+    activations = FirstPassActivationBytes(plan);
+    kv = KvBytesInUse();
+    options.kv_budget_bytes = std::max<uint64_t>(kv, 1);  // later sequences must fit it
+  }
+  const uint64_t working_set = buffers + activations + kv;
+  if (working_set > options.memory_budget_bytes) {
+    return ResourceExhausted("memory budget of " + std::to_string(options.memory_budget_bytes) +
+                             " bytes is less than the pass's working set of " +
+                             std::to_string(working_set) + " bytes (stream buffers " +
+                             std::to_string(buffers) + ", activations " +
+                             std::to_string(activations) + ", KV " + std::to_string(kv) + ")");
+  }
+  pinned = planner::ChoosePinnedGroups(
+      group_bytes, planner::PinBudgetBytes(options.memory_budget_bytes, buffers, activations, kv),
+      options.pin_placement);
+  pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
+  if (pinned_bytes == 0) return Status::Ok();
+  if (!stager) return loader->SetPinned(pinned);
+  // The device keeps the pinned groups: two stream slots, then one per group.
+  std::vector<uint64_t> slots(2, 0);
+  for (size_t g = 0; g < loader->groups(); ++g) {
+    slots[0] = std::max(slots[0], loader->buffer_bytes(g));
+    slots.push_back(pinned[g] ? loader->buffer_bytes(g) : 0);
+  }
+  slots[1] = slots[0];
+  resident_groups.assign(loader->groups(), std::nullopt);
+  stager.reset();
+  return Guarded([&]() -> Status {
+    stager = std::make_unique<DeviceStager>(*device, std::move(slots));
+    return Status::Ok();
+  });
+}
 
 Status Engine::Impl::OpenStager() {
   device = IsCudaDevice(options.device) ? at::Device(options.device) : at::Device(at::kCPU);
@@ -572,8 +648,11 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
 }
 
 StatusOr<LoadedGroup> Engine::Impl::Acquire(size_t index, PassStats* stats) {
+  const bool resident = options.residency == Residency::kResident;
+  // Slot of a group the device keeps: i when resident, 2 + i when pinned.
+  const size_t kept_slot = resident ? index : 2 + index;
   if (!resident_groups.empty() && resident_groups[index]) {
-    held_slot = index;
+    held_slot = kept_slot;
     return *resident_groups[index];
   }
   NS_ASSIGN_OR_RETURN(LoadedGroup group, loader->Acquire(index));
@@ -583,13 +662,15 @@ StatusOr<LoadedGroup> Engine::Impl::Acquire(size_t index, PassStats* stats) {
   if (!stager) return group;
   // Copy the group to the device; the host buffer goes back to the loader at
   // once, for the read after next.
-  held_slot = resident_groups.empty() ? next_slot++ % 2 : index;
+  const bool keep = resident || (!pinned.empty() && pinned[index]);
+  held_slot = keep ? kept_slot : next_slot++ % 2;
   const DeviceStager::Staged staged = stager->Stage(held_slot, group.base, group.bytes);
   stats->io_seconds += staged.copy_seconds;  // the slot wait is compute's
   for (const unsigned char*& data : group.data) data = staged.data + (data - group.base);
   group.base = staged.data;
   loader->Release(index);
-  if (!resident_groups.empty()) {
+  if (keep) {
+    if (!resident) loader->Skip(index);  // the device has it for good
     LoadedGroup& kept = resident_groups[index].emplace(group);
     kept.bytes_read = 0;
     kept.wait_seconds = kept.load_seconds = 0;
@@ -696,6 +777,8 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   stats.index = passes++;
   stats.residency = options.residency;
   const PassPlan plan = PlanPass(&stats);
+  if (stats.index == 0) NS_RETURN_IF_ERROR(FixPassPlan(plan));
+  stats.pinned_bytes = pinned_bytes;
   NS_ASSIGN_OR_RETURN(at::Tensor hidden, RunLayers(plan, &stats));
   NS_ASSIGN_OR_RETURN(at::Tensor logits, RunHead(hidden, plan.logit_rows, &stats));
 
@@ -844,6 +927,7 @@ int64_t Engine::active() const { return static_cast<int64_t>(impl_->active.size(
 const ModelConfig& Engine::config() const { return impl_->config; }
 int64_t Engine::max_context() const { return impl_->max_context; }
 int64_t Engine::micro_batch_rows() const { return impl_->micro_batch_rows; }
+uint64_t Engine::pinned_bytes() const { return impl_->pinned_bytes; }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
 
 }  // namespace nightshift::engine

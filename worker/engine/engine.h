@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "planner/model_facts.h"
 #include "worker/engine/model_config.h"
 #include "worker/engine/sampler.h"
 
@@ -142,6 +143,12 @@ struct PassStats {
   uint64_t kv_bytes = 0;   // KV cache reserved by the sequences in flight
   // Rows each layer ran at once (Engine::micro_batch_rows).
   int64_t micro_batch_rows = 0;
+  // Bytes of the groups kept in memory across passes, as stored (the pinned
+  // groups of EngineOptions::memory_budget_bytes; every group when
+  // resident). Passes after the first read only the rest: bytes_read is then
+  // about StreamedBytesPerPass(checkpoint, pinned_bytes) less the embedding
+  // rows not fed.
+  uint64_t pinned_bytes = 0;
   Residency residency = Residency::kStream;
 };
 
@@ -166,16 +173,36 @@ struct EngineOptions {
   // is dropped after each read) in flight while loading; 0: the engine's
   // default, 4. At most 64.
   int read_streams = 0;
-  // KV cache bytes the sequences in flight may reserve together; 0: no limit.
-  // A sequence that ends in its first pass (planner::EndsInFirstPass:
-  // labels, or at most one new token) reserves none: it holds each layer's
-  // keys and values only while that layer runs.
+  // KV cache bytes the sequences in flight may reserve together; 0: no limit
+  // (with a memory budget: what the sequences in flight at the first pass
+  // reserve, see memory_budget_bytes). A sequence that ends in its first
+  // pass (planner::EndsInFirstPass: labels, or at most one new token)
+  // reserves none: it holds each layer's keys and values only while that
+  // layer runs.
   uint64_t kv_budget_bytes = 0;
   // Tokens one pass may feed (prompts and labels of new sequences, one per
   // decoding sequence); 0: no limit. Their hidden states stay resident for
   // the whole pass (planner::PassTokenBytes each). A sequence that does not
   // fit is refused (Add), unless the next pass would feed nothing else.
   int64_t pass_token_budget = 0;
+  // Partial residency. The pass plan's memory: stream buffers, pinned groups,
+  // activations and KV (not code and runtime: the planner's fixed runtime
+  // allowance). With kStream and a budget, the first pass fixes the plan:
+  // what the budget leaves after the working set (planner::PinBudgetBytes:
+  // the stream buffers, planner::StreamBufferBytes of every group; the
+  // activations; the KV budget) pins groups (planner::ChoosePinnedGroups
+  // with `pin_placement`), kept as stored (BF16/F16, never widened) after
+  // their first read, and later passes stream only the rest. Activations
+  // are planner::ActivationWorkingSetBytes when kv_budget_bytes is set (a worker: any
+  // batch may join later); without it (`nightshift run`: every sequence is
+  // in the first pass) the KV budget becomes what the sequences in flight
+  // then reserve (Add refuses more later) and the activations what that
+  // first pass needs (FirstPassActivationBytes). Step fails with
+  // ResourceExhausted when the working set alone exceeds the budget. On the
+  // accelerator path the budget is the device's: pinned groups stay in
+  // device memory. 0: no budget; every group is streamed.
+  uint64_t memory_budget_bytes = 0;
+  planner::PinPlacement pin_placement = planner::PinPlacement::kSpread;
   // Bytes of float32 temporaries one micro-batch of a layer may use. Each
   // layer runs the pass's rows in micro-batches of R rows through the same
   // loaded weights, R = min(256, budget / the temporaries of one row, from
@@ -289,6 +316,9 @@ class Engine {
   int64_t max_context() const;
   // The rows each layer runs at once (see EngineOptions::activation_budget_bytes).
   int64_t micro_batch_rows() const;
+  // Bytes of the groups kept in memory across passes (PassStats::pinned_bytes);
+  // 0 before the first pass fixes the plan.
+  uint64_t pinned_bytes() const;
   // generation_config.json's eos_token_id when present, else config.json's.
   const std::vector<int64_t>& eos_token_ids() const;
 

@@ -97,10 +97,12 @@ struct LayerLoader::Impl {
     TensorList tensors;
     GroupLayout layout;
     State state = State::kIdle;
-    int slot = -1;       // buffer holding it while reading or ready
-    size_t pending = 0;  // chunks not yet read
-    bool fresh = false;  // read since it was last acquired
-    Status status;       // the first failed read's
+    int slot = -1;         // buffer holding it while reading or ready
+    size_t pending = 0;    // chunks not yet read
+    bool fresh = false;    // read since it was last acquired
+    bool pinned = false;   // kept in its own buffer after its first read
+    bool skipped = false;  // never read again (Skip)
+    Status status;         // the first failed read's
     std::optional<Clock::time_point> first_read;
     Clock::time_point last_read;
   };
@@ -124,11 +126,15 @@ struct LayerLoader::Impl {
   LayerLoaderOptions options;
   std::vector<File> files;
   std::vector<Group> groups;
-  std::vector<Buffer> slots;    // streaming: 1 or 2 buffers; resident: one per group
-  std::vector<int> free_slots;  // streaming only
-  uint64_t largest_buffer = 0;
+  // [0, stream_slots): the stream buffers (0, 1 or 2), each sized to the
+  // largest group not pinned; then one per group, used by the pinned ones.
+  std::vector<Buffer> slots;
+  size_t stream_slots = 0;
+  std::vector<int> free_slots;  // free stream buffers
+  uint64_t largest_buffer = 0;  // of the groups not pinned
   uint64_t largest_tensor_bytes = 0;
-  size_t next = 0;  // the group Acquire expects
+  size_t next = 0;       // the group Acquire expects
+  bool started = false;  // a group was acquired
   std::optional<size_t> held;
   Status broken;
 
@@ -231,11 +237,28 @@ struct LayerLoader::Impl {
     }
   }
 
+  // Lays out the buffers for the groups' pinned flags: stream buffers for
+  // the others (none when all are pinned), one slot per pinned group.
+  void PlanSlots() {
+    bool all_pinned = true;
+    largest_buffer = 0;
+    for (const Group& g : groups) {
+      if (g.pinned) continue;
+      all_pinned = false;
+      largest_buffer = std::max(largest_buffer, g.layout.buffer_bytes);
+    }
+    stream_slots = all_pinned ? 0 : (options.prefetch ? 2 : 1);
+    slots.assign(stream_slots + groups.size(), nullptr);
+    free_slots.clear();
+    for (size_t s = stream_slots; s > 0; --s) free_slots.push_back(static_cast<int>(s - 1));
+  }
+
   unsigned char* SlotData(int slot) {
     Buffer& b = slots[static_cast<size_t>(slot)];
     if (!b) {
+      const size_t s = static_cast<size_t>(slot);
       const uint64_t bytes =
-          options.resident ? groups[static_cast<size_t>(slot)].layout.buffer_bytes : largest_buffer;
+          s < stream_slots ? largest_buffer : groups[s - stream_slots].layout.buffer_bytes;
       b = options.allocate ? options.allocate(bytes) : AlignedAlloc(bytes);
       if (!b) throw std::bad_alloc();
       if (reinterpret_cast<uintptr_t>(b.get()) % kAlign != 0) {
@@ -245,16 +268,17 @@ struct LayerLoader::Impl {
     return b.get();
   }
 
-  // Starts reading group `index` when it is idle and a buffer is free.
-  void Request(size_t index) {
+  // Starts reading group `index` when it is idle and a buffer is free;
+  // false when it is idle and no buffer is free.
+  bool Request(size_t index) {
     std::lock_guard<std::mutex> lock(mu);
     Group& g = groups[index];
-    if (g.state != State::kIdle) return;
+    if (g.state != State::kIdle) return true;
     int slot;
-    if (options.resident) {
-      slot = static_cast<int>(index);
+    if (g.pinned) {
+      slot = static_cast<int>(stream_slots + index);
     } else {
-      if (free_slots.empty()) return;
+      if (free_slots.empty()) return false;
       slot = free_slots.back();
       free_slots.pop_back();
     }
@@ -275,6 +299,39 @@ struct LayerLoader::Impl {
       }
     }
     work.notify_all();
+    return true;
+  }
+
+  // After Acquire(index): starts reading the next groups not in memory, in
+  // order, as many as there are stream buffers (one when all are pinned).
+  // Pinned groups already read cost nothing and are passed over, so the
+  // disk reads ahead across them.
+  void Prefetch(size_t index) {
+    const size_t window = std::max<size_t>(stream_slots, 1);
+    size_t ahead = 0;
+    for (size_t step = 1; step < groups.size() && ahead < window; ++step) {
+      const size_t j = (index + step) % groups.size();
+      const Group& g = groups[j];
+      if (g.skipped) continue;
+      State state;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        state = g.state;
+      }
+      if (g.pinned && state == State::kReady) continue;  // in memory for good
+      if (state == State::kIdle && !Request(j)) return;  // no buffer free: keep the order
+      ++ahead;
+    }
+  }
+
+  // The group after `index` in acquisition order (skipped ones passed over).
+  size_t After(size_t index) const {
+    size_t j = index;
+    for (size_t step = 0; step < groups.size(); ++step) {
+      j = (j + 1) % groups.size();
+      if (!groups[j].skipped) return j;
+    }
+    return index;
   }
 };
 
@@ -289,6 +346,9 @@ StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Check
     return InvalidArgument("read_streams must be in 1..64");
   }
   if (options.chunk_bytes == 0) return InvalidArgument("chunk_bytes must be > 0");
+  if (!options.pinned.empty() && options.pinned.size() != groups.size()) {
+    return InvalidArgument("pinned needs one flag per group");
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   for (TensorList& tensors : groups) {
@@ -296,7 +356,8 @@ StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Check
     Impl::Group& g = impl->groups.emplace_back();
     g.layout = Layout(tensors);
     g.tensors = std::move(tensors);
-    impl->largest_buffer = std::max(impl->largest_buffer, g.layout.buffer_bytes);
+    g.pinned =
+        options.resident || (!options.pinned.empty() && options.pinned[impl->groups.size() - 1]);
     impl->largest_tensor_bytes = std::max(impl->largest_tensor_bytes, g.layout.tensor_bytes);
   }
   for (const checkpoint::FileInfo& file : checkpoint.files) {
@@ -308,11 +369,7 @@ StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Check
     // Filesystems without O_DIRECT (tmpfs) refuse the open: read buffered.
     if (options.direct) f.direct_fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
   }
-  const size_t slots = options.resident ? impl->groups.size() : (options.prefetch ? 2 : 1);
-  impl->slots.resize(slots);
-  if (!options.resident) {
-    for (size_t s = slots; s > 0; --s) impl->free_slots.push_back(static_cast<int>(s - 1));
-  }
+  impl->PlanSlots();
   for (int i = 0; i < options.read_streams; ++i) {
     impl->threads.emplace_back([p = impl.get()] { p->ReadLoop(); });
   }
@@ -325,8 +382,12 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
   if (index != d.next || d.held) {
     return FailedPrecondition("layer group " + std::to_string(index) + " acquired out of order");
   }
+  if (d.groups[index].skipped) {
+    return FailedPrecondition("layer group " + std::to_string(index) + " is skipped");
+  }
+  d.started = true;
   d.Request(index);
-  if (d.options.prefetch) d.Request((index + 1) % d.groups.size());
+  if (d.options.prefetch) d.Prefetch(index);
 
   const Clock::time_point start = Clock::now();
   Impl::Group& g = d.groups[index];
@@ -340,6 +401,7 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
     d.broken = g.status;
     return d.broken;
   }
+  const bool fresh = g.fresh;
   if (g.fresh) {
     out.bytes_read = g.layout.tensor_bytes;
     out.load_seconds = Seconds(g.last_read - *g.first_read);
@@ -350,9 +412,9 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
   out.base = base;
   out.bytes = g.layout.buffer_bytes;
   d.held = index;
-  d.next = (index + 1) % d.groups.size();
+  d.next = d.After(index);
   lock.unlock();
-  d.DropCachedUpTo(g);
+  if (fresh) d.DropCachedUpTo(g);  // a pinned group kept from an earlier pass read nothing
   return out;
 }
 
@@ -360,15 +422,49 @@ void LayerLoader::Release(size_t index) {
   Impl& d = *impl_;
   if (d.held != index) return;
   d.held.reset();
-  if (d.options.resident) return;
   Impl::Group& g = d.groups[index];
+  if (g.pinned) return;  // kept
   std::lock_guard<std::mutex> lock(d.mu);
   d.free_slots.push_back(g.slot);
   g.slot = -1;
   g.state = Impl::State::kIdle;
 }
 
+Status LayerLoader::SetPinned(std::vector<bool> pinned) {
+  Impl& d = *impl_;
+  if (d.started) return FailedPrecondition("groups can be pinned only before the first Acquire");
+  if (pinned.size() != d.groups.size()) return InvalidArgument("pinned needs one flag per group");
+  std::lock_guard<std::mutex> lock(d.mu);
+  for (size_t g = 0; g < d.groups.size(); ++g) d.groups[g].pinned = pinned[g] || d.options.resident;
+  d.PlanSlots();
+  return Status::Ok();
+}
+
+void LayerLoader::Skip(size_t index) {
+  Impl& d = *impl_;
+  if (index >= d.groups.size() || d.held == index) return;
+  size_t kept = 0;
+  for (const Impl::Group& g : d.groups) kept += g.skipped ? 0 : 1;
+  std::lock_guard<std::mutex> lock(d.mu);
+  Impl::Group& g = d.groups[index];
+  if (g.skipped || kept <= 1 || g.state == Impl::State::kReading) return;
+  if (g.state == Impl::State::kReady && !g.pinned) {
+    d.free_slots.push_back(g.slot);  // read ahead, never acquired
+  }
+  if (g.pinned) d.slots[d.stream_slots + index].reset();
+  g.slot = -1;
+  g.state = Impl::State::kIdle;
+  g.skipped = true;
+  if (d.next == index) d.next = d.After(index);
+}
+
 size_t LayerLoader::groups() const { return impl_->groups.size(); }
+uint64_t LayerLoader::group_tensor_bytes(size_t index) const {
+  return impl_->groups.at(index).layout.tensor_bytes;
+}
+uint64_t LayerLoader::stream_buffer_bytes() const {
+  return impl_->largest_buffer * impl_->stream_slots;
+}
 uint64_t LayerLoader::largest_group_bytes() const { return impl_->largest_tensor_bytes; }
 uint64_t LayerLoader::buffer_bytes(size_t index) const {
   return impl_->groups.at(index).layout.buffer_bytes;

@@ -12,15 +12,19 @@
 //
 // Streaming (the default) holds at most two groups: the one acquired and the
 // one being prefetched, each in one of two buffers sized to the largest group
-// and reused pass after pass. `resident` keeps every group in its own buffer
-// after its first read, so later passes read nothing.
+// and reused pass after pass. A pinned group (`pinned`, or every group when
+// `resident`) is read once into a buffer of its own and kept as stored, so
+// later passes read only the groups not pinned (partial residency).
 //
 //   Acquire(0) ... compute ... Release(0); Acquire(1) ... Release(1); ...
 //
-// With `prefetch`, Acquire(i) also starts reading group i + 1 (after the last
-// group, group 0 of the next pass) into the free buffer; without it, Acquire
+// With `prefetch`, Acquire(i) also starts reading the next groups that are
+// not in memory yet (after the last group, those of the next pass), as many
+// as there are free stream buffers: pinned groups already read are skipped,
+// so the disk keeps reading while pinned groups compute. Without it, Acquire
 // reads group i and waits for it. Groups must be acquired in order, wrapping
-// after the last one, with the previous group released first.
+// after the last one (skipping those given to Skip), with the previous group
+// released first.
 //
 // libtorch-free. Not thread-safe: one thread calls Acquire and Release; the
 // I/O threads are internal.
@@ -39,9 +43,12 @@ namespace nightshift::engine {
 using TensorList = std::vector<const checkpoint::TensorInfo*>;
 
 struct LayerLoaderOptions {
-  bool resident = false;  // keep each group after its first read
-  bool prefetch = true;   // read group i + 1 while group i is in use
-  int read_streams = 4;   // I/O threads, each with one read in flight (1..64)
+  bool resident = false;  // keep each group after its first read (all pinned)
+  // Per group (empty, or one flag per group): keep it after its first read,
+  // in a buffer of its own. SetPinned can also set this before the first Acquire.
+  std::vector<bool> pinned;
+  bool prefetch = true;  // read group i + 1 while group i is in use
+  int read_streams = 4;  // I/O threads, each with one read in flight (1..64)
   // Read with O_DIRECT where the filesystem allows it: no page cache to fill
   // (and be charged for under a memory cgroup) and no copy out of it. Else,
   // or when false, reads go through the page cache and each read's pages are
@@ -92,12 +99,27 @@ class LayerLoader {
   StatusOr<LoadedGroup> Acquire(size_t index);
 
   // Gives group `index` back: streaming reuses its buffer for a later group;
-  // resident keeps it. A group not held is ignored.
+  // a pinned one is kept. A group not held is ignored.
   void Release(size_t index);
+
+  // Pins the groups `pinned` marks (one flag per group; see
+  // LayerLoaderOptions::pinned). FailedPrecondition once a group has been
+  // acquired; InvalidArgument for a wrong count.
+  Status SetPinned(std::vector<bool> pinned);
+
+  // Group `index`, released, is never read again: Acquire's order and
+  // prefetch go around it (the caller keeps its own copy, e.g. on a device).
+  // At least one group must stay. A pinned group's buffer is freed.
+  void Skip(size_t index);
 
   size_t groups() const;
   // Bytes of the largest group: one buffer's worth of tensor data.
   uint64_t largest_group_bytes() const;
+  // Tensor bytes of group `index` (LoadedGroup::bytes_read when it is read).
+  uint64_t group_tensor_bytes(size_t index) const;
+  // Bytes of the stream buffers a pass needs: the largest buffer of a group
+  // not pinned, x 2 with prefetch (x 1 without); 0 when every group is pinned.
+  uint64_t stream_buffer_bytes() const;
   // Bytes of group `index`'s part of a buffer (LoadedGroup::bytes): its
   // tensors and the alignment around them.
   uint64_t buffer_bytes(size_t index) const;

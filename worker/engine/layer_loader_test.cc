@@ -74,16 +74,29 @@ LayerLoaderOptions Small(bool resident, bool prefetch, int streams, bool direct 
   return o;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, LayerLoaderModes,
-                         ::testing::Values(Case{"StreamPrefetch", Small(false, true, 3)},
-                                           Case{"StreamSync", Small(false, false, 2)},
-                                           Case{"StreamOneReader", Small(false, true, 1)},
-                                           Case{"StreamBuffered", Small(false, true, 3, false)},
-                                           Case{"ResidentBuffered", Small(true, false, 2, false)},
-                                           Case{"Resident", Small(true, true, 4)}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return info.param.name;
-                         });
+// Groups 0..2 pinned as `pinned` says (partial residency).
+LayerLoaderOptions Pinned(std::vector<bool> pinned, bool prefetch, int streams) {
+  LayerLoaderOptions o = Small(false, prefetch, streams, false);
+  o.pinned = std::move(pinned);
+  return o;
+}
+
+bool IsPinned(const LayerLoaderOptions& o, size_t g) {
+  return o.resident || (!o.pinned.empty() && o.pinned[g]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, LayerLoaderModes,
+    ::testing::Values(Case{"StreamPrefetch", Small(false, true, 3)},
+                      Case{"StreamSync", Small(false, false, 2)},
+                      Case{"StreamOneReader", Small(false, true, 1)},
+                      Case{"StreamBuffered", Small(false, true, 3, false)},
+                      Case{"ResidentBuffered", Small(true, false, 2, false)},
+                      Case{"Resident", Small(true, true, 4)},
+                      Case{"PinnedMiddle", Pinned({false, true, false}, true, 3)},
+                      Case{"PinnedEnds", Pinned({true, false, true}, true, 2)},
+                      Case{"PinnedSync", Pinned({true, false, false}, false, 2)}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 TEST_P(LayerLoaderModes, DeliversTheFilesBytesPassAfterPass) {
   checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
@@ -112,7 +125,7 @@ TEST_P(LayerLoaderModes, DeliversTheFilesBytesPassAfterPass) {
         EXPECT_GE(loaded->data[t], loaded->base);
         EXPECT_LE(loaded->data[t] + info.size, loaded->base + loaded->bytes) << info.name;
       }
-      const bool reads = !GetParam().options.resident || pass == 0;
+      const bool reads = !IsPinned(GetParam().options, g) || pass == 0;
       EXPECT_EQ(loaded->bytes_read, reads ? Bytes(groups[g]) : 0u) << g << " pass " << pass;
       if (reads) {
         EXPECT_GT(loaded->load_seconds, 0);
@@ -120,6 +133,60 @@ TEST_P(LayerLoaderModes, DeliversTheFilesBytesPassAfterPass) {
       EXPECT_GE(loaded->wait_seconds, 0);
       (*loader)->Release(g);
     }
+  }
+}
+
+TEST(LayerLoaderTest, PinnedGroupsAreReadOnceAndTheRestEveryPass) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  StatusOr<std::unique_ptr<LayerLoader>> loader =
+      LayerLoader::Open(ckpt, groups, Small(false, true, 2, false));
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  EXPECT_EQ((*loader)->stream_buffer_bytes(),
+            2 * std::max({(*loader)->buffer_bytes(0), (*loader)->buffer_bytes(1),
+                          (*loader)->buffer_bytes(2)}));
+  EXPECT_FALSE((*loader)->SetPinned({true}).ok());  // one flag per group
+  ASSERT_TRUE((*loader)->SetPinned({true, false, true}).ok());
+  EXPECT_EQ((*loader)->stream_buffer_bytes(), 2 * (*loader)->buffer_bytes(1));
+  uint64_t read[3] = {0, 0, 0};
+  for (int pass = 0; pass < 3; ++pass) {
+    uint64_t pass_bytes = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      StatusOr<LoadedGroup> loaded = (*loader)->Acquire(g);
+      ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+      pass_bytes += loaded->bytes_read;
+      if (pass == 0) read[g] = loaded->bytes_read;
+      (*loader)->Release(g);
+    }
+    const uint64_t expected = pass == 0 ? read[0] + read[1] + read[2] : read[1];
+    EXPECT_EQ(pass_bytes, expected) << "pass " << pass;
+  }
+  EXPECT_EQ(read[1], (*loader)->group_tensor_bytes(1));
+  // Too late to change what is pinned.
+  EXPECT_EQ((*loader)->SetPinned({false, false, false}).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(LayerLoaderTest, SkippedGroupsAreNeitherReadNorExpected) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  StatusOr<std::unique_ptr<LayerLoader>> loader =
+      LayerLoader::Open(ckpt, groups, Small(false, true, 2, false));
+  ASSERT_TRUE(loader.ok());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    ASSERT_TRUE((*loader)->Acquire(g).ok());
+    (*loader)->Release(g);
+    if (g == 1) (*loader)->Skip(1);  // the caller keeps group 1 (on a device)
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    StatusOr<LoadedGroup> first = (*loader)->Acquire(0);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_GT(first->bytes_read, 0u);
+    (*loader)->Release(0);
+    EXPECT_EQ((*loader)->Acquire(1).status().code(), StatusCode::kFailedPrecondition);
+    StatusOr<LoadedGroup> last = (*loader)->Acquire(2);
+    ASSERT_TRUE(last.ok()) << last.status().ToString();
+    EXPECT_GT(last->bytes_read, 0u);
+    (*loader)->Release(2);
   }
 }
 

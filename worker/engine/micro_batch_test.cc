@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "planner/model_facts.h"
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/kernels.h"
 #include "worker/engine/test_fixtures.h"
 
 namespace nightshift::engine {
@@ -115,6 +117,22 @@ TEST(MicroBatchTest, BudgetSetsTheRowsAndDefaultsTo256) {
   StatusOr<PassStats> pass = engine->Step();
   ASSERT_TRUE(pass.ok()) << pass.status().ToString();
   EXPECT_EQ(pass->micro_batch_rows, 3);
+}
+
+// The planner prices a memory budget's activations (the worker's advert,
+// `plan`) with the engine's own rows and score bound.
+TEST(MicroBatchTest, ThePlannersActivationWorkingSetIsTheEngines) {
+  std::unique_ptr<Engine> engine = OpenEngine(FixtureDir("llama-gqa-sharded"), {});
+  ASSERT_NE(engine, nullptr);
+  const ModelConfig& c = engine->config();
+  const uint64_t row = ActivationBytesPerRow(c);
+  for (uint64_t budget : {uint64_t{0}, uint64_t{1}, 3 * row, 1000 * row, uint64_t{1} << 30}) {
+    const uint64_t scores = budget > 0 ? std::min<uint64_t>(budget, kMaxAttentionScoreBytes)
+                                       : static_cast<uint64_t>(kMaxAttentionScoreBytes);
+    EXPECT_EQ(planner::ActivationWorkingSetBytes(c, budget),
+              static_cast<uint64_t>(MicroBatchRows(c, budget)) * row + 2 * scores)
+        << budget;
+  }
 }
 
 // Every fixture, both paths: R = 3 (and the budget's tiny attention blocks)

@@ -3,6 +3,7 @@
 // non-zero exit (never a crash or a hang) for every kind of corrupt checkpoint;
 // --labels classification against --logits runs of each label prefix.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,8 +12,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <iostream>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -548,6 +551,132 @@ TEST(RunLabelsTest, BadLabelsExitTwoWithTheReason) {
   Outcome o = RunBinary("nightshift-engine", run + " --labels \"5,6,7;8,9,10;11,12,13\" --json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_EQ(json::parse(o.out)["passes"], 1);
+}
+
+// ---- partial residency: --memory-budget ----
+
+// Writes a checkpoint with `nightshift make-checkpoint` (`args`: its shape).
+checkpoint::Checkpoint MakeCheckpoint(const std::string& dir, const std::string& args) {
+  Outcome o = RunBinary(
+      "nightshift", "make-checkpoint --arch llama --dtype f16 --seed 3 " + args + " --out " + dir);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  return ckpt.ok() ? std::move(ckpt).value() : checkpoint::Checkpoint();
+}
+
+// One 16-token prompt, 4 new tokens; `extra` flags appended.
+std::string RunArgs(const std::string& dir, const std::string& extra) {
+  return "run --json --max-new-tokens 4 --ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 --model-dir " +
+         dir + extra;
+}
+
+// A budget of half the checkpoint pins what it leaves after the working set;
+// every pass after the first streams only the rest (at most 0.6 of the
+// checkpoint), exactly the streamed pass less the pinned bytes, and the
+// tokens are the fully streamed run's.
+void ExpectHalfBudgetPins(const checkpoint::Checkpoint& ckpt, const json& streamed,
+                          const json& pinned) {
+  ASSERT_EQ(streamed["sequences"].size(), 1u);
+  EXPECT_EQ(pinned["sequences"][0]["generated_ids"], streamed["sequences"][0]["generated_ids"]);
+  EXPECT_EQ(streamed["pinned_bytes"], 0);  // no budget: everything streamed, as before
+  const uint64_t pinned_bytes = pinned["pinned_bytes"].get<uint64_t>();
+  EXPECT_GT(pinned_bytes, 0u);
+  const std::vector<uint64_t> a = streamed["pass_bytes_read"].get<std::vector<uint64_t>>();
+  const std::vector<uint64_t> b = pinned["pass_bytes_read"].get<std::vector<uint64_t>>();
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), a.size());
+  EXPECT_EQ(b[0], a[0]);  // the first pass reads everything once
+  for (size_t p = 1; p < b.size(); ++p) {
+    EXPECT_LE(static_cast<double>(b[p]), 0.6 * static_cast<double>(ckpt.total_bytes)) << p;
+    EXPECT_EQ(b[p], a[p] - pinned_bytes) << p;
+  }
+}
+
+TEST(RunMemoryBudgetTest, HalfTheCheckpointPinsAndStreamsOnlyTheRest) {
+  TempDir tmp;
+  const std::string dir = tmp.file("model");
+  // ~64 MB: 40 layers of 1.5 MB, so the two stream buffers are a small share.
+  const checkpoint::Checkpoint ckpt = MakeCheckpoint(
+      dir,
+      "--hidden 256 --layers 40 --heads 4 --kv-heads 2 --intermediate 768 --vocab 4096 "
+      "--shards 2");
+  const std::string half = " --memory-budget " + std::to_string(ckpt.total_bytes / 2);
+  Outcome streamed = RunBinary("nightshift-engine", RunArgs(dir, ""));
+  Outcome pinned = RunBinary("nightshift-engine", RunArgs(dir, half));
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.err;
+  ExpectHalfBudgetPins(ckpt, json::parse(streamed.out), json::parse(pinned.out));
+
+  // A budget the working set alone exceeds is refused with the figures.
+  Outcome tiny = RunBinary("nightshift-engine", RunArgs(dir, " --memory-budget 1MiB"));
+  EXPECT_EQ(tiny.exit_code, 1);
+  EXPECT_THAT(tiny.err, HasSubstr("less than the pass's working set"));
+  Outcome bad = RunBinary("nightshift-engine", RunArgs(dir, " --memory-budget half"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--memory-budget: 'half' is not a size"));
+}
+
+// cgroup v1's memory controller, as bench/engine_bench uses it (root).
+constexpr char kCgroup[] = "/sys/fs/cgroup/memory/nightshift-run-residency-test";
+
+bool WriteCgroupFile(const std::string& name, const std::string& value) {
+  std::ofstream out(std::string(kCgroup) + "/" + name);
+  out << value;
+  return static_cast<bool>(out.flush());
+}
+
+std::string ReadCgroupFile(const std::string& name) {
+  std::ifstream in(std::string(kCgroup) + "/" + name);
+  std::string word;
+  in >> word;
+  return word;
+}
+
+// The figure: bench-1.7b (F16, 4 shards) at half its bytes, inside a
+// memory cgroup of that budget + 384 MiB (the shared libraries' pages are
+// charged to it). Without a usable cgroup the run goes uncapped and only the
+// bytes-read and same-tokens assertions run (the reason is printed).
+TEST(RunMemoryBudgetTest, Bench17bAtHalfItsBytesRunsInACgroupOfThatPlus384MiB) {
+  TempDir tmp;
+  const std::string dir = tmp.file("bench-1.7b");
+  const checkpoint::Checkpoint ckpt = MakeCheckpoint(dir, "--preset bench-1.7b --shards 4");
+  ASSERT_GT(ckpt.total_bytes, 1'600'000'000u);
+  const uint64_t budget = ckpt.total_bytes / 2;
+  const uint64_t cap = budget + (384ull << 20);
+  std::error_code ec;
+  std::filesystem::create_directories(kCgroup, ec);
+  const bool cgroup = !ec && WriteCgroupFile("memory.limit_in_bytes", std::to_string(cap)) &&
+                      WriteCgroupFile("memory.max_usage_in_bytes", "0");
+  if (!cgroup) {
+    std::cout << "[ note ] no cgroup v1 memory controller to write at " << kCgroup
+              << " (root needed): running uncapped, checking bytes read and tokens only\n";
+  }
+  const std::string args = RunArgs(dir, " --memory-budget " + std::to_string(budget));
+  const std::string binary = testutil::BinPath("nightshift-engine");
+  Outcome pinned;
+  if (cgroup) {
+    TempDir out;
+    const std::string command = "timeout 300 sh -c 'echo $$ > " + std::string(kCgroup) +
+                                "/tasks && exec \"$0\" \"$@\"' " + binary + " " + args + " >" +
+                                out.file("out") + " 2>" + out.file("err");
+    const int status = std::system(command.c_str());
+    pinned.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    pinned.out = ReadFileBytes(out.file("out"));
+    pinned.err = ReadFileBytes(out.file("err"));
+  } else {
+    pinned = RunBinary("nightshift-engine", args);
+  }
+  Outcome streamed = RunBinary("nightshift-engine", RunArgs(dir, ""));
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.err << (cgroup ? " (killed by the cgroup's cap?)" : "");
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  if (cgroup) {
+    const uint64_t peak = std::stoull(ReadCgroupFile("memory.max_usage_in_bytes"));
+    std::cout << "[ note ] cgroup cap " << cap << " bytes, peak usage " << peak << "\n";
+    EXPECT_LE(peak, cap);
+    rmdir(kCgroup);
+  }
+  ExpectHalfBudgetPins(ckpt, json::parse(streamed.out), json::parse(pinned.out));
 }
 
 }  // namespace

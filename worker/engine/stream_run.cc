@@ -7,9 +7,9 @@
 // every run with the same flags feeds the same prompts. Output:
 //   {"generated": [[ids]...], "last_logits": [[...]...] (with --logits),
 //    "passes": [{"seconds", "bytes_read", "io_seconds", "load_seconds",
-//                "compute_seconds", "sequences", "tokens", "kv_bytes"}...],
-//    "micro_batch_rows", "rss_after_open_bytes", "peak_rss_growth_bytes", "vm_hwm_bytes",
-//    "seconds"}
+//                "compute_seconds", "sequences", "tokens", "kv_bytes", "pinned_bytes"}...],
+//    "micro_batch_rows", "pinned_bytes", "rss_after_open_bytes", "peak_rss_growth_bytes",
+//    "vm_hwm_bytes", "seconds"}
 // peak_rss_growth_bytes is the peak RSS after Open (and the optional warm-up
 // run) minus the RSS then; the peak is reset with /proc/self/clear_refs so it
 // is this run's.
@@ -67,14 +67,16 @@ nlohmann::json PassJson(const PassStats& p) {
           {"compute_seconds", p.compute_seconds},
           {"sequences", p.sequences},
           {"tokens", p.tokens},
-          {"kv_bytes", p.kv_bytes}};
+          {"kv_bytes", p.kv_bytes},
+          {"pinned_bytes", p.pinned_bytes}};
 }
 
 int Run(int argc, char** argv) {
   std::string dir, warm_up_dir, residency = "streaming", device = "cpu", activation_budget;
+  std::string memory_budget, pin_placement = "spread";
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
   int64_t labels = 0;
-  bool prefetch = true, logits = false;
+  bool prefetch = true, logits = false, accelerator_path = false;
   FlagSet flags("engine-stream-run --model-dir DIR [flags]",
                 "Runs one batched generation and prints its passes and memory as JSON.");
   flags.String("model-dir", &dir, "checkpoint directory", "DIR");
@@ -94,6 +96,11 @@ int Run(int argc, char** argv) {
   flags.String("device", &device, "cpu (default), cuda or cuda:N", "DEVICE");
   flags.String("activation-budget", &activation_budget,
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
+  flags.String("memory-budget", &memory_budget,
+               "pin what fits after the working set (EngineOptions::memory_budget_bytes)", "SIZE");
+  flags.String("pin-placement", &pin_placement, "spread (default), head or tail", "WORD");
+  flags.Bool("accelerator-path-on-cpu", &accelerator_path,
+             "run the CPU through the accelerator path (tests)");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -121,6 +128,21 @@ int Run(int argc, char** argv) {
     }
     options.activation_budget_bytes = *budget;
   }
+  options.accelerator_path_on_cpu = accelerator_path;
+  if (!memory_budget.empty()) {
+    StatusOr<uint64_t> budget = ParseSize(memory_budget);
+    if (!budget.ok()) {
+      std::cerr << "engine-stream-run: --memory-budget: " << budget.status().ToString() << "\n";
+      return 2;
+    }
+    options.memory_budget_bytes = *budget;
+  }
+  StatusOr<planner::PinPlacement> placement = planner::ParsePinPlacement(pin_placement);
+  if (!placement.ok()) {
+    std::cerr << "engine-stream-run: --pin-placement: " << placement.status().ToString() << "\n";
+    return 2;
+  }
+  options.pin_placement = *placement;
   if (!warm_up_dir.empty()) {
     Status warmed = WarmUp(warm_up_dir, options);
     if (!warmed.ok()) {
@@ -181,6 +203,7 @@ int Run(int argc, char** argv) {
   out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const uint64_t hwm = ProcStatusBytes("VmHWM");
   out["micro_batch_rows"] = (*engine)->micro_batch_rows();
+  out["pinned_bytes"] = (*engine)->pinned_bytes();
   out["rss_after_open_bytes"] = rss_after_open;
   out["vm_hwm_bytes"] = hwm;
   out["peak_rss_growth_bytes"] = hwm > rss_after_open ? hwm - rss_after_open : 0;
