@@ -29,9 +29,10 @@
 
 namespace nightshift::planner {
 
-// The engine keeps its KV cache in float32 on every device (and charges its
-// KV budget so); the worker advertises KV bytes in this dtype, so that the
-// scheduler's sizing and the engine's admission agree.
+// The engine keeps its KV cache in float32 by default (and charges its KV
+// budget so; --kv-dtype bf16 halves it); the worker advertises KV bytes in
+// the dtype its engine uses, so that the scheduler's sizing and the engine's
+// admission agree. PassTokenBytes prices a pass's transient K/V in float32.
 inline constexpr int kEngineKvDtypeBytes = 4;
 
 // K and V of one token across all layers: 2 x layers x kv_heads x head_dim x

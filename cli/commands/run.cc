@@ -41,6 +41,7 @@ struct RunFlags {
   std::string device = "cpu";
   std::string activation_budget;
   int64_t pass_token_budget = 0;
+  std::string kv_dtype = "f32";
   std::string memory_budget;
 };
 
@@ -133,6 +134,9 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
   }
   if (f.pass_token_budget < 0) return InvalidArgument("--pass-token-budget must be >= 0");
   options.pass_token_budget = f.pass_token_budget;
+  StatusOr<engine::KvDType> kv_dtype = engine::ParseKvDType(f.kv_dtype);
+  if (!kv_dtype.ok()) return kv_dtype.status().Prefixed("--kv-dtype");
+  options.kv_dtype = *kv_dtype;
   if (!f.memory_budget.empty()) {
     StatusOr<uint64_t> budget = ParseSize(f.memory_budget);
     if (!budget.ok()) return budget.status().Prefixed("--memory-budget");
@@ -244,7 +248,7 @@ int Run(int argc, char** argv) {
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
       "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "
-      "[--pass-token-budget N] [--memory-budget SIZE]",
+      "[--pass-token-budget N] [--memory-budget SIZE] [--kv-dtype f32|bf16]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -276,6 +280,8 @@ int Run(int argc, char** argv) {
                "cpu (default), or cuda / cuda:N where the linked libtorch has CUDA", "DEVICE");
   flags.String("activation-budget", &f.activation_budget,
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
+  flags.String("kv-dtype", &f.kv_dtype,
+               "the KV cache's dtype: f32 (default) or bf16 (half the bytes)", "DTYPE");
   flags.Int("pass-token-budget", &f.pass_token_budget,
             "tokens one pass may feed; 0 (default): every prompt in the first pass", "N");
   flags.String("memory-budget", &f.memory_budget,

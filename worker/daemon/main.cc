@@ -43,6 +43,7 @@ struct Flags {
   std::string kv_budget;
   std::string activation_budget;
   int64_t pass_token_budget = 0;
+  std::string kv_dtype = "f32";
   std::string device;
   std::string streaming;
   int64_t metrics_port = -1;
@@ -97,6 +98,8 @@ FlagSet MakeFlags(Flags* f) {
             "tokens one pass may feed: prompts and labels of joining jobs, one per decoding job "
             "(default: 64 MiB of hidden states and one layer's keys and values)",
             "N");
+  flags.String("kv-dtype", &f->kv_dtype,
+               "the KV cache's dtype: f32 (default) or bf16 (half the bytes per token)", "DTYPE");
   flags.String("device", &f->device,
                "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
@@ -126,6 +129,12 @@ FlagSet MakeFlags(Flags* f) {
 Status Complete(const FlagSet& flags, Flags* f) {
   if (f->scheduler.empty()) return InvalidArgument("--scheduler is required");
   if (f->roots.empty()) return InvalidArgument("at least one --model-root is required");
+  if (f->pass_token_budget < 0) {
+    return InvalidArgument("--pass-token-budget must be a positive count (0: the default)");
+  }
+  if (!engine::ParseKvDType(f->kv_dtype).ok()) {
+    return InvalidArgument("--kv-dtype must be f32 or bf16, not '" + f->kv_dtype + "'");
+  }
   if (f->metrics_port < -1 || f->metrics_port > 65535) {
     return InvalidArgument("--metrics-port must be -1..65535");
   }
@@ -235,9 +244,8 @@ int Run(int argc, char** argv) {
     if (!bytes.ok()) return fail(bytes.status().Prefixed("--activation-budget"));
     activation_budget = *bytes;
   }
-  if (f.pass_token_budget < 0) {
-    return fail(InvalidArgument("--pass-token-budget must be a positive count (0: the default)"));
-  }
+  StatusOr<engine::KvDType> kv_dtype = engine::ParseKvDType(f.kv_dtype);  // checked by Complete
+  if (!kv_dtype.ok()) return fail(kv_dtype.status());
   StatusOr<std::vector<double>> bandwidths = Bandwidths(f);
   if (!bandwidths.ok()) return fail(bandwidths.status());
 
@@ -247,6 +255,7 @@ int Run(int argc, char** argv) {
   catalog_options.memory_budget_bytes = *memory;
   catalog_options.kv_budget_bytes = kv_budget;
   catalog_options.pass_token_budget = f.pass_token_budget;
+  catalog_options.kv_dtype_bytes = engine::KvDTypeBytes(*kv_dtype);
   catalog_options.streaming = *streaming;
   catalog_options.device = *device == "cpu" ? planner::Device::kCpu : planner::Device::kGpu;
   StatusOr<Catalog> catalog = ScanModelRoots(catalog_options);
@@ -273,7 +282,7 @@ int Run(int argc, char** argv) {
 
   const std::string engine_device = *device;
   const int threads = static_cast<int>(f.threads);
-  EngineFactory factory = [engine_device, threads, activation_budget](
+  EngineFactory factory = [engine_device, threads, activation_budget, kv_dtype = *kv_dtype](
                               const ModelEntry& model,
                               uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
     engine::EngineOptions options;
@@ -281,6 +290,7 @@ int Run(int argc, char** argv) {
     options.kv_budget_bytes = kv;
     options.pass_token_budget = model.offer.pass_token_budget;
     options.activation_budget_bytes = activation_budget;
+    options.kv_dtype = kv_dtype;
     options.memory_budget_bytes = model.memory_budget_bytes;  // pins model.pinned_bytes
     options.device = engine_device;
     options.threads = threads;

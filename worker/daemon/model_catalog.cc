@@ -107,12 +107,12 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   }
   entry.dir = ckpt.dir;
   // The model facts the scheduler sizes and prices with, from the functions
-  // the engine uses (planner/model_facts.h): KV bytes in the engine's float32
-  // (a smaller figure, the stored dtype on a GPU, would lease twice the jobs
-  // the engine admits), the bytes a pass streams at the measured bandwidth,
+  // the engine uses (planner/model_facts.h): KV bytes in the dtype of the
+  // engine's cache (another figure, the stored dtype on a GPU, would lease
+  // other than the jobs the engine admits), the bytes a pass streams at the measured bandwidth,
   // (less what it pins) and the engine's default context.
   entry.offer.kv_bytes_per_token =
-      static_cast<int64_t>(planner::KvBytesPerToken(config, planner::kEngineKvDtypeBytes));
+      static_cast<int64_t>(planner::KvBytesPerToken(config, options.kv_dtype_bytes));
   if (!entry.resident && options.streaming != planner::StreamingRequest::kAlways &&
       options.kv_budget_bytes > 0) {
     // What the engine will pin under this memory budget (EngineOptions::

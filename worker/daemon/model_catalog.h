@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "planner/exact.h"
+#include "planner/model_facts.h"
 #include "planner/policy.h"
 #include "proto/types.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -65,6 +66,8 @@ struct CatalogOptions {
   uint64_t kv_budget_bytes = 0;
   // Tokens one pass may feed; 0 = planner::DefaultPassTokenBudget of each model.
   int64_t pass_token_budget = 0;
+  // Bytes of one KV element in the engine's cache (--kv-dtype: 4 or 2).
+  int kv_dtype_bytes = planner::kEngineKvDtypeBytes;
   planner::StreamingRequest streaming = planner::StreamingRequest::kAuto;
   planner::Device device = planner::Device::kCpu;
 };

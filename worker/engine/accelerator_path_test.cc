@@ -195,7 +195,8 @@ TEST(AcceleratorPathTest, AMemoryBudgetPinsGroupsAndKeepsTheResults) {
       while (engine->active() > 0) {
         StatusOr<PassStats> stats = engine->Step();
         if (!stats.ok()) {
-          EXPECT_EQ(stats.status().code(), StatusCode::kResourceExhausted) << stats.status().ToString();
+          EXPECT_EQ(stats.status().code(), StatusCode::kResourceExhausted)
+              << stats.status().ToString();
           return std::vector<SequenceResult>();
         }
         passes->push_back(*stats);

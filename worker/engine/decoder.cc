@@ -121,18 +121,18 @@ at::Tensor Mlp(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x)
 
 }  // namespace
 
-KVCache::KVCache(const ModelConfig& config, int64_t capacity)
+KVCache::KVCache(const ModelConfig& config, int64_t capacity, KvDType dtype)
     : kv_heads_(config.num_kv_heads),
       head_dim_(config.head_dim),
       capacity_(capacity),
+      dtype_(dtype),
       keys_(static_cast<size_t>(config.num_layers)),
       values_(static_cast<size_t>(config.num_layers)) {}
 
 uint64_t KVCache::bytes() const {
-  static_assert(sizeof(float) == planner::kEngineKvDtypeBytes, "the KV cache is float32");
   return static_cast<uint64_t>(capacity_) *
          planner::KvBytesPerToken(static_cast<int64_t>(keys_.size()), kv_heads_, head_dim_,
-                                  planner::kEngineKvDtypeBytes);
+                                  KvDTypeBytes(dtype_));
 }
 
 std::pair<at::Tensor, at::Tensor> KVCache::Append(int64_t layer, int64_t at, const at::Tensor& keys,
@@ -140,13 +140,16 @@ std::pair<at::Tensor, at::Tensor> KVCache::Append(int64_t layer, int64_t at, con
   at::Tensor& k = keys_[static_cast<size_t>(layer)];
   at::Tensor& v = values_[static_cast<size_t>(layer)];
   if (!k.defined()) {
-    k = at::empty({kv_heads_, capacity_, head_dim_}, keys.options());
-    v = at::empty({kv_heads_, capacity_, head_dim_}, values.options());
+    const at::ScalarType type = dtype_ == KvDType::kBFloat16 ? at::kBFloat16 : at::kFloat;
+    k = at::empty({kv_heads_, capacity_, head_dim_}, keys.options().dtype(type));
+    v = at::empty({kv_heads_, capacity_, head_dim_}, values.options().dtype(type));
   }
   const int64_t rows = keys.size(0);
   k.narrow(1, at, rows).copy_(keys.transpose(0, 1));
   v.narrow(1, at, rows).copy_(values.transpose(0, 1));
-  return {k.narrow(1, 0, at + rows), v.narrow(1, 0, at + rows)};
+  at::Tensor cached_k = k.narrow(1, 0, at + rows), cached_v = v.narrow(1, 0, at + rows);
+  if (dtype_ == KvDType::kFloat32) return {cached_k, cached_v};
+  return {cached_k.to(keys.scalar_type()), cached_v.to(values.scalar_type())};
 }
 
 void KVCache::Release(int64_t layer) {

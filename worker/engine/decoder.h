@@ -30,20 +30,22 @@
 namespace nightshift::engine {
 
 // One sequence's keys and values for every layer: [kv_heads, capacity,
-// head_dim] float32 per layer (on every device; planner::kEngineKvDtypeBytes
-// is this size), allocated on the keys' device when a layer first writes.
+// head_dim] per layer in `dtype` (float32 by default, or BF16: half the
+// bytes; see EngineOptions::kv_dtype), allocated on the keys' device when a
+// layer first writes.
 class KVCache {
  public:
-  KVCache(const ModelConfig& config, int64_t capacity);
+  KVCache(const ModelConfig& config, int64_t capacity, KvDType dtype = KvDType::kFloat32);
 
   int64_t capacity() const { return capacity_; }
   // Bytes this cache will hold once every layer is allocated: capacity x
-  // planner::KvBytesPerToken of the config in float32.
+  // planner::KvBytesPerToken of the config in its dtype.
   uint64_t bytes() const;
 
   // Writes `keys`/`values` [rows, kv_heads, head_dim] at positions
-  // [at, at + rows) of `layer` and returns the cached keys and values of
-  // positions [0, at + rows). at + rows must not exceed capacity().
+  // [at, at + rows) of `layer` (rounded to the cache's dtype) and returns
+  // the cached keys and values of positions [0, at + rows) as float32 (a
+  // copy when the cache is BF16). at + rows must not exceed capacity().
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer, int64_t at, const at::Tensor& keys,
                                            const at::Tensor& values);
   // Frees `layer`'s keys and values (a later Append allocates them again).
@@ -53,6 +55,7 @@ class KVCache {
   int64_t kv_heads_;
   int64_t head_dim_;
   int64_t capacity_;
+  KvDType dtype_;
   std::vector<at::Tensor> keys_;
   std::vector<at::Tensor> values_;
 };

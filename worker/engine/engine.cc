@@ -45,11 +45,12 @@ std::vector<int64_t> LabelTokenCounts(const SequenceRequest& request) {
 }
 
 struct Sequence {
-  Sequence(SequenceId id, SequenceRequest request, const ModelConfig& config, int64_t capacity)
+  Sequence(SequenceId id, SequenceRequest request, const ModelConfig& config, int64_t capacity,
+           KvDType kv_dtype)
       : id(id),
         request(std::move(request)),
         sampler(this->request.sampling),
-        cache(config, capacity) {}
+        cache(config, capacity, kv_dtype) {}
 
   SequenceId id;
   SequenceRequest request;
@@ -320,6 +321,16 @@ LayerLoaderOptions LoaderOptions(const EngineOptions& options, bool staged) {
 
 const char* FinishReasonName(FinishReason reason) {
   return reason == FinishReason::kStop ? "stop" : "length";
+}
+
+const char* KvDTypeName(KvDType dtype) { return dtype == KvDType::kBFloat16 ? "bf16" : "f32"; }
+
+int KvDTypeBytes(KvDType dtype) { return dtype == KvDType::kBFloat16 ? 2 : 4; }
+
+StatusOr<KvDType> ParseKvDType(const std::string& name) {
+  if (name == "f32" || name == "float32") return KvDType::kFloat32;
+  if (name == "bf16" || name == "bfloat16") return KvDType::kBFloat16;
+  return InvalidArgument("KV dtype '" + name + "': expected f32 or bf16");
 }
 
 const char* ResidencyName(Residency residency) {
@@ -860,8 +871,8 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
   const int64_t capacity = CachePositions(request, impl_->max_context);
   SequenceId id = impl_->next_id++;
   return Guarded([&]() -> StatusOr<SequenceId> {
-    impl_->active.push_back(
-        std::make_unique<Sequence>(id, std::move(request), impl_->config, capacity));
+    impl_->active.push_back(std::make_unique<Sequence>(id, std::move(request), impl_->config,
+                                                       capacity, impl_->options.kv_dtype));
     return id;
   });
 }
@@ -881,7 +892,7 @@ StatusOr<PassStats> Engine::Step() {
 uint64_t Engine::KvBytesFor(const SequenceRequest& request) const {
   if (planner::EndsInFirstPass(request.max_new_tokens, LabelTokenCounts(request))) return 0;
   return static_cast<uint64_t>(CachePositions(request, impl_->max_context)) *
-         planner::KvBytesPerToken(impl_->config, planner::kEngineKvDtypeBytes);
+         planner::KvBytesPerToken(impl_->config, KvDTypeBytes(impl_->options.kv_dtype));
 }
 
 int64_t Engine::FirstPassTokens(const SequenceRequest& request) {

@@ -111,6 +111,16 @@ struct SequenceResult {
   std::vector<TokenLogprob> logprobs;  // one per generated token, when requested
 };
 
+// The KV cache's dtype. BF16 halves its bytes (twice the sequences in a KV
+// budget); attention still runs in float32 on what it reads back.
+enum class KvDType { kFloat32, kBFloat16 };
+// "f32" or "bf16".
+const char* KvDTypeName(KvDType dtype);
+// 4 or 2.
+int KvDTypeBytes(KvDType dtype);
+// "f32" / "float32" or "bf16" / "bfloat16"; InvalidArgument otherwise.
+StatusOr<KvDType> ParseKvDType(const std::string& name);
+
 // How the engine holds the checkpoint's layers.
 enum class Residency {
   kStream,    // every pass reads each layer and releases its memory after use
@@ -185,6 +195,8 @@ struct EngineOptions {
   // the whole pass (planner::PassTokenBytes each). A sequence that does not
   // fit is refused (Add), unless the next pass would feed nothing else.
   int64_t pass_token_budget = 0;
+  // The KV cache's dtype (KvBytesFor and the worker's advert follow it).
+  KvDType kv_dtype = KvDType::kFloat32;
   // Partial residency. The pass plan's memory: stream buffers, pinned groups,
   // activations and KV (not code and runtime: the planner's fixed runtime
   // allowance). With kStream and a budget, the first pass fixes the plan:

@@ -227,6 +227,21 @@ TEST(EngineApiTest, ThePassTokenBudgetRefusesWhatDoesNotFitTheNextPass) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(EngineApiTest, ABf16KvCacheHalvesWhatASequenceReserves) {
+  EngineOptions options = Options();
+  options.kv_dtype = KvDType::kBFloat16;
+  std::unique_ptr<Engine> engine = OpenOrDie(options);
+  const SequenceRequest r = Request(std::vector<TokenId>(7, 5), 8);
+  EXPECT_EQ(engine->KvBytesFor(r), (7 + 7) * kKvPerPosition / 2);
+  ASSERT_TRUE(engine->Add(r).ok());
+  EXPECT_EQ(engine->kv_bytes_in_use(), (7 + 7) * kKvPerPosition / 2);
+  EXPECT_EQ(Drain(*engine).size(), 1u);
+  EXPECT_STREQ(KvDTypeName(KvDType::kBFloat16), "bf16");
+  EXPECT_EQ(ParseKvDType("bf16").value(), KvDType::kBFloat16);
+  EXPECT_EQ(ParseKvDType("float32").value(), KvDType::kFloat32);
+  EXPECT_EQ(ParseKvDType("f16").status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(EngineApiTest, TheKvBudgetRefusesWhatDoesNotFitAndFreesOnExit) {
   const SequenceRequest r = Request(std::vector<TokenId>(7, 5), 4);
   EngineOptions options = Options();

@@ -45,11 +45,26 @@ SequenceRequest GreedyRequest(const std::vector<TokenId>& prompt, size_t steps) 
   return testing::GreedyRequest(prompt, static_cast<int64_t>(steps));
 }
 
-void ExpectMatchesGolden(const Golden& golden, double atol, size_t i,
-                         const SequenceResult& result) {
+// With a BF16 KV cache only the first kBf16KvGreedySteps greedy tokens are
+// held to the reference's: every key and value read back is rounded, and on
+// stories260k (random weights, near-tied logits, 40-step rollouts) one
+// prompt's rollout turns at step 21; every other fixture (8 steps) matches whole.
+constexpr size_t kBf16KvGreedySteps = 16;
+
+void ExpectMatchesGolden(const Golden& golden, double atol, size_t i, const SequenceResult& result,
+                         bool kv_bf16 = false) {
   EXPECT_EQ(result.prompt, golden.prompts[i]);
   EXPECT_LE(MaxAbsDiff(result.last_logits, golden.last_logits[i]), atol) << "prompt " << i;
-  EXPECT_EQ(result.generated, golden.greedy[i]) << "prompt " << i;
+  if (kv_bf16 && golden.greedy[i].size() > kBf16KvGreedySteps) {
+    ASSERT_EQ(result.generated.size(), golden.greedy[i].size());
+    EXPECT_EQ(std::vector<TokenId>(result.generated.begin(),
+                                   result.generated.begin() + kBf16KvGreedySteps),
+              std::vector<TokenId>(golden.greedy[i].begin(),
+                                   golden.greedy[i].begin() + kBf16KvGreedySteps))
+        << "prompt " << i;
+  } else {
+    EXPECT_EQ(result.generated, golden.greedy[i]) << "prompt " << i;
+  }
   EXPECT_EQ(result.finish_reason, FinishReason::kLength);
 }
 
@@ -68,6 +83,7 @@ TEST(GoldenRegistryTest, EveryArchitectureHasAFixtureAndEveryFixtureAnArchitectu
 struct GoldenCase {
   std::string fixture;
   bool accelerator = false;  // EngineOptions::accelerator_path_on_cpu
+  bool kv_bf16 = false;      // EngineOptions::kv_dtype BF16
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
@@ -78,6 +94,7 @@ class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
     options.threads =
         1;  // shared test cores: a waiting second OpenMP thread costs more than it gives
     options.accelerator_path_on_cpu = c.accelerator;
+    if (c.kv_bf16) options.kv_dtype = KvDType::kBFloat16;
     StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(FixtureDir(c.fixture), options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     engine_ = std::move(opened).value();
@@ -85,7 +102,9 @@ class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
     ASSERT_FALSE(golden_.prompts.empty());
     // The accelerator path runs BF16 projections in BF16 (F16 ones in
     // float32 on the CPU); greedy tokens must still be the reference's.
-    atol_ = c.accelerator && testing::FixtureTorchDtype(c.fixture) == "bfloat16"
+    // A BF16 KV cache rounds every key and value read back to BF16: the
+    // same bound.
+    atol_ = (c.accelerator && testing::FixtureTorchDtype(c.fixture) == "bfloat16") || c.kv_bf16
                 ? testing::Bf16ProjectionAtol(golden_)
                 : golden_.atol;
   }
@@ -101,7 +120,7 @@ TEST_P(GoldenTest, EachPromptAloneMatchesTheReference) {
     std::vector<SequenceResult> results =
         RunBatch(*engine_, {GreedyRequest(golden_.prompts[i], golden_.greedy[i].size())}, &passes);
     ASSERT_EQ(results.size(), 1u);
-    ExpectMatchesGolden(golden_, atol_, i, results[0]);
+    ExpectMatchesGolden(golden_, atol_, i, results[0], GetParam().kv_bf16);
     EXPECT_EQ(passes, static_cast<int64_t>(golden_.greedy[i].size()));
   }
 }
@@ -115,7 +134,7 @@ TEST_P(GoldenTest, AllPromptsInOneBatchMatchTheReference) {
   std::vector<SequenceResult> results = RunBatch(*engine_, requests, &passes);
   ASSERT_EQ(results.size(), golden_.prompts.size());
   for (size_t i = 0; i < results.size(); ++i) {
-    ExpectMatchesGolden(golden_, atol_, i, results[i]);
+    ExpectMatchesGolden(golden_, atol_, i, results[i], GetParam().kv_bf16);
   }
   size_t longest = 0;
   for (const auto& g : golden_.greedy) longest = std::max(longest, g.size());
@@ -125,8 +144,10 @@ TEST_P(GoldenTest, AllPromptsInOneBatchMatchTheReference) {
 std::vector<GoldenCase> Cases() {
   std::vector<GoldenCase> cases;
   for (const std::string& name : FixtureNames()) {
-    cases.push_back({name, false});
-    cases.push_back({name, true});
+    cases.push_back({name, false, false});
+    cases.push_back({name, true, false});
+    cases.push_back({name, false, true});
+    cases.push_back({name, true, true});
   }
   return cases;
 }
@@ -136,7 +157,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(Cases()),
                            std::string name = info.param.fixture;
                            for (char& c : name)
                              c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return info.param.accelerator ? name + "_accelerator" : name;
+                           if (info.param.accelerator) name += "_accelerator";
+                           return info.param.kv_bf16 ? name + "_kv_bf16" : name;
                          });
 
 }  // namespace
