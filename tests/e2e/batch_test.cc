@@ -257,6 +257,23 @@ bool CheckGenerated(const std::string& custom_id, bool sampled, const json& outp
   return false;
 }
 
+// Submits `jobs` as one batch file at `path`, runs the engine directly on
+// them into `reference` while the cluster works, then waits for the
+// submission with `nightshift watch` (its outcome in `watch`, which must
+// succeed). The submission id; 0 when it was not accepted.
+int64_t SubmitAndRunDirectly(Cluster& cluster, const std::vector<Job>& jobs,
+                             const std::string& path, Reference& reference, Outcome* watch) {
+  std::vector<json> lines;
+  for (const Job& job : jobs) lines.push_back(job.line);
+  const int64_t id = cluster.Submit(WriteJsonLines(path, lines));
+  if (id <= 0) return 0;
+  for (const Job& job : jobs) reference.Add(job);
+  reference.Run();
+  *watch = cluster.Nightshift("watch " + std::to_string(id), 150);
+  EXPECT_EQ(watch->code, 0) << watch->out << watch->err << cluster.Logs();
+  return id;
+}
+
 TEST(BatchEndToEndTest, TwoHundredJobsTwoModelsTwoWorkersMatchTheEngineRunDirectly) {
   TempDir dir;
   const std::string root = dir.file("models");
@@ -274,18 +291,11 @@ TEST(BatchEndToEndTest, TwoHundredJobsTwoModelsTwoWorkersMatchTheEngineRunDirect
   }
 
   const std::vector<Job> jobs = MakeJobs();
-  std::vector<json> lines;
-  for (const Job& job : jobs) lines.push_back(job.line);
-  const int64_t id = cluster.Submit(WriteJsonLines(dir.file("batch.jsonl"), lines));
-  ASSERT_GT(id, 0) << cluster.last_error();
-
-  // The direct runs go while the cluster works.
   Reference reference(root, dir.path());
-  for (const Job& job : jobs) reference.Add(job);
-  reference.Run();
-
-  Outcome watch = cluster.Nightshift("watch " + std::to_string(id), 150);
-  EXPECT_EQ(watch.code, 0) << watch.out << watch.err << cluster.Logs();
+  Outcome watch;
+  const int64_t id =
+      SubmitAndRunDirectly(cluster, jobs, dir.file("batch.jsonl"), reference, &watch);
+  ASSERT_GT(id, 0) << cluster.last_error();
   EXPECT_NE(watch.out.find("done: 200 succeeded, 0 failed, 0 cancelled"), std::string::npos)
       << watch.out;
 
@@ -396,15 +406,11 @@ TEST(BatchEndToEndTest, LongClassificationsFillPassesUpToThePassTokenBudget) {
     job.line = ClassifyLine(job.spec.custom_id, model, job.spec.prompt_text, kLabels);
     jobs.push_back(std::move(job));
   }
-  std::vector<json> lines;
-  for (const Job& job : jobs) lines.push_back(job.line);
-  const int64_t id = cluster.Submit(WriteJsonLines(dir.file("reviews.jsonl"), lines));
-  ASSERT_GT(id, 0) << cluster.last_error();
   Reference reference(root, dir.path());
-  for (const Job& job : jobs) reference.Add(job);
-  reference.Run();
-  Outcome watch = cluster.Nightshift("watch " + std::to_string(id), 150);
-  EXPECT_EQ(watch.code, 0) << watch.out << watch.err << cluster.Logs();
+  Outcome watch;
+  const int64_t id =
+      SubmitAndRunDirectly(cluster, jobs, dir.file("reviews.jsonl"), reference, &watch);
+  ASSERT_GT(id, 0) << cluster.last_error();
 
   // The default pass-token budget (64 MiB / 2 KiB of hidden state and one
   // layer's K/V per token) admits at least 16 of these prompts.
