@@ -28,6 +28,7 @@ constexpr EnvFlag kEnv[] = {
     {"heartbeat-seconds", "NIGHTSHIFT_HEARTBEAT_SECONDS"},
     {"max-attempts", "NIGHTSHIFT_MAX_ATTEMPTS"},
     {"metrics-port", "NIGHTSHIFT_METRICS_PORT"},
+    {"allow-unknown-models", "NIGHTSHIFT_ALLOW_UNKNOWN_MODELS"},
 };
 
 // Environment values first, as if given before the command line's flags, so
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
   nightshift::FlagSet flags(
       "nightshift-scheduler [--listen HOST:PORT] [--db PATH] [--client-token T --worker-token T] "
       "[--tls-cert PEM --tls-key PEM] [--lease-seconds S] [--heartbeat-seconds S] "
-      "[--max-attempts N] [--metrics-port PORT]",
+      "[--max-attempts N] [--metrics-port PORT] [--allow-unknown-models]",
       "The nightshift scheduler: a durable SQLite job queue served over gRPC (JobService for "
       "clients, WorkerService for workers, grpc.health.v1, server reflection). Without tokens "
       "it listens on loopback only.\n\nExit codes: 0 stopped by SIGINT/SIGTERM, 1 failed to "
@@ -74,6 +75,9 @@ int main(int argc, char** argv) {
             "serve Prometheus /metrics on this port (0 picks a free one; default -1: none); "
             "on 127.0.0.1 when --listen is loopback, else on 0.0.0.0",
             "PORT");
+  flags.Bool("allow-unknown-models", &config.allow_unknown_models,
+             "take jobs for models no worker has advertised yet (for queues filled before their "
+             "workers start); without it such a line is refused with the known models named");
   Status parsed = flags.Parse(WithEnvironment(argc, argv));
   if (flags.help_requested()) {
     std::cout << flags.Help();

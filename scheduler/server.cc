@@ -124,6 +124,7 @@ Status RunServer(const ServerConfig& config) {
   options.lease_ms = static_cast<int64_t>(config.lease_seconds * 1000);
   options.heartbeat_ms = static_cast<int64_t>(config.heartbeat_seconds * 1000);
   options.max_attempts = static_cast<int32_t>(config.max_attempts);
+  options.allow_unknown_models = config.allow_unknown_models;
   options.tokenizer_cache_dir =
       config.tokenizer_cache.empty() ? config.db_path + ".tokenizers" : config.tokenizer_cache;
   Scheduler scheduler(store.get(), SystemClock(), options);

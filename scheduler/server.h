@@ -24,6 +24,9 @@ struct ServerConfig {
   // Prometheus /metrics on this port (0 picks a free one; -1 = not served),
   // on 127.0.0.1 when gRPC listens on loopback, else on 0.0.0.0.
   int64_t metrics_port = -1;
+  // Take jobs for models no worker has advertised yet (queues filled before
+  // their workers start); by default such a job is a line error.
+  bool allow_unknown_models = false;
 };
 
 // The scheduler's version string.
