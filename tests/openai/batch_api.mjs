@@ -177,7 +177,10 @@ const scenarios = {
   // Cancel mid-run: finished results are kept, the rest end cancelled.
   async cancel() {
     const requests = [completion('quick', { prompt: 'Hi', max_tokens: 1 })];
-    for (let i = 0; i < 4; ++i) requests.push(completion(`long-${i}`, { prompt: `Tell a long story ${i}`, max_tokens: 400 }));
+    // Greedy: deterministic, so a long one cannot end early on a sampled EOS.
+    for (let i = 0; i < 4; ++i) {
+      requests.push(completion(`long-${i}`, { prompt: `Tell a long story ${i}`, max_tokens: 400, temperature: 0 }));
+    }
     const input = await upload('cancel.jsonl', requests);
     const created = await client.batches.create({
       input_file_id: input.id, endpoint: '/v1/completions', completion_window: '24h',
@@ -206,8 +209,8 @@ const scenarios = {
   async expire() {
     const input = await upload('expire.jsonl', [
       completion('quick', { prompt: 'Hi', max_tokens: 1 }),
-      completion('slow-0', { prompt: 'A very long tale', max_tokens: 400 }),
-      completion('slow-1', { prompt: 'Another long tale', max_tokens: 400 }),
+      completion('slow-0', { prompt: 'A very long tale', max_tokens: 400, temperature: 0 }),
+      completion('slow-1', { prompt: 'Another long tale', max_tokens: 400, temperature: 0 }),
     ]);
     const created = await client.batches.create({
       input_file_id: input.id, endpoint: '/v1/completions', completion_window: '5s',
