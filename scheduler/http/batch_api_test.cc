@@ -148,7 +148,8 @@ class BatchApiTest : public ::testing::Test {
         JobResult r;
         r.job_id = job.id;
         r.batch_id = c.batch_id;
-        r.ok = true;
+        r.ok = job.spec.custom_id.rfind("fail", 0) != 0;  // "fail..." jobs fail at run time
+        r.error = "the worker could not run it";
         r.output.text = "out " + job.spec.custom_id;
         r.output.finish_reason = "length";
         r.output.prompt_tokens = 3;
@@ -294,6 +295,27 @@ TEST_F(BatchApiTest, ABatchGoesFromValidatingToCompletedWithItsOutputInInputOrde
   // Finished: its input may now go.
   EXPECT_EQ(Call("DELETE", "/v1/files/" + file).status, 200);
   EXPECT_EQ(Lines(output).size(), 3u);  // outputs come from the results, not the input
+}
+
+TEST_F(BatchApiTest, AJobThatFailsAtRunTimeGoesToTheErrorFile) {
+  AttachWorker();
+  Create(Upload(Line("a") + "\n" + Line("fail-b") + "\n" + Line("c") + "\n"));
+  api_->Step();
+  FinishAssigned();
+  api_->Step();
+  json done = Get("batch_1");
+  EXPECT_EQ(done["status"], "completed");
+  EXPECT_EQ(done["request_counts"], json({{"total", 3}, {"completed", 2}, {"failed", 1}}));
+  std::vector<json> output = Lines(done["output_file_id"]);
+  ASSERT_EQ(output.size(), 2u);
+  EXPECT_EQ(output[0]["custom_id"], "a");
+  EXPECT_EQ(output[1]["custom_id"], "c");
+  std::vector<json> errors = Lines(done["error_file_id"]);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["custom_id"], "fail-b");
+  EXPECT_EQ(errors[0]["response"]["status_code"], 500);
+  EXPECT_EQ(errors[0]["error"]["code"], "job_failed");
+  EXPECT_EQ(errors[0]["error"]["message"], "the worker could not run it");
 }
 
 TEST_F(BatchApiTest, AMalformedFileFailsValidationWithEveryBadLineAndQueuesNothing) {
