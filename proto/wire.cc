@@ -19,6 +19,76 @@ void ToProto(const Sampling& s, v1::Sampling* out) {
   if (s.has_seed) out->set_seed(s.seed);
 }
 
+JobSpec FromProto(const v1::JobRequest& r, std::string* problem) {
+  JobSpec spec;
+  spec.custom_id = r.custom_id();
+  spec.model = r.model();
+  auto endpoint = ParseEndpointUrl(r.url());
+  if (endpoint.ok()) {
+    spec.endpoint = *endpoint;
+  } else {
+    *problem = endpoint.status().message();
+  }
+  switch (r.prompt_case()) {
+    case v1::JobRequest::kText:
+      spec.prompt_kind = PromptKind::kText;
+      spec.prompt_text = r.text();
+      break;
+    case v1::JobRequest::kChat:
+      spec.prompt_kind = PromptKind::kChat;
+      for (const auto& m : r.chat().messages()) spec.messages.push_back({m.role(), m.content()});
+      break;
+    case v1::JobRequest::kTokenIds:
+      spec.prompt_kind = PromptKind::kTokenIds;
+      spec.prompt_token_ids.assign(r.token_ids().ids().begin(), r.token_ids().ids().end());
+      break;
+    case v1::JobRequest::PROMPT_NOT_SET:
+      // Validation reports the missing prompt in the url's own terms.
+      spec.prompt_kind =
+          spec.endpoint == Endpoint::kChatCompletions ? PromptKind::kChat : PromptKind::kText;
+      break;
+  }
+  spec.max_new_tokens = r.max_new_tokens();
+  spec.sampling = FromProto(r.sampling());
+  spec.stop.assign(r.stop().begin(), r.stop().end());
+  spec.labels.assign(r.labels().begin(), r.labels().end());
+  spec.logprobs = r.logprobs();
+  spec.top_logprobs = r.top_logprobs();
+  spec.priority = r.priority();
+  return spec;
+}
+
+void ToProto(const JobSpec& spec, v1::JobRequest* out) {
+  out->set_custom_id(spec.custom_id);
+  out->set_model(spec.model);
+  out->set_url(EndpointUrl(spec.endpoint));
+  switch (spec.prompt_kind) {
+    case PromptKind::kText:
+      out->set_text(spec.prompt_text);
+      break;
+    case PromptKind::kChat: {
+      auto* chat = out->mutable_chat();
+      for (const ChatMessage& m : spec.messages) {
+        auto* message = chat->add_messages();
+        message->set_role(m.role);
+        message->set_content(m.content);
+      }
+      break;
+    }
+    case PromptKind::kTokenIds:
+      out->mutable_token_ids()->mutable_ids()->Assign(spec.prompt_token_ids.begin(),
+                                                      spec.prompt_token_ids.end());
+      break;
+  }
+  out->set_max_new_tokens(spec.max_new_tokens);
+  ToProto(spec.sampling, out->mutable_sampling());
+  for (const std::string& s : spec.stop) out->add_stop(s);
+  for (const std::string& l : spec.labels) out->add_labels(l);
+  out->set_logprobs(spec.logprobs);
+  out->set_top_logprobs(spec.top_logprobs);
+  out->set_priority(spec.priority);
+}
+
 JobOutput FromProto(const v1::JobOutput& o) {
   JobOutput out;
   out.text = o.text();

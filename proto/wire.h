@@ -17,6 +17,12 @@ namespace nightshift::api::wire {
 Sampling FromProto(const v1::Sampling& sampling);
 void ToProto(const Sampling& sampling, v1::Sampling* out);
 
+// A job request as a spec, and back. What cannot even be decoded (an
+// unsupported url) goes into `problem`; the scheduler's ValidateJobs lists it
+// with the rest. A spec's max_new_tokens 0 travels as 0 (the server's default).
+JobSpec FromProto(const v1::JobRequest& request, std::string* problem);
+void ToProto(const JobSpec& spec, v1::JobRequest* out);
+
 JobOutput FromProto(const v1::JobOutput& output);
 void ToProto(const JobOutput& output, v1::JobOutput* out);
 

@@ -40,6 +40,8 @@ class IntegrationTest : public ::testing::Test {
   // Starts a scheduler on a free loopback port; returns its address.
   std::string StartScheduler(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = testutil::SchedulerArgv(dir_.file("state.db"), "1.5");
+    // These tests submit before (or without) their fake workers attaching.
+    argv.push_back("--allow-unknown-models");
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = Process::Start(argv, dir_.file("scheduler.log"));
     EXPECT_NE(p, nullptr);

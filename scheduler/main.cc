@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "common/flags.h"
+#include "common/size.h"
 #include "scheduler/server.h"
 
 namespace {
@@ -28,6 +29,11 @@ constexpr EnvFlag kEnv[] = {
     {"heartbeat-seconds", "NIGHTSHIFT_HEARTBEAT_SECONDS"},
     {"max-attempts", "NIGHTSHIFT_MAX_ATTEMPTS"},
     {"metrics-port", "NIGHTSHIFT_METRICS_PORT"},
+    {"allow-unknown-models", "NIGHTSHIFT_ALLOW_UNKNOWN_MODELS"},
+    {"http-listen", "NIGHTSHIFT_HTTP_LISTEN"},
+    {"http-files-dir", "NIGHTSHIFT_HTTP_FILES_DIR"},
+    {"http-max-upload-bytes", "NIGHTSHIFT_HTTP_MAX_UPLOAD_BYTES"},
+    {"http-max-batch-requests", "NIGHTSHIFT_HTTP_MAX_BATCH_REQUESTS"},
 };
 
 // Environment values first, as if given before the command line's flags, so
@@ -51,10 +57,11 @@ int main(int argc, char** argv) {
   nightshift::FlagSet flags(
       "nightshift-scheduler [--listen HOST:PORT] [--db PATH] [--client-token T --worker-token T] "
       "[--tls-cert PEM --tls-key PEM] [--lease-seconds S] [--heartbeat-seconds S] "
-      "[--max-attempts N] [--metrics-port PORT]",
+      "[--max-attempts N] [--metrics-port PORT] [--allow-unknown-models] [--http-listen HOST:PORT]",
       "The nightshift scheduler: a durable SQLite job queue served over gRPC (JobService for "
-      "clients, WorkerService for workers, grpc.health.v1, server reflection). Without tokens "
-      "it listens on loopback only.\n\nExit codes: 0 stopped by SIGINT/SIGTERM, 1 failed to "
+      "clients, WorkerService for workers, grpc.health.v1, server reflection) and, with "
+      "--http-listen, the OpenAI Batch API over HTTP. Without tokens it listens on loopback "
+      "only.\n\nExit codes: 0 stopped by SIGINT/SIGTERM, 1 failed to "
       "start, 2 usage error.\n\n" +
           help_env);
   flags.String("listen", &config.listen, "address to serve on (port 0 picks one)", "HOST:PORT");
@@ -74,6 +81,23 @@ int main(int argc, char** argv) {
             "serve Prometheus /metrics on this port (0 picks a free one; default -1: none); "
             "on 127.0.0.1 when --listen is loopback, else on 0.0.0.0",
             "PORT");
+  flags.Bool("allow-unknown-models", &config.allow_unknown_models,
+             "take jobs for models no worker has advertised yet (for queues filled before their "
+             "workers start); without it such a line is refused with the known models named");
+  flags.String("http-listen", &config.http_listen,
+               "serve the OpenAI Batch API (/v1/files, /v1/batches, /v1/models) over HTTP here "
+               "(port 0 picks one; HTTPS with --tls-cert; loopback only without tokens; "
+               "default: not served)",
+               "HOST:PORT");
+  flags.String("http-files-dir", &config.http_files_dir,
+               "where uploaded Batch API files are kept (default: DB.files)", "DIR");
+  std::string max_upload = "200000000";
+  flags.String("http-max-upload-bytes", &max_upload,
+               "largest file POST /v1/files takes, larger is refused with 413 (default 200000000, "
+               "OpenAI's 200 MB; 512M, 1G, ... work too)",
+               "SIZE");
+  flags.Int("http-max-batch-requests", &config.http_max_batch_requests,
+            "most requests one batch's input file may hold (default 50000, OpenAI's limit)", "N");
   Status parsed = flags.Parse(WithEnvironment(argc, argv));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -81,6 +105,13 @@ int main(int argc, char** argv) {
   }
   if (!parsed.ok()) {
     std::cerr << "nightshift-scheduler: " << parsed.message() << std::endl;
+    return 2;
+  }
+  if (auto size = nightshift::ParseSize(max_upload); size.ok()) {
+    config.http_max_upload_bytes = static_cast<int64_t>(*size);
+  } else {
+    std::cerr << "nightshift-scheduler: --http-max-upload-bytes: " << size.status().message()
+              << std::endl;
     return 2;
   }
   if (!flags.positional().empty()) {

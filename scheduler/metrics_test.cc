@@ -86,6 +86,7 @@ class SchedulerMetricsTest : public ::testing::Test {
     options.max_attempts = 2;
     options.tokenizer_cache_dir = dir_.file("tokenizers");
     options.metrics = &metrics_;
+    options.allow_unknown_models = true;  // jobs are queued before their worker attaches
     scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, options);
     ASSERT_TRUE(scheduler_->Start().ok());
   }

@@ -115,16 +115,15 @@ Status Scheduler::ValidateWaiting(const std::string& model) {
 
 // ---------------------------------------------------------------- clients
 
-StatusOr<SubmitReply> Scheduler::Submit(SubmitRequest request) {
-  NS_RETURN_IF_ERROR(
-      ValidateJobs(request.jobs, request.request_bytes, options_.limits, request.decode_problems));
+Scheduler::Encoded Scheduler::EncodeJobs(const std::vector<JobSpec>& jobs,
+                                         const std::vector<bool>& skip) {
   // Tokenisers and contexts are looked up under the lock; encoding runs outside it.
   std::map<std::string, std::shared_ptr<const PromptEncoder>> encoders;
   std::map<std::string, Status> encoder_errors;
   std::map<std::string, int64_t> contexts;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const JobSpec& spec : request.jobs) {
+    for (const JobSpec& spec : jobs) {
       if (encoders.count(spec.model) != 0 || encoder_errors.count(spec.model) != 0) continue;
       auto encoder = EncoderFor(spec.model);
       if (encoder.ok()) {
@@ -135,34 +134,59 @@ StatusOr<SubmitReply> Scheduler::Submit(SubmitRequest request) {
       contexts[spec.model] = fleet_.MaxContext(spec.model);
     }
   }
-  SubmitChunk chunk;
-  chunk.submission_id = request.submission_id;
-  chunk.keep_open = request.keep_open;
-  chunk.idempotency_key = request.idempotency_key;
-  std::string errors;
-  SubmitReply reply;
-  for (size_t i = 0; i < request.jobs.size(); ++i) {
-    JobSpec& spec = request.jobs[i];
-    NewJob job{spec, std::nullopt, "", options_.max_attempts};
+  Encoded encoded;
+  encoded.tokens.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (i < skip.size() && skip[i]) continue;
+    const JobSpec& spec = jobs[i];
     Status status;
     auto encoder = encoders.find(spec.model);
     if (encoder != encoders.end()) {
       auto tokens = encoder->second->Encode(spec);
       status = tokens.ok() ? CheckContext(spec, *tokens, contexts[spec.model]) : tokens.status();
-      if (status.ok()) job.tokens = std::move(tokens).value();
-    } else if (encoder_errors[spec.model].code() == StatusCode::kNotFound) {
-      job.reason = WaitingReason(spec.model);
-      ++reply.waiting_for_tokenizer;
-    } else {
+      if (status.ok()) encoded.tokens[i] = std::move(tokens).value();
+    } else if (encoder_errors[spec.model].code() != StatusCode::kNotFound) {
       status = encoder_errors[spec.model];
-    }
-    if (!status.ok()) {
-      if (!errors.empty()) errors += "; ";
-      errors += "job " + std::to_string(i) + ": " + status.message();
+    }  // else it waits for a worker that serves its model
+    if (!status.ok()) encoded.problems.push_back({i, status.message()});
+  }
+  return encoded;
+}
+
+std::vector<JobProblem> Scheduler::CheckJobs(std::vector<JobSpec>& jobs) {
+  std::optional<std::set<std::string>> known;
+  if (!options_.allow_unknown_models) known = KnownModels();
+  std::vector<JobProblem> problems =
+      FindJobProblems(jobs, options_.limits, {}, known ? &*known : nullptr);
+  std::vector<bool> skip(jobs.size(), false);
+  for (const JobProblem& p : problems) skip[p.index] = true;
+  Encoded encoded = EncodeJobs(jobs, skip);
+  problems.insert(problems.end(), encoded.problems.begin(), encoded.problems.end());
+  std::stable_sort(problems.begin(), problems.end(),
+                   [](const JobProblem& a, const JobProblem& b) { return a.index < b.index; });
+  return problems;
+}
+
+StatusOr<SubmitReply> Scheduler::Submit(SubmitRequest request) {
+  std::optional<std::set<std::string>> known;
+  if (!options_.allow_unknown_models) known = KnownModels();
+  NS_RETURN_IF_ERROR(ValidateJobs(request.jobs, request.request_bytes, options_.limits,
+                                  request.decode_problems, known ? &*known : nullptr));
+  Encoded encoded = EncodeJobs(request.jobs, {});
+  if (!encoded.problems.empty()) return InvalidArgument(FormatJobProblems(encoded.problems));
+  SubmitChunk chunk;
+  chunk.submission_id = request.submission_id;
+  chunk.keep_open = request.keep_open;
+  chunk.idempotency_key = request.idempotency_key;
+  SubmitReply reply;
+  for (size_t i = 0; i < request.jobs.size(); ++i) {
+    NewJob job{std::move(request.jobs[i]), std::move(encoded.tokens[i]), "", options_.max_attempts};
+    if (!job.tokens) {
+      job.reason = WaitingReason(job.spec.model);
+      ++reply.waiting_for_tokenizer;
     }
     chunk.jobs.push_back(std::move(job));
   }
-  if (!errors.empty()) return InvalidArgument(errors);
   NS_ASSIGN_OR_RETURN(SubmitOutcome outcome, store_->Submit(chunk));
   reply.submission_id = outcome.submission_id;
   reply.job_ids = std::move(outcome.job_ids);
@@ -173,6 +197,15 @@ StatusOr<SubmitReply> Scheduler::Submit(SubmitRequest request) {
   NotifySubmission(reply.submission_id, {});
   ScheduleLocked(false);
   return reply;
+}
+
+std::set<std::string> Scheduler::KnownModels() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> models;
+  for (const auto& [id, w] : fleet_.workers()) {
+    for (const ModelOffer& m : w->info.models) models.insert(m.name);
+  }
+  return models;
 }
 
 StatusOr<SubmissionStatus> Scheduler::StatusLocked(int64_t id) {
@@ -205,9 +238,9 @@ StatusOr<JobPage> Scheduler::ListJobs(const JobFilter& filter, int64_t after_id,
   return store_->ListJobs(filter, after_id, limit);
 }
 
-StatusOr<SubmissionStatus> Scheduler::CancelSubmission(int64_t id) {
+StatusOr<SubmissionStatus> Scheduler::CancelSubmission(int64_t id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  NS_ASSIGN_OR_RETURN(std::vector<JobChange> changes, store_->CancelSubmission(id));
+  NS_ASSIGN_OR_RETURN(std::vector<JobChange> changes, store_->CancelSubmission(id, reason));
   Forget(changes);
   Notify(changes);
   ScheduleLocked(false);

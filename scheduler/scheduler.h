@@ -98,6 +98,10 @@ struct SchedulerOptions {
   int eta_window = 100'000;         // queued jobs per model an ETA plays out
   std::string tokenizer_cache_dir;  // where tokenizer bundles are written
   SubmitLimits limits;
+  // A job naming a model no known worker (connected or not) advertises is
+  // refused at submit unless this is set (queues filled before their
+  // workers start).
+  bool allow_unknown_models = false;
   // Filled as jobs are submitted, leased and finished, leases lost and
   // results refused; nullptr = no metrics. Not owned; must outlive the Scheduler.
   SchedulerMetrics* metrics = nullptr;
@@ -127,17 +131,26 @@ class Scheduler {
   // model's cached tokenizer where one is known (a prompt over the context is
   // a validation error), stores (durable when this returns OK) and schedules.
   StatusOr<SubmitReply> Submit(SubmitRequest request);
+  // Checks jobs exactly as Submit would (validation, known models, and the
+  // tokenisation and context of those whose model's tokenizer is known)
+  // without storing anything, filling the same defaults. Every problem, in
+  // job order; empty when Submit would take them (the request's size aside).
+  std::vector<JobProblem> CheckJobs(std::vector<JobSpec>& jobs);
   StatusOr<SubmissionStatus> GetSubmission(int64_t id);
   StatusOr<JobView> GetJob(int64_t id);
   StatusOr<JobPage> ListJobs(const JobFilter& filter, int64_t after_id, int limit);
-  // Cancels unfinished jobs; workers running them are told. NotFound for an unknown id.
-  StatusOr<SubmissionStatus> CancelSubmission(int64_t id);
+  // Cancels unfinished jobs (each keeps `reason`); workers running them are
+  // told. NotFound for an unknown id.
+  StatusOr<SubmissionStatus> CancelSubmission(int64_t id, const std::string& reason = "cancelled");
   StatusOr<JobView> CancelJob(int64_t id);
   // Registers a watcher (not owned; it must stay valid until Unwatch returns)
   // and calls it at once with the current status. Returns a watch id.
   StatusOr<int64_t> Watch(int64_t submission_id, SubmissionWatcher* watcher);
   void Unwatch(int64_t watch_id);
   StatusOr<std::vector<WorkerStatus>> ListWorkers();
+  // Every model a known worker (connected or not) advertises: those a
+  // submission may name unless allow_unknown_models is set.
+  std::set<std::string> KnownModels();
   // The figures of `model` on every known worker serving it, and the time
   // `jobs` jobs of that shape would take on the connected ones after the
   // queue ahead. NotFound when no known worker serves the model.
@@ -185,6 +198,14 @@ class Scheduler {
   LiveGauges Gauges();
 
  private:
+  // Each job's tokens (where its model's tokenizer is known; nullopt while
+  // it waits for one) and the jobs that cannot run (tokenisation, context),
+  // for the jobs not in `skip`.
+  struct Encoded {
+    std::vector<std::optional<TokenisedPrompt>> tokens;
+    std::vector<JobProblem> problems;
+  };
+  Encoded EncodeJobs(const std::vector<JobSpec>& jobs, const std::vector<bool>& skip);
   Status CheckSession(const std::string& worker_id, int64_t session);
   // The encoder of `model`'s tokenizer, from the first worker serving it
   // (connected ones first) whose tokenizer was uploaded; NotFound (with the

@@ -72,6 +72,8 @@ class SchedulerTest : public ::testing::Test {
     options.heartbeat_ms = 1000;
     options.max_attempts = 2;
     options.tokenizer_cache_dir = dir_.file("tokenizers");
+    // Most tests queue jobs before their worker attaches.
+    options.allow_unknown_models = allow_unknown_models_;
     scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, options);
     ASSERT_TRUE(scheduler_->Start().ok());
   }
@@ -119,6 +121,7 @@ class SchedulerTest : public ::testing::Test {
     return r;
   }
 
+  bool allow_unknown_models_ = true;
   TempDir dir_;
   FakeClock clock_;
   std::unique_ptr<Store> store_;
@@ -230,6 +233,41 @@ TEST_F(SchedulerTest, InvalidJobsRefuseTheWholeRequestNamingEach) {
   EXPECT_TRUE(scheduler_->ListJobs({}, 0, 10)->jobs.empty());
 }
 
+TEST_F(SchedulerTest, AModelNoWorkerEverAdvertisedIsALineErrorUnlessAllowed) {
+  allow_unknown_models_ = false;
+  NewScheduler();
+  SubmitRequest request;
+  request.jobs = {TokenJob("a", "m")};
+  auto before = scheduler_->Submit(request);  // no worker has attached yet
+  ASSERT_FALSE(before.ok());
+  EXPECT_NE(before.status().message().find("job 0: model 'm' is served by no worker"),
+            std::string::npos)
+      << before.status().ToString();
+
+  FakeLink link;
+  Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  scheduler_->Detach("w1", 1);  // known, though not connected now
+  request.jobs = {TokenJob("a", "m"), TokenJob("typo", "mm")};
+  auto typo = scheduler_->Submit(request);
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("job 1: model 'mm' is served by no worker that has "
+                                         "attached (known: m)"),
+            std::string::npos)
+      << typo.status().ToString();
+  EXPECT_EQ(typo.status().message().find("job 0"), std::string::npos) << typo.status().ToString();
+  EXPECT_TRUE(scheduler_->ListJobs({}, 0, 10)->jobs.empty());
+
+  NewScheduler();  // a restart remembers the workers' models
+  request.jobs = {TokenJob("a", "m")};
+  EXPECT_TRUE(scheduler_->Submit(request).ok());
+  EXPECT_EQ(scheduler_->KnownModels(), (std::set<std::string>{"m"}));
+
+  allow_unknown_models_ = true;
+  NewScheduler();
+  request.jobs = {TokenJob("b", "not-yet")};
+  EXPECT_TRUE(scheduler_->Submit(request).ok());
+}
+
 TEST_F(SchedulerTest, APromptOverTheContextIsRefusedAtSubmitOrFailsWhenValidatedLater) {
   // Submitted before any worker: accepted and held, then failed with the reason.
   auto early = Submit({TokenJob("long", "m", 8, 5), TokenJob("short", "m", 2, 2)});
@@ -249,6 +287,28 @@ TEST_F(SchedulerTest, APromptOverTheContextIsRefusedAtSubmitOrFailsWhenValidated
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("job 1: prompt of 8 tokens"), std::string::npos)
       << refused.status().message();
+}
+
+TEST_F(SchedulerTest, CheckJobsFindsWhatSubmitWouldRefuseAndStoresNothing) {
+  allow_unknown_models_ = false;
+  NewScheduler();
+  FakeLink link;
+  Attach(Worker("w1", 1 << 20, {Offer("m", 1000, /*max_context=*/10)}), &link);
+  JobSpec empty = TokenJob("e", "m");
+  empty.prompt_token_ids.clear();
+  std::vector<JobSpec> jobs = {TokenJob("fine", "m", 2, 2), TokenJob("long", "m", 8, 5),
+                               TokenJob("typo", "n"), empty, TokenJob("fine", "m", 2, 0)};
+  const std::vector<JobProblem> problems = scheduler_->CheckJobs(jobs);
+  std::vector<size_t> indices;
+  for (const JobProblem& p : problems) indices.push_back(p.index);
+  EXPECT_EQ(indices, (std::vector<size_t>{1, 2, 3, 4})) << FormatJobProblems(problems);
+  EXPECT_NE(FormatJobProblems(problems).find("job 1: prompt of 8 tokens + 5 new tokens"),
+            std::string::npos)
+      << FormatJobProblems(problems);
+  EXPECT_EQ(jobs[4].max_new_tokens, 16);  // the default is filled, as Submit fills it
+  EXPECT_TRUE(scheduler_->ListJobs({}, 0, 10)->jobs.empty());
+  std::vector<JobSpec> good = {TokenJob("a", "m", 2, 2)};
+  EXPECT_TRUE(scheduler_->CheckJobs(good).empty());
 }
 
 TEST_F(SchedulerTest, TextPromptsAndLabelsAreTokenisedWithTheUploadedTokenizer) {

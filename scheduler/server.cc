@@ -14,6 +14,9 @@
 #include <thread>
 
 #include "common/metrics_http.h"
+#include "scheduler/http/api_store.h"
+#include "scheduler/http/batch_api.h"
+#include "scheduler/http/http_server.h"
 #include "scheduler/metrics.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/service.h"
@@ -103,6 +106,29 @@ StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note)
   return config.listen;
 }
 
+StatusOr<HttpBind> HttpBindAddress(const ServerConfig& config, std::string* note) {
+  std::string host, port;
+  NS_RETURN_IF_ERROR(SplitAddress(config.http_listen, &host, &port).Prefixed("--http-listen"));
+  HttpBind bind;
+  bind.port = std::atoi(port.c_str());
+  if (port.size() > 5 || bind.port > 65535) {
+    return InvalidArgument("--http-listen port " + port + " is not a port");
+  }
+  if (config.http_max_upload_bytes < 1 || config.http_max_batch_requests < 1) {
+    return InvalidArgument(
+        "--http-max-upload-bytes and --http-max-batch-requests must be positive");
+  }
+  bind.host = host.empty() ? "0.0.0.0" : host == "localhost" ? "127.0.0.1" : host;
+  const bool loopback = bind.host == "::1" || bind.host.rfind("127.", 0) == 0;
+  if (config.client_token.empty() && !loopback) {
+    *note = "no tokens configured: the Batch API listens on loopback 127.0.0.1:" + port +
+            " only, not on " + config.http_listen +
+            " (set --client-token and --worker-token to serve other hosts)";
+    bind.host = "127.0.0.1";
+  }
+  return bind;
+}
+
 Status RunServer(const ServerConfig& config) {
   std::string note;
   NS_ASSIGN_OR_RETURN(std::string address, BindAddress(config, &note));
@@ -124,6 +150,7 @@ Status RunServer(const ServerConfig& config) {
   options.lease_ms = static_cast<int64_t>(config.lease_seconds * 1000);
   options.heartbeat_ms = static_cast<int64_t>(config.heartbeat_seconds * 1000);
   options.max_attempts = static_cast<int32_t>(config.max_attempts);
+  options.allow_unknown_models = config.allow_unknown_models;
   options.tokenizer_cache_dir =
       config.tokenizer_cache.empty() ? config.db_path + ".tokenizers" : config.tokenizer_cache;
   Scheduler scheduler(store.get(), SystemClock(), options);
@@ -140,6 +167,39 @@ Status RunServer(const ServerConfig& config) {
     NS_ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(metrics_options, registry));
     std::cerr << "nightshift-scheduler: metrics listening on " << metrics_options.address << ":"
               << metrics_server->port() << std::endl;
+  }
+
+  // The OpenAI Batch API over HTTP, when asked for.
+  std::unique_ptr<http::ApiStore> api_store;
+  std::unique_ptr<http::BatchApi> batch_api;
+  std::unique_ptr<http::HttpServer> http_server;
+  std::string http_host;
+  if (!config.http_listen.empty()) {
+    std::string http_note;
+    NS_ASSIGN_OR_RETURN(HttpBind bind, HttpBindAddress(config, &http_note));
+    if (!http_note.empty()) std::cerr << "nightshift-scheduler: " << http_note << std::endl;
+    const std::string files_dir =
+        config.http_files_dir.empty() ? config.db_path + ".files" : config.http_files_dir;
+    NS_ASSIGN_OR_RETURN(api_store, http::ApiStore::Open(config.db_path, files_dir, SystemClock()));
+    http::BatchApiOptions api_options;
+    api_options.client_token = config.client_token;
+    api_options.worker_token = config.worker_token;
+    api_options.max_upload_bytes = config.http_max_upload_bytes;
+    api_options.max_batch_requests = config.http_max_batch_requests;
+    batch_api = std::make_unique<http::BatchApi>(&scheduler, store.get(), api_store.get(),
+                                                 SystemClock(), api_options);
+    http::HttpServerOptions http_options;
+    http_options.host = bind.host;
+    http_host = bind.host.find(':') == std::string::npos ? bind.host : "[" + bind.host + "]";
+    http_options.port = bind.port;
+    http_options.tls_cert = config.tls_cert;
+    http_options.tls_key = config.tls_key;
+    http::BatchApi* api = batch_api.get();
+    NS_ASSIGN_OR_RETURN(http_server,
+                        http::HttpServer::Start(http_options, [api](const http::HttpRequest& r) {
+                          return api->Handle(r);
+                        }));
+    batch_api->Start();
   }
 
   ServiceOptions service_options;
@@ -174,6 +234,10 @@ Status RunServer(const ServerConfig& config) {
   std::cout << "nightshift-scheduler " << SchedulerVersion() << " listening on " << bound
             << " (database " << config.db_path << ", schema " << store->schema_version() << ")"
             << std::endl;
+  if (http_server != nullptr) {
+    std::cout << "http listening on " << http_host << ":" << http_server->port()
+              << (config.tls_cert.empty() ? "" : " (TLS)") << std::endl;
+  }
 
   // Leases expire on a timer finer than the lease.
   std::mutex mu;
@@ -192,6 +256,8 @@ Status RunServer(const ServerConfig& config) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   std::cerr << "nightshift-scheduler: signal " << signal_number << ", shutting down" << std::endl;
+  if (http_server != nullptr) http_server->Stop();
+  if (batch_api != nullptr) batch_api->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -24,6 +24,16 @@ struct ServerConfig {
   // Prometheus /metrics on this port (0 picks a free one; -1 = not served),
   // on 127.0.0.1 when gRPC listens on loopback, else on 0.0.0.0.
   int64_t metrics_port = -1;
+  // The OpenAI Batch API over HTTP (scheduler/http/) on this host:port
+  // ("" = not served; port 0 picks one), with TLS when tls_cert is set and,
+  // like gRPC, on loopback only without tokens.
+  std::string http_listen;
+  std::string http_files_dir;                   // "" = <db_path>.files
+  int64_t http_max_upload_bytes = 200'000'000;  // OpenAI's 200 MB
+  int64_t http_max_batch_requests = 50'000;     // OpenAI's limit
+  // Take jobs for models no worker has advertised yet (queues filled before
+  // their workers start); by default such a job is a line error.
+  bool allow_unknown_models = false;
 };
 
 // The scheduler's version string.
@@ -39,9 +49,19 @@ bool IsLoopback(const std::string& address);
 // metrics port outside -1..65535.
 StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note);
 
+// The host and port the Batch API binds for config.http_listen: without
+// tokens a non-loopback host becomes 127.0.0.1 (`note` says so); "localhost"
+// is 127.0.0.1. InvalidArgument for a malformed address or limits below 1.
+struct HttpBind {
+  std::string host;
+  int port = 0;
+};
+StatusOr<HttpBind> HttpBindAddress(const ServerConfig& config, std::string* note);
+
 // Serves until SIGINT or SIGTERM. Prints "listening on HOST:PORT" (with the
 // real port) on stdout once it accepts calls, and, with a metrics port,
-// "metrics listening on HOST:PORT" on stderr before that. Returns the startup error, if
+// "metrics listening on HOST:PORT" on stderr before that, and with
+// http_listen "http listening on HOST:PORT" on stdout after it. Returns the startup error, if
 // any (the database is newer than this scheduler, the port is taken, ...).
 Status RunServer(const ServerConfig& config);
 

@@ -51,5 +51,32 @@ TEST(ServerConfigTest, RefusesHalfConfigurations) {
   EXPECT_EQ(BindAddress(bad_address, &note).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ServerConfigTest, TheBatchApiBindsLikeGrpc) {
+  ServerConfig config;
+  config.http_listen = "0.0.0.0:8080";
+  std::string note;
+  auto bind = HttpBindAddress(config, &note);
+  ASSERT_TRUE(bind.ok()) << bind.status().ToString();
+  EXPECT_EQ(bind->host, "127.0.0.1");  // no tokens: loopback only
+  EXPECT_EQ(bind->port, 8080);
+  EXPECT_NE(note.find("loopback"), std::string::npos);
+  config.client_token = "c";
+  config.worker_token = "w";
+  note.clear();
+  EXPECT_EQ(HttpBindAddress(config, &note)->host, "0.0.0.0");
+  EXPECT_EQ(note, "");
+  config.http_listen = "localhost:0";
+  EXPECT_EQ(HttpBindAddress(config, &note)->host, "127.0.0.1");
+  config.http_listen = "[::1]:0";
+  EXPECT_EQ(HttpBindAddress(config, &note)->host, "::1");
+  for (const char* bad : {"8080", "host:", "h:99999", "h:12a"}) {
+    config.http_listen = bad;
+    EXPECT_EQ(HttpBindAddress(config, &note).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  config.http_listen = "127.0.0.1:0";
+  config.http_max_upload_bytes = 0;
+  EXPECT_EQ(HttpBindAddress(config, &note).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace nightshift::scheduler

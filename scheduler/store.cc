@@ -368,7 +368,8 @@ StatusOr<JobPage> Store::ListJobs(const JobFilter& filter, int64_t after_id, int
   return page;
 }
 
-StatusOr<std::vector<JobChange>> Store::CancelWhere(const std::string& where_sql, int64_t id) {
+StatusOr<std::vector<JobChange>> Store::CancelWhere(const std::string& where_sql, int64_t id,
+                                                    const std::string& reason) {
   std::vector<JobChange> changes;
   {
     Query q(*db_,
@@ -383,7 +384,7 @@ StatusOr<std::vector<JobChange>> Store::CancelWhere(const std::string& where_sql
       NS_ASSIGN_OR_RETURN(change.from, ParseJobState(q.Text(2)));
       change.batch_id = q.Int(3);
       change.worker_id = q.Text(4);
-      change.reason = "cancelled";
+      change.reason = reason;
       changes.push_back(std::move(change));
     }
     NS_RETURN_IF_ERROR(q.status());
@@ -399,14 +400,14 @@ StatusOr<std::vector<JobChange>> Store::CancelWhere(const std::string& where_sql
   return changes;
 }
 
-StatusOr<std::vector<JobChange>> Store::CancelSubmission(int64_t id) {
+StatusOr<std::vector<JobChange>> Store::CancelSubmission(int64_t id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   Transaction tx(*db_);
   NS_RETURN_IF_ERROR(tx.begin_status());
   Query seal(*db_, "UPDATE submissions SET sealed = 1 WHERE id = ?");
   NS_RETURN_IF_ERROR(seal.Bind(1, id).Run());
   if (db_->Changes() == 0) return NotFound("no submission " + std::to_string(id));
-  NS_ASSIGN_OR_RETURN(auto changes, CancelWhere("submission_id = ?", id));
+  NS_ASSIGN_OR_RETURN(auto changes, CancelWhere("submission_id = ?", id, reason));
   NS_RETURN_IF_ERROR(tx.Commit());
   return changes;
 }
@@ -416,7 +417,7 @@ StatusOr<std::vector<JobChange>> Store::CancelJob(int64_t id) {
   Transaction tx(*db_);
   NS_RETURN_IF_ERROR(tx.begin_status());
   NS_RETURN_IF_ERROR(ReadJob(id).status());
-  NS_ASSIGN_OR_RETURN(auto changes, CancelWhere("id = ?", id));
+  NS_ASSIGN_OR_RETURN(auto changes, CancelWhere("id = ?", id, "cancelled"));
   NS_RETURN_IF_ERROR(tx.Commit());
   return changes;
 }

@@ -175,11 +175,13 @@ class Store {
   // Jobs with id > after_id matching the filter, in id order (= input order
   // within a submission), at most `limit`.
   StatusOr<JobPage> ListJobs(const JobFilter& filter, int64_t after_id, int limit);
-  // Cancels every unfinished job of the submission (seals it too) / one job.
+  // Cancels every unfinished job of the submission (seals it too; each job
+  // keeps `reason`) / one job.
   // Returns the changes; leased or running ones carry their batch, whose
   // worker must be told. Finished jobs are left alone. NotFound for an
   // unknown id.
-  StatusOr<std::vector<JobChange>> CancelSubmission(int64_t id);
+  StatusOr<std::vector<JobChange>> CancelSubmission(int64_t id,
+                                                    const std::string& reason = "cancelled");
   StatusOr<std::vector<JobChange>> CancelJob(int64_t id);
 
   // ---- tokenisation
@@ -268,7 +270,8 @@ class Store {
   // spent) and then the batch as `end`.
   StatusOr<std::vector<JobChange>> EndBatchJobs(int64_t batch_id, BatchState end,
                                                 bool costs_attempt);
-  StatusOr<std::vector<JobChange>> CancelWhere(const std::string& where_sql, int64_t id);
+  StatusOr<std::vector<JobChange>> CancelWhere(const std::string& where_sql, int64_t id,
+                                               const std::string& reason);
   // An active batch ends as `end` (with only_if_empty, only when no job is
   // in it any more); a batch that is not active is left as it is.
   Status EndBatch(int64_t batch_id, BatchState end, bool only_if_empty);

@@ -87,8 +87,60 @@ std::vector<std::string> JobProblems(JobSpec& job, const SubmitLimits& limits) {
 
 }  // namespace
 
+std::string UnknownModelProblem(const std::string& model,
+                                const std::set<std::string>& known_models) {
+  if (model.empty() || known_models.count(model) != 0) return "";
+  std::string known;
+  int shown = 0;
+  for (const std::string& name : known_models) {
+    if (shown++ == 8) {
+      known += ", ...";
+      break;
+    }
+    known += (known.empty() ? "" : ", ") + name;
+  }
+  return "model '" + model + "' is served by no worker that has attached (" +
+         (known.empty() ? std::string("none has yet") : "known: " + known) +
+         "); start its worker first, or run the scheduler with --allow-unknown-models";
+}
+
+std::vector<JobProblem> FindJobProblems(std::vector<JobSpec>& jobs, const SubmitLimits& limits,
+                                        const std::vector<std::string>& decode_problems,
+                                        const std::set<std::string>* known_models) {
+  std::vector<JobProblem> found;
+  std::map<std::string, size_t> first_use;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (i < decode_problems.size() && !decode_problems[i].empty()) {
+      found.push_back({i, decode_problems[i]});
+    }
+    for (std::string& p : JobProblems(jobs[i], limits)) found.push_back({i, std::move(p)});
+    if (known_models != nullptr) {
+      std::string unknown = UnknownModelProblem(jobs[i].model, *known_models);
+      if (!unknown.empty()) found.push_back({i, std::move(unknown)});
+    }
+    if (!jobs[i].custom_id.empty()) {
+      auto [it, inserted] = first_use.emplace(jobs[i].custom_id, i);
+      if (!inserted) {
+        found.push_back({i, "duplicate custom_id '" + jobs[i].custom_id + "' (job " +
+                                std::to_string(it->second) + ")"});
+      }
+    }
+  }
+  return found;
+}
+
+std::string FormatJobProblems(const std::vector<JobProblem>& problems) {
+  std::string errors;
+  for (const JobProblem& problem : problems) {
+    if (!errors.empty()) errors += "; ";
+    errors += "job " + std::to_string(problem.index) + ": " + problem.reason;
+  }
+  return errors;
+}
+
 Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits,
-                    const std::vector<std::string>& decode_problems) {
+                    const std::vector<std::string>& decode_problems,
+                    const std::set<std::string>* known_models) {
   if (jobs.empty()) return InvalidArgument("the request has no jobs");
   if (static_cast<int64_t>(jobs.size()) > limits.max_jobs_per_request) {
     return InvalidArgument("the request has " + std::to_string(jobs.size()) + " jobs; at most " +
@@ -99,27 +151,9 @@ Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const Sub
     return InvalidArgument("the request is " + std::to_string(request_bytes) + " bytes; at most " +
                            std::to_string(limits.max_request_bytes) + " (send it in chunks)");
   }
-  std::string errors;
-  std::map<std::string, size_t> first_use;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    std::vector<std::string> problems;
-    if (i < decode_problems.size() && !decode_problems[i].empty()) {
-      problems.push_back(decode_problems[i]);
-    }
-    for (std::string& p : JobProblems(jobs[i], limits)) problems.push_back(std::move(p));
-    if (!jobs[i].custom_id.empty()) {
-      auto [it, inserted] = first_use.emplace(jobs[i].custom_id, i);
-      if (!inserted) {
-        problems.push_back("duplicate custom_id '" + jobs[i].custom_id + "' (job " +
-                           std::to_string(it->second) + ")");
-      }
-    }
-    for (const std::string& problem : problems) {
-      if (!errors.empty()) errors += "; ";
-      errors += "job " + std::to_string(i) + ": " + problem;
-    }
-  }
-  if (!errors.empty()) return InvalidArgument(errors);
+  const std::vector<JobProblem> problems =
+      FindJobProblems(jobs, limits, decode_problems, known_models);
+  if (!problems.empty()) return InvalidArgument(FormatJobProblems(problems));
   return Status::Ok();
 }
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -32,9 +34,33 @@ struct SubmitLimits {
 // -1 is out of range [1, 1048576]; job 7: duplicate custom_id 'a' (job 2)".
 // `decode_problems`, when not empty, holds one entry per job: what was
 // already wrong while decoding it from the wire (e.g. an unsupported url),
-// "" for none; those are listed with the rest.
+// "" for none; those are listed with the rest. `known_models`, when not
+// null, is every model a worker has advertised: a job naming another one is
+// bad ("model 'lama' is served by no worker ..."), so a typo is refused at
+// once instead of waiting in the queue all night.
 Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits,
-                    const std::vector<std::string>& decode_problems = {});
+                    const std::vector<std::string>& decode_problems = {},
+                    const std::set<std::string>* known_models = nullptr);
+
+// One problem of one job: its index in the list and the reason.
+struct JobProblem {
+  size_t index = 0;
+  std::string reason;
+};
+
+// The per-job half of ValidateJobs (everything but the request's size), as
+// a list in job order: empty when every job is fine. Fills the same defaults.
+std::vector<JobProblem> FindJobProblems(std::vector<JobSpec>& jobs, const SubmitLimits& limits,
+                                        const std::vector<std::string>& decode_problems = {},
+                                        const std::set<std::string>* known_models = nullptr);
+
+// "job 3: reason; job 7: reason".
+std::string FormatJobProblems(const std::vector<JobProblem>& problems);
+
+// The problem of a job naming `model` when only `known_models` are served:
+// "" when it is one of them.
+std::string UnknownModelProblem(const std::string& model,
+                                const std::set<std::string>& known_models);
 
 // The context check at tokenisation, the API's rule: prompt + max new tokens
 // (or + label tokens) must fit `max_context_tokens` (0 = unknown: no check).

@@ -143,6 +143,21 @@ TEST(ValidateTest, DecodeProblemsAreListedWithTheRest) {
   EXPECT_EQ(status.message(), "job 0: unsupported url '/v1/x'; job 1: custom_id is empty");
 }
 
+TEST(ValidateTest, AnUnknownModelIsNamedWithTheKnownOnes) {
+  std::vector<JobSpec> jobs = {TokenJob("a", "llama"), TokenJob("b", "lama"), TokenJob("c", "")};
+  const std::set<std::string> known = {"llama", "qwen"};
+  Status status = ValidateJobs(jobs, 10, SubmitLimits{}, {}, &known);
+  EXPECT_EQ(status.message(),
+            "job 1: model 'lama' is served by no worker that has attached (known: llama, qwen); "
+            "start its worker first, or run the scheduler with --allow-unknown-models; job 2: "
+            "model is empty");
+  EXPECT_TRUE(ValidateJobs(jobs, 10, SubmitLimits{}, {}, nullptr).message().find("lama") ==
+              std::string::npos);
+  const std::set<std::string> none;
+  EXPECT_NE(UnknownModelProblem("x", none).find("(none has yet)"), std::string::npos);
+  EXPECT_EQ(UnknownModelProblem("qwen", known), "");
+}
+
 TEST(ValidateTest, OversizedOrEmptyRequestsAreRefused) {
   SubmitLimits limits;
   limits.max_jobs_per_request = 2;

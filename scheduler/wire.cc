@@ -45,45 +45,6 @@ void ToProto(const ModelOffer& m, double measured, v1::ModelInfo* out) {
 
 }  // namespace
 
-JobSpec FromProto(const v1::JobRequest& r, std::string* problem) {
-  JobSpec spec;
-  spec.custom_id = r.custom_id();
-  spec.model = r.model();
-  auto endpoint = ParseEndpointUrl(r.url());
-  if (endpoint.ok()) {
-    spec.endpoint = *endpoint;
-  } else {
-    *problem = endpoint.status().message();
-  }
-  switch (r.prompt_case()) {
-    case v1::JobRequest::kText:
-      spec.prompt_kind = PromptKind::kText;
-      spec.prompt_text = r.text();
-      break;
-    case v1::JobRequest::kChat:
-      spec.prompt_kind = PromptKind::kChat;
-      for (const auto& m : r.chat().messages()) spec.messages.push_back({m.role(), m.content()});
-      break;
-    case v1::JobRequest::kTokenIds:
-      spec.prompt_kind = PromptKind::kTokenIds;
-      spec.prompt_token_ids.assign(r.token_ids().ids().begin(), r.token_ids().ids().end());
-      break;
-    case v1::JobRequest::PROMPT_NOT_SET:
-      // Validation reports the missing prompt in the url's own terms.
-      spec.prompt_kind =
-          spec.endpoint == Endpoint::kChatCompletions ? PromptKind::kChat : PromptKind::kText;
-      break;
-  }
-  spec.max_new_tokens = r.max_new_tokens();
-  spec.sampling = FromProto(r.sampling());
-  spec.stop.assign(r.stop().begin(), r.stop().end());
-  spec.labels.assign(r.labels().begin(), r.labels().end());
-  spec.logprobs = r.logprobs();
-  spec.top_logprobs = r.top_logprobs();
-  spec.priority = r.priority();
-  return spec;
-}
-
 SubmitRequest FromProto(const v1::SubmitJobsRequest& request) {
   SubmitRequest out;
   out.submission_id = request.submission_id();

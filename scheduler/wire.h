@@ -14,7 +14,7 @@
 
 namespace nightshift::scheduler::wire {
 
-// The contract's conversions (JobOutput, TokenizerFiles, PassProgress, ...).
+// The contract's conversions (JobRequest, JobOutput, TokenizerFiles, PassProgress, ...).
 using api::wire::FromProto;
 using api::wire::ToProto;
 
@@ -22,9 +22,6 @@ v1::JobState ToProto(JobState state);
 // nullopt for JOB_STATE_UNSPECIFIED.
 std::optional<JobState> FromProto(v1::JobState state);
 
-// A job request as a spec. What cannot even be decoded (an unsupported url)
-// goes into `problem`; ValidateJobs lists it with the rest.
-JobSpec FromProto(const v1::JobRequest& request, std::string* problem);
 SubmitRequest FromProto(const v1::SubmitJobsRequest& request);
 
 void ToProto(const JobView& view, v1::Job* out);

@@ -73,7 +73,7 @@ TEST(BatchInputTest, ParsesTheValidFixtureFieldByField) {
   const v1::JobRequest& ids = input.jobs[3];
   ASSERT_EQ(ids.token_ids().ids_size(), 3);
   EXPECT_EQ(ids.token_ids().ids(2), 3);
-  EXPECT_FALSE(ids.sampling().has_temperature());
+  EXPECT_DOUBLE_EQ(ids.sampling().temperature(), 1.0);  // left out: the API's default
 }
 
 TEST(BatchInputTest, ModelOverrideAndPriorityApplyToEveryLine) {

@@ -38,6 +38,16 @@ StatusOr<int64_t> ParseId(const std::string& text, const std::string& what) {
   return id;
 }
 
+StatusOr<int64_t> ParseSubmissionId(const std::string& text) {
+  constexpr std::string_view kBatch = "batch_";
+  const bool batch = text.compare(0, kBatch.size(), kBatch) == 0;
+  auto id = ParseId(batch ? text.substr(kBatch.size()) : text, "SUBMISSION");
+  if (!id.ok()) {
+    return InvalidArgument("SUBMISSION '" + text + "' is not a submission id (7, or batch_7)");
+  }
+  return id;
+}
+
 StatusOr<std::string> OnePositional(const std::vector<std::string>& positional,
                                     const std::string& what) {
   if (positional.size() != 1) {
@@ -55,7 +65,7 @@ StatusOr<SubmissionOrJob> PickSubmissionOrJob(const FlagSet& flags, int64_t job_
   }
   NS_ASSIGN_OR_RETURN(std::string text,
                       OnePositional(flags.positional(), "SUBMISSION (or --job ID)"));
-  NS_ASSIGN_OR_RETURN(int64_t id, ParseId(text, "SUBMISSION"));
+  NS_ASSIGN_OR_RETURN(int64_t id, ParseSubmissionId(text));
   return SubmissionOrJob{id, 0};
 }
 

@@ -26,6 +26,15 @@ int CallFailed(const char* command, const std::string& what, const grpc::Status&
 // A positive id from a positional argument; InvalidArgument naming `what`.
 StatusOr<int64_t> ParseId(const std::string& text, const std::string& what);
 
+// What every command taking a SUBMISSION says about it in --help.
+inline constexpr const char kSubmissionHelp[] =
+    "SUBMISSION is the id `submit` printed, or batch_<id> as the HTTP Batch API names the "
+    "same submission.\n";
+
+// A submission id as a user gives it: "7", or "batch_7" as the HTTP Batch
+// API names the same submission. InvalidArgument otherwise.
+StatusOr<int64_t> ParseSubmissionId(const std::string& text);
+
 // The single positional argument; InvalidArgument when there are none or
 // several ("give one SUBMISSION").
 StatusOr<std::string> OnePositional(const std::vector<std::string>& positional,

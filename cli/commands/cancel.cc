@@ -21,7 +21,7 @@ int RunCancel(int argc, char** argv) {
   FlagSet flags("nightshift cancel (SUBMISSION | --job ID) [--json]",
                 std::string("Cancels a submission's unfinished jobs, or one job. Finished jobs "
                             "keep their results.\n") +
-                    kConnectionHelp);
+                    kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &connection);
   flags.Int("job", &job_id, "cancel this job only", "ID");
   flags.Bool("json", &json, "print the resulting Submission or Job as JSON");

@@ -1,5 +1,7 @@
 // `nightshift list`: jobs, filtered by submission, state and model, oldest
-// first, as a table or (--json) one Job per line.
+// first, as a table or (--json) one JSON document {"jobs": [Job, ...]}
+// (with an empty list when nothing matches). The table's header is printed
+// with the first page, so an error prints none.
 #if NIGHTSHIFT_HAVE_CLI_CLIENT
 #include <algorithm>
 #include <cctype>
@@ -47,17 +49,24 @@ void PrintRow(const v1::Job& job) {
 
 int RunList(int argc, char** argv) {
   ListFlags f;
-  FlagSet flags("nightshift list [--submission N] [--state S] [--model M] [--limit N] [--json]",
+  FlagSet flags("nightshift list [--submission ID] [--state S] [--model M] [--limit N] [--json]",
                 std::string("Lists jobs, oldest first.\n") + kConnectionHelp);
   AddConnectionFlags(flags, &f.connection);
-  flags.Int("submission", &f.submission, "only this submission's jobs");
+  std::string submission;
+  flags.String("submission", &submission, "only this submission's jobs (7 or batch_7)", "ID");
   flags.String("state", &f.state, "only jobs in this state (queued, leased, running, ...)", "S");
   flags.String("model", &f.model, "only this model's jobs", "NAME");
   flags.Int("limit", &f.limit, "at most this many jobs (default 100; 0 = all)");
-  flags.Bool("json", &f.json, "one Job message per line as JSON");
+  flags.Bool("json", &f.json,
+             "print one JSON document {\"jobs\": [Job, ...]} (an empty list when none match)");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (!flags.positional().empty()) {
     return Fail(kName, InvalidArgument("unexpected argument '" + flags.positional()[0] + "'"));
+  }
+  if (!submission.empty()) {
+    auto id = ParseSubmissionId(submission);
+    if (!id.ok()) return Fail(kName, id.status());
+    f.submission = *id;
   }
   auto state = ParseState(f.state);
   if (!state.ok()) return Fail(kName, state.status());
@@ -70,27 +79,38 @@ int RunList(int argc, char** argv) {
   request.set_state(*state);
   request.set_model(f.model);
   request.set_with_output(f.json);
-  if (!f.json) {
-    std::printf("%-8s %-6s %-20s %-12s %-10s %-10s %s\n", "JOB", "SUB", "CUSTOM_ID", "MODEL",
-                "STATE", "WORKER", "REASON");
-  }
   int64_t shown = 0;
+  bool started = false;  // the header or the document's opening is out
   do {
     request.set_page_size(
         static_cast<int32_t>(f.limit == 0 ? 1000 : std::min<int64_t>(1000, f.limit - shown)));
     v1::ListJobsResponse response;
     grpc::Status status = client->stub->ListJobs(client->Context().get(), request, &response);
-    if (!status.ok()) return CallFailed(kName, "listing jobs", status);
+    if (!status.ok()) {
+      if (started && f.json) std::cout << "]}" << std::endl;  // what was printed stays valid
+      return CallFailed(kName, "listing jobs", status);
+    }
+    if (!started) {
+      if (f.json) {
+        std::cout << "{\"jobs\": [";
+      } else {
+        std::printf("%-8s %-6s %-20s %-12s %-10s %-10s %s\n", "JOB", "SUB", "CUSTOM_ID", "MODEL",
+                    "STATE", "WORKER", "REASON");
+      }
+      started = true;
+    }
     for (const v1::Job& job : response.jobs()) {
       if (f.json) {
-        std::cout << MessageJson(job) << "\n";
+        std::cout << (shown == 0 ? "\n" : ",\n") << MessageJson(job);
       } else {
         PrintRow(job);
       }
       ++shown;
     }
+    std::fflush(stdout);
     request.set_page_token(response.next_page_token());
   } while (!request.page_token().empty() && (f.limit == 0 || shown < f.limit));
+  if (f.json) std::cout << (shown == 0 ? "]}" : "\n]}") << "\n";
   std::cout << std::flush;
   return kExitOk;
 }

@@ -68,7 +68,7 @@ int RunResults(int argc, char** argv) {
                             "status_code 500 and error {code: job_failed, message}; cancelled "
                             "ones with 409 and job_cancelled. Refuses an unfinished submission "
                             "unless --partial.\n") +
-                    kConnectionHelp);
+                    kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &f.connection);
   flags.String("output", &f.output, "the output file, also -o (default: standard output)", "FILE");
   flags.Bool("partial", &f.partial, "write the jobs finished so far of an unfinished submission");
@@ -76,7 +76,7 @@ int RunResults(int argc, char** argv) {
   if (int rc = ParseOrExit(flags, argc, args.data()); rc >= 0) return rc;
   auto text = OnePositional(flags.positional(), "SUBMISSION");
   if (!text.ok()) return Fail(kName, text.status());
-  auto id = ParseId(*text, "SUBMISSION");
+  auto id = ParseSubmissionId(*text);
   if (!id.ok()) return Fail(kName, id.status());
   auto client = Dial(flags, f.connection);
   if (!client.ok()) return Fail(kName, client.status());

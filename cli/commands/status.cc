@@ -34,7 +34,7 @@ int RunStatus(int argc, char** argv) {
   bool json = false, utc = false;
   FlagSet flags("nightshift status (SUBMISSION | --job ID) [--json] [--utc]",
                 std::string("Shows a submission (job counts, ETA, running batches) or one job.\n") +
-                    kConnectionHelp);
+                    kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &connection);
   flags.Int("job", &job_id, "show this job instead of a submission", "ID");
   flags.Bool("json", &json, "print the Submission or Job message as JSON");

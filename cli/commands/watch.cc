@@ -80,7 +80,7 @@ int RunWatch(int argc, char** argv) {
                 std::string("Follows a submission until every job has finished: a live progress "
                             "bar on a terminal, one line per change otherwise. Exits 0 when every "
                             "job succeeded, 1 when some failed or were cancelled.\n") +
-                    kConnectionHelp);
+                    kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &f.connection);
   flags.Bool("json", &f.json, "print each event (a Submission snapshot and its changes) as JSON");
   flags.Bool("plain", &f.plain, "plain lines even on a terminal");
@@ -90,7 +90,7 @@ int RunWatch(int argc, char** argv) {
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   auto text = OnePositional(flags.positional(), "SUBMISSION");
   if (!text.ok()) return Fail(kName, text.status());
-  auto id = ParseId(*text, "SUBMISSION");
+  auto id = ParseSubmissionId(*text);
   if (!id.ok()) return Fail(kName, id.status());
   auto client = Dial(flags, f.connection);
   if (!client.ok()) return Fail(kName, client.status());

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -170,13 +171,24 @@ Cluster::Cluster(std::string dir) : dir_(std::move(dir)) {}
 
 Cluster::~Cluster() = default;  // each Process kills and reaps its child
 
-std::string Cluster::StartScheduler(double lease_seconds, const std::string& listen) {
+std::string Cluster::StartScheduler(double lease_seconds, const std::string& listen,
+                                    const std::vector<std::string>& extra) {
   const std::string log = file("scheduler-" + std::to_string(++scheduler_starts_) + ".log");
-  scheduler_ = Process::Start(
-      testutil::SchedulerArgv(file("state.db"), std::to_string(lease_seconds), "0.2", listen), log);
+  std::vector<std::string> argv =
+      testutil::SchedulerArgv(file("state.db"), std::to_string(lease_seconds), "0.2", listen);
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  scheduler_ = Process::Start(argv, log);
   if (scheduler_ == nullptr) return "cannot spawn " + BinPath("nightshift-scheduler");
   address_ = testutil::WaitForListenAddress(*scheduler_, 30);
   if (address_.empty()) return "the scheduler did not start:\n" + scheduler_->Log();
+  http_address_.clear();
+  if (std::find(extra.begin(), extra.end(), "--http-listen") != extra.end()) {
+    const std::string needle = "http listening on ";
+    const std::string line = scheduler_->WaitForLine(needle, 10);
+    if (line.empty()) return "the scheduler printed no HTTP address:\n" + scheduler_->Log();
+    const size_t at = line.find(needle) + needle.size();
+    http_address_ = line.substr(at, line.find(' ', at) - at);
+  }
   auto channel = api::Connect({address_, "", false, ""});
   if (!channel.ok()) return "connecting to the scheduler: " + channel.status().ToString();
   jobs_ = v1::JobService::NewStub(*channel);

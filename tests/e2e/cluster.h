@@ -104,7 +104,10 @@ class Cluster {
   // the database `dir/state.db`, --lease-seconds `lease_seconds` and a 0.2 s
   // heartbeat, and waits for it to listen. Returns "" on success (address()
   // is then set), else why it did not start with its log.
-  std::string StartScheduler(double lease_seconds, const std::string& listen = "127.0.0.1:0");
+  // `extra` flags go after those; with --http-listen among them it also
+  // waits for the "http listening on" line (http_address() is then set).
+  std::string StartScheduler(double lease_seconds, const std::string& listen = "127.0.0.1:0",
+                             const std::vector<std::string>& extra = {});
   // SIGKILL, then reap. No-op when no scheduler runs.
   void KillScheduler();
   // The scheduler process last started (nullptr before), e.g. to SIGSTOP it.
@@ -144,6 +147,8 @@ class Cluster {
   std::vector<json> ListJobs(int64_t submission) const;
 
   const std::string& address() const { return address_; }
+  // The Batch API's HOST:PORT when the scheduler serves it, else "".
+  const std::string& http_address() const { return http_address_; }
   const std::string& dir() const { return dir_; }
   std::string file(const std::string& name) const { return dir_ + "/" + name; }
   const std::string& last_error() const { return last_error_; }
@@ -153,6 +158,7 @@ class Cluster {
  private:
   std::string dir_;
   std::string address_;
+  std::string http_address_;
   std::string last_error_;
   std::unique_ptr<Process> scheduler_;
   std::unique_ptr<v1::JobService::Stub> jobs_;

@@ -112,6 +112,11 @@ class ChartTest(unittest.TestCase):
         self.assertIn("--db=/var/lib/nightshift/nightshift.db", c["args"])
         self.assertIn("--listen=0.0.0.0:50051", c["args"])
         self.assertIn("--metrics-port=9090", c["args"])
+        # The Batch API, its files on the PVC beside the database.
+        for arg in ("--http-listen=0.0.0.0:8080", "--http-files-dir=/var/lib/nightshift/files",
+                    "--http-max-upload-bytes=200000000", "--http-max-batch-requests=50000"):
+            self.assertIn(arg, c["args"])
+        self.assertIn({"name": "http", "containerPort": 8080}, c["ports"])
         self.assertEqual(c["readinessProbe"]["grpc"]["port"], 50051)
         self.assertEqual(c["livenessProbe"]["grpc"]["port"], 50051)
         self.assertEqual(c["image"], "ghcr.io/nightshift/nightshift-scheduler:0.1.0")
@@ -119,7 +124,7 @@ class ChartTest(unittest.TestCase):
 
         service = only(objects, "Service", "-scheduler")
         self.assertEqual({p["name"]: p["port"] for p in service["spec"]["ports"]},
-                         {"grpc": 50051, "metrics": 9090})
+                         {"grpc": 50051, "metrics": 9090, "http": 8080})
         self.assertEqual(scheduler["spec"]["serviceName"],
                          only(objects, "Service", "-scheduler-headless")["metadata"]["name"])
 
@@ -179,6 +184,11 @@ class ChartTest(unittest.TestCase):
         for arg in ("--listen=0.0.0.0:7000", "--metrics-port=7001", "--lease-seconds=5",
                     "--max-attempts=5", "--tls-cert=/etc/nightshift/tls/tls.crt"):
             self.assertIn(arg, c["args"])
+        self.assertIn("--http-listen=0.0.0.0:7002", c["args"])
+        self.assertIn("--http-max-upload-bytes=1000000000", c["args"])
+        service = only(objects, "Service", "-scheduler")
+        self.assertIn({"name": "http", "port": 7002, "targetPort": "http"},
+                      service["spec"]["ports"])
         self.assertEqual(c["readinessProbe"]["tcpSocket"]["port"], "grpc")  # no gRPC probe over TLS
         self.assertNotIn("grpc", c["livenessProbe"])
 
@@ -207,6 +217,13 @@ class ChartTest(unittest.TestCase):
         self.assertIn("--device=cpu", w["args"])
         self.assertTrue(w["image"].endswith(":0.1.0-cpu"))
 
+    def test_the_batch_api_can_be_turned_off(self):
+        objects = render("--set", "scheduler.http.enabled=false")
+        c = container(only(objects, "StatefulSet", "-scheduler"))
+        self.assertFalse([a for a in c["args"] if a.startswith("--http-")])
+        service = only(objects, "Service", "-scheduler")
+        self.assertNotIn("http", [p["name"] for p in service["spec"]["ports"]])
+
     def test_existing_secret_is_used_and_not_created(self):
         objects = render("--set", "auth.existingSecret=my-tokens")
         self.assertEqual([o for o in objects if o["kind"] == "Secret"], [])
@@ -219,6 +236,7 @@ class ChartTest(unittest.TestCase):
                 (["--set", "worker.streaming=sometimes"], "worker.streaming"),
                 (["--set", "worker.device=tpu"], "worker.device"),
                 (["--set", "scheduler.grpcPort=70000"], "scheduler.grpcPort"),
+                (["--set", "scheduler.http.port=0"], "scheduler.http.port"),
                 (["--set", "worker.gpu.count=0"], "gpu.count"),
                 (["--set", "worker.models.existingClaim=pvc"], "not both"),
                 (["--set", "tls.enabled=true"], "tls.secretName"),

@@ -43,6 +43,12 @@ class CliEndToEndTest : public ::testing::Test {
                         "--pass-seconds", "0.05", "--fail-custom-id", "doomed"},
                        dir_.file("worker.log"));
     ASSERT_NE(worker_, nullptr);
+    // Jobs may name only models a worker has advertised: wait for its attach.
+    for (int i = 0; i < 400 && scheduler_->Log().find("worker w1 attached") == std::string::npos;
+         ++i) {
+      usleep(50'000);
+    }
+    ASSERT_NE(scheduler_->Log().find("worker w1 attached"), std::string::npos) << worker_->Log();
   }
 
   // Starts the scheduler (by default on a free loopback port) and sets
@@ -208,7 +214,8 @@ TEST_F(CliEndToEndTest, EveryMalformedLineIsListedAndNothingIsSubmitted) {
 
   Outcome list = Nightshift("list --json --limit 0");
   ASSERT_EQ(list.code, 0) << list.err;
-  EXPECT_EQ(list.out, "");  // no job at all reached the scheduler
+  // A valid document with no job at all: none reached the scheduler.
+  EXPECT_EQ(json::parse(list.out, nullptr, false), json({{"jobs", json::array()}})) << list.out;
 }
 
 TEST_F(CliEndToEndTest, ModelOverridePriorityListWorkersEstimate) {
@@ -223,7 +230,10 @@ TEST_F(CliEndToEndTest, ModelOverridePriorityListWorkersEstimate) {
 
   Outcome list = Nightshift("list --json --submission " + std::to_string(id));
   ASSERT_EQ(list.code, 0) << list.err;
-  json job = json::parse(list.out);
+  json listed = json::parse(list.out, nullptr, false);
+  ASSERT_TRUE(listed.is_object()) << list.out;
+  ASSERT_EQ(listed["jobs"].size(), 1u) << list.out;
+  json job = listed["jobs"][0];
   EXPECT_EQ(job["model"], "tiny");
   EXPECT_EQ(job["priority"], 5);
   EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED");
@@ -294,7 +304,7 @@ TEST_F(CliEndToEndTest, CancelEndsWatchWithFailureAndResultsSayCancelled) {
       Submit(Write("one.jsonl", {Completion("one", {{"prompt", "x"}, {"max_tokens", 4000}})}));
   Outcome list = Nightshift("list --json --submission " + std::to_string(other));
   ASSERT_EQ(list.code, 0) << list.err;
-  const std::string job_id = json::parse(list.out)["id"];
+  const std::string job_id = json::parse(list.out)["jobs"][0]["id"];
   EXPECT_EQ(Nightshift("cancel --job " + job_id).out, "job " + job_id + ": CANCELLED\n");
   Outcome status = Nightshift("status --job " + job_id + " --json");
   ASSERT_EQ(status.code, 0) << status.err;
@@ -355,6 +365,63 @@ TEST_F(CliEndToEndTest, WatchRidesOutASchedulerRestart) {
       << watch->Log();
   EXPECT_EQ(watch->Wait(10), 0) << watch->Log();
   EXPECT_NE(watch->Log().find("lost the scheduler"), std::string::npos) << watch->Log();
+}
+
+TEST_F(CliEndToEndTest, AModelNoWorkerServesIsALineErrorNamingTheKnownOnes) {
+  const std::string file =
+      Write("typo.jsonl", {Completion("fine", {{"prompt", "x"}, {"max_tokens", 1}}),
+                           {{"custom_id", "typo"},
+                            {"method", "POST"},
+                            {"url", "/v1/completions"},
+                            {"body", {{"model", "tinny"}, {"prompt", "x"}, {"max_tokens", 1}}}}});
+  Outcome run = Nightshift("submit " + file);
+  EXPECT_EQ(run.code, 1);
+  EXPECT_NE(run.err.find("line 2: model 'tinny' is served by no worker that has attached (known: "
+                         "tiny)"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("line 1:"), std::string::npos) << run.err;
+  Outcome list = Nightshift("list --json");
+  EXPECT_EQ(json::parse(list.out, nullptr, false)["jobs"].size(), 0u) << list.out;
+}
+
+TEST_F(CliEndToEndTest, ListWithManyPagesIsOneDocumentAndAFailedListPrintsNoHeader) {
+  std::vector<json> input;
+  for (int i = 0; i < 3; ++i) {
+    input.push_back(Completion("j" + std::to_string(i), {{"prompt", "x"}, {"max_tokens", 1}}));
+  }
+  const int64_t id = Submit(Write("three.jsonl", input));
+  ASSERT_GT(id, 0);
+  Outcome list = Nightshift("list --json --limit 0 --submission batch_" + std::to_string(id));
+  ASSERT_EQ(list.code, 0) << list.err;
+  json listed = json::parse(list.out, nullptr, false);
+  ASSERT_TRUE(listed.is_object()) << list.out;
+  ASSERT_EQ(listed["jobs"].size(), 3u);
+  EXPECT_EQ(listed["jobs"][2]["custom_id"], "j2");
+
+  scheduler_->Signal(SIGKILL);
+  scheduler_->Wait(10);
+  Outcome table = Nightshift("list");
+  EXPECT_EQ(table.code, 1);
+  EXPECT_EQ(table.out, "") << "no header before the error";
+  EXPECT_NE(table.err.find("nightshift list: listing jobs:"), std::string::npos) << table.err;
+}
+
+TEST_F(CliEndToEndTest, BatchIdsNameTheSameSubmission) {
+  const int64_t id =
+      Submit(Write("one.jsonl", {Completion("a", {{"prompt", "x"}, {"max_tokens", 1}})}));
+  ASSERT_GT(id, 0);
+  const std::string batch = "batch_" + std::to_string(id);
+  EXPECT_EQ(Nightshift("watch " + batch).code, 0);
+  Outcome by_batch = Nightshift("status " + batch + " --json");
+  Outcome by_id = Nightshift("status " + std::to_string(id) + " --json");
+  ASSERT_EQ(by_batch.code, 0) << by_batch.err;
+  EXPECT_EQ(json::parse(by_batch.out)["id"], json::parse(by_id.out)["id"]);
+  const std::string out_file = dir_.file("batch-out.jsonl");
+  ASSERT_EQ(Nightshift("results " + batch + " -o " + out_file).code, 0);
+  EXPECT_EQ(Lines(ReadFile(out_file)).size(), 1u);
+  EXPECT_EQ(Nightshift("status batch_x").code, 2);
+  EXPECT_EQ(Nightshift("status batch_").code, 2);
 }
 
 TEST_F(CliEndToEndTest, UsageErrorsExitTwo) {

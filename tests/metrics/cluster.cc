@@ -97,7 +97,8 @@ std::string MetricsCluster::StartProcess(const std::string& name,
 
 std::string MetricsCluster::StartScheduler() {
   std::vector<std::string> argv = testutil::SchedulerArgv(dir_ + "/state.db", "5", "0.5");
-  argv.insert(argv.end(), {"--metrics-port", "0"});
+  // RunJobs may submit before a just-started worker has attached.
+  argv.insert(argv.end(), {"--metrics-port", "0", "--allow-unknown-models"});
   std::string error = StartProcess("scheduler", argv);
   if (!error.empty()) return error;
   Process& p = *processes_["scheduler"];
