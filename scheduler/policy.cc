@@ -7,9 +7,9 @@
 namespace nightshift::scheduler {
 namespace {
 
-// What is left of one worker while the plan is built.
 constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
 
+// What is left of one worker while the plan is built.
 struct Budget {
   const WorkerSlot* worker = nullptr;
   int64_t kv_bytes_left = 0;
@@ -67,7 +67,7 @@ std::string NeverFits(const QueuedJob& job, const std::vector<WorkerSlot>& worke
   }
   if (most_tokens < 0) return "";
   return "needs " + std::to_string(job.reserved_kv_tokens()) +
-         " tokens of KV cache; the most any worker " + "serving " + job.model + " can hold is " +
+         " tokens of KV cache; the most any worker serving " + job.model + " can hold is " +
          std::to_string(most_tokens) + " (worker " + where + ")";
 }
 
