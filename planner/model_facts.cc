@@ -4,6 +4,10 @@
 
 namespace nightshift::planner {
 
+int DefaultKvDtypeBytes(bool accelerator_path, int projection_dtype_bytes) {
+  return accelerator_path && projection_dtype_bytes == 2 ? 2 : kEngineKvDtypeBytes;
+}
+
 uint64_t KvBytesPerToken(int64_t layers, int64_t kv_heads, int64_t head_dim, int kv_dtype_bytes) {
   if (layers <= 0 || kv_heads <= 0 || head_dim <= 0 || kv_dtype_bytes <= 0) return 0;
   return 2ull * static_cast<uint64_t>(layers) * static_cast<uint64_t>(kv_heads) *

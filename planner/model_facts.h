@@ -29,11 +29,15 @@
 
 namespace nightshift::planner {
 
-// The engine keeps its KV cache in float32 by default (and charges its KV
-// budget so; --kv-dtype bf16 halves it); the worker advertises KV bytes in
-// the dtype its engine uses, so that the scheduler's sizing and the engine's
-// admission agree. PassTokenBytes prices a pass's transient K/V in float32.
+// The KV cache's dtype when none is named (`--kv-dtype auto`, the default):
+// on the CPU path float32 (kEngineKvDtypeBytes); on the accelerator path the
+// projections' 16-bit dtype (BF16 or F16 weights: 2 bytes, half the bytes
+// per token, twice the jobs in a KV budget), float32 for float32 weights.
+// The worker advertises KV bytes in the dtype its engine uses, so that the
+// scheduler's sizing and the engine's admission agree. PassTokenBytes prices
+// a pass's transient K/V in float32.
 inline constexpr int kEngineKvDtypeBytes = 4;
+int DefaultKvDtypeBytes(bool accelerator_path, int projection_dtype_bytes);
 
 // K and V of one token across all layers: 2 x layers x kv_heads x head_dim x
 // kv_dtype_bytes. 0 when any factor is not positive.

@@ -30,6 +30,13 @@ TEST(KvBytesPerTokenTest, KAndVOfEveryLayer) {
   EXPECT_EQ(KvBytesPerToken(32, 8, 128, 0), 0u);
 }
 
+TEST(DefaultKvDtypeBytesTest, SixteenBitOnlyOnTheAcceleratorPathForSixteenBitWeights) {
+  EXPECT_EQ(DefaultKvDtypeBytes(/*accelerator_path=*/false, 2), 4);
+  EXPECT_EQ(DefaultKvDtypeBytes(false, 4), 4);
+  EXPECT_EQ(DefaultKvDtypeBytes(true, 2), 2);  // BF16 or F16 weights
+  EXPECT_EQ(DefaultKvDtypeBytes(true, 4), 4);  // float32 weights compute in float32
+}
+
 TEST(KvPositionsTest, GenerationNeverFeedsItsLastToken) {
   EXPECT_EQ(KvPositions(3, 20, {}), 3 + 19);
   EXPECT_EQ(KvPositions(3, 1, {}), 3);

@@ -41,7 +41,7 @@ struct RunFlags {
   std::string device = "cpu";
   std::string activation_budget;
   int64_t pass_token_budget = 0;
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "auto";
   std::string memory_budget;
 };
 
@@ -122,6 +122,7 @@ struct RunOutput {
   std::vector<PassStats> passes;
   int64_t micro_batch_rows = 0;
   uint64_t pinned_bytes = 0;
+  engine::KvDType kv_dtype = engine::KvDType::kAuto;  // as the engine resolved it
 };
 
 StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> requests) {
@@ -145,6 +146,7 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(f.model_dir, options));
   RunOutput out;
   out.micro_batch_rows = engine->micro_batch_rows();
+  out.kv_dtype = engine->kv_dtype();
   size_t next = 0;  // prompts join passes in --ids order, as the pass-token budget allows
   while (next < requests.size() || engine->active() > 0) {
     for (; next < requests.size(); ++next) {
@@ -203,7 +205,7 @@ void PrintJson(const RunOutput& out, bool logits) {
       {"sequences", std::move(sequences)},        {"passes", out.passes.size()},
       {"pass_seconds", std::move(pass_seconds)},  {"bytes_read", TotalBytes(out)},
       {"pass_bytes_read", std::move(pass_bytes)}, {"pinned_bytes", out.pinned_bytes},
-      {"micro_batch_rows", out.micro_batch_rows}};
+      {"micro_batch_rows", out.micro_batch_rows}, {"kv_dtype", engine::KvDTypeName(out.kv_dtype)}};
   std::cout << doc.dump() << "\n";
 }
 
@@ -248,7 +250,7 @@ int Run(int argc, char** argv) {
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
       "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "
-      "[--pass-token-budget N] [--memory-budget SIZE] [--kv-dtype f32|bf16]",
+      "[--pass-token-budget N] [--memory-budget SIZE] [--kv-dtype auto|f32|bf16|f16]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -281,7 +283,9 @@ int Run(int argc, char** argv) {
   flags.String("activation-budget", &f.activation_budget,
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   flags.String("kv-dtype", &f.kv_dtype,
-               "the KV cache's dtype: f32 (default) or bf16 (half the bytes)", "DTYPE");
+               "the KV cache's dtype: auto (default: f32 on the CPU, the projections' 16-bit "
+               "dtype on a GPU), f32, bf16 or f16 (half the bytes)",
+               "DTYPE");
   flags.Int("pass-token-budget", &f.pass_token_budget,
             "tokens one pass may feed; 0 (default): every prompt in the first pass", "N");
   flags.String("memory-budget", &f.memory_budget,

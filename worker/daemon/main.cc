@@ -43,7 +43,7 @@ struct Flags {
   std::string kv_budget;
   std::string activation_budget;
   int64_t pass_token_budget = 0;
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "auto";
   std::string device;
   std::string streaming;
   int64_t metrics_port = -1;
@@ -99,7 +99,9 @@ FlagSet MakeFlags(Flags* f) {
             "(default: 64 MiB of hidden states and one layer's keys and values)",
             "N");
   flags.String("kv-dtype", &f->kv_dtype,
-               "the KV cache's dtype: f32 (default) or bf16 (half the bytes per token)", "DTYPE");
+               "the KV cache's dtype: auto (default: f32 on the CPU, the projections' 16-bit "
+               "dtype on a GPU), f32, bf16 or f16 (half the bytes per token)",
+               "DTYPE");
   flags.String("device", &f->device,
                "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
@@ -133,7 +135,7 @@ Status Complete(const FlagSet& flags, Flags* f) {
     return InvalidArgument("--pass-token-budget must be a positive count (0: the default)");
   }
   if (!engine::ParseKvDType(f->kv_dtype).ok()) {
-    return InvalidArgument("--kv-dtype must be f32 or bf16, not '" + f->kv_dtype + "'");
+    return InvalidArgument("--kv-dtype must be auto, f32, bf16 or f16, not '" + f->kv_dtype + "'");
   }
   if (f->metrics_port < -1 || f->metrics_port > 65535) {
     return InvalidArgument("--metrics-port must be -1..65535");
@@ -255,7 +257,7 @@ int Run(int argc, char** argv) {
   catalog_options.memory_budget_bytes = *memory;
   catalog_options.kv_budget_bytes = kv_budget;
   catalog_options.pass_token_budget = f.pass_token_budget;
-  catalog_options.kv_dtype_bytes = engine::KvDTypeBytes(*kv_dtype);
+  catalog_options.kv_dtype_bytes = engine::KvDTypeBytes(*kv_dtype);  // 0: auto, per model
   catalog_options.streaming = *streaming;
   catalog_options.device = *device == "cpu" ? planner::Device::kCpu : planner::Device::kGpu;
   StatusOr<Catalog> catalog = ScanModelRoots(catalog_options);

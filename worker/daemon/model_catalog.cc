@@ -9,6 +9,7 @@
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/engine/architecture.h"
+#include "worker/engine/engine.h"
 
 namespace nightshift::worker {
 namespace {
@@ -71,7 +72,8 @@ StatusOr<checkpoint::Checkpoint> ReadCheckpointInsideRoot(const std::string& roo
 
 // Places and prices one valid checkpoint; the reason when it cannot be served.
 StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Checkpoint& ckpt,
-                           const engine::ModelConfig& config, double read_bytes_per_second) {
+                           const engine::ModelConfig& config, checkpoint::DType projection_dtype,
+                           double read_bytes_per_second) {
   NS_ASSIGN_OR_RETURN(planner::CheckpointShape shape, planner::ShapeOf(ckpt));
   const int compute_bytes = planner::ComputeDtypeBytes(shape, options.device);
   // Weights are held in the compute dtype once loaded (fp32 on a CPU).
@@ -111,8 +113,13 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   // engine's cache (another figure, the stored dtype on a GPU, would lease
   // other than the jobs the engine admits), the bytes a pass streams at the measured bandwidth,
   // (less what it pins) and the engine's default context.
+  const int kv_dtype_bytes =
+      options.kv_dtype_bytes > 0
+          ? options.kv_dtype_bytes
+          : engine::KvDTypeBytes(engine::ResolveKvDType(
+                engine::KvDType::kAuto, options.device == planner::Device::kGpu, projection_dtype));
   entry.offer.kv_bytes_per_token =
-      static_cast<int64_t>(planner::KvBytesPerToken(config, options.kv_dtype_bytes));
+      static_cast<int64_t>(planner::KvBytesPerToken(config, kv_dtype_bytes));
   if (!entry.resident && options.streaming != planner::StreamingRequest::kAlways &&
       options.kv_budget_bytes > 0) {
     // What the engine will pin under this memory budget (EngineOptions::
@@ -144,8 +151,10 @@ StatusOr<ModelEntry> ScanOne(const CatalogOptions& options, const std::string& r
   NS_ASSIGN_OR_RETURN(engine::ModelConfig config, engine::ParseModelConfig(ckpt.config));
   NS_ASSIGN_OR_RETURN(const engine::Architecture* arch,
                       engine::FindArchitecture(config.model_type));
-  NS_RETURN_IF_ERROR(engine::BindTensors(*arch, config, ckpt).status());
-  NS_ASSIGN_OR_RETURN(ModelEntry entry, Price(options, ckpt, config, read_bytes_per_second));
+  NS_ASSIGN_OR_RETURN(engine::ModelTensors tensors, engine::BindTensors(*arch, config, ckpt));
+  NS_ASSIGN_OR_RETURN(
+      ModelEntry entry,
+      Price(options, ckpt, config, engine::ProjectionDType(tensors), read_bytes_per_second));
   entry.root = root;
   entry.offer.name = name;
   NS_ASSIGN_OR_RETURN(entry.tokenizer_files, ReadTokenizerFiles(root, dir));

@@ -66,8 +66,10 @@ struct CatalogOptions {
   uint64_t kv_budget_bytes = 0;
   // Tokens one pass may feed; 0 = planner::DefaultPassTokenBudget of each model.
   int64_t pass_token_budget = 0;
-  // Bytes of one KV element in the engine's cache (--kv-dtype: 4 or 2).
-  int kv_dtype_bytes = planner::kEngineKvDtypeBytes;
+  // Bytes of one KV element in the engine's cache (--kv-dtype: 4 or 2); 0
+  // (auto): per model, planner::DefaultKvDtypeBytes on `device` (the
+  // engine's ResolveKvDType).
+  int kv_dtype_bytes = 0;
   planner::StreamingRequest streaming = planner::StreamingRequest::kAuto;
   planner::Device device = planner::Device::kCpu;
 };

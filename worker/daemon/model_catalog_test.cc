@@ -107,7 +107,7 @@ TEST(ScanModelRootsTest, AdvertisesValidCheckpointsWithExactFigures) {
 
 // The scheduler sizes batches with the advertised KV bytes per token; the
 // engine admits a sequence by KvBytesFor. They must agree on every device,
-// or a GPU worker would be leased twice the jobs its engine takes.
+// or a GPU worker would be leased other than the jobs its engine takes.
 TEST(ScanModelRootsTest, AdvertisedKvBytesPerTokenIsWhatTheEngineCharges) {
   const std::string root = testutil::DataPath("models");
   CatalogOptions gpu_options = Options(root, 1ull << 30);
@@ -129,9 +129,21 @@ TEST(ScanModelRootsTest, AdvertisedKvBytesPerTokenIsWhatTheEngineCharges) {
     ASSERT_TRUE(eng.ok()) << eng.status().ToString();
     const uint64_t charged = (*eng)->KvBytesFor(request);
     EXPECT_EQ(charged, 5 * static_cast<uint64_t>(m.offer.kv_bytes_per_token));
+    // On a GPU the KV cache is in the projections' 16-bit dtype (BF16/F16
+    // weights: half the bytes); the accelerator path run on the CPU resolves
+    // --kv-dtype auto the way a CUDA device does.
+    options.accelerator_path_on_cpu = true;
+    auto accelerated = engine::Engine::Open(m.dir, options);
+    ASSERT_TRUE(accelerated.ok()) << accelerated.status().ToString();
     const ModelEntry* on_gpu = gpu->Find(m.offer.name);
     ASSERT_NE(on_gpu, nullptr);
-    EXPECT_EQ(charged, 5 * static_cast<uint64_t>(on_gpu->offer.kv_bytes_per_token));
+    EXPECT_EQ((*accelerated)->KvBytesFor(request),
+              5 * static_cast<uint64_t>(on_gpu->offer.kv_bytes_per_token));
+    if (m.offer.name == "llama-bf16" || m.offer.name == "llama-fp16") {
+      EXPECT_EQ(2 * on_gpu->offer.kv_bytes_per_token, m.offer.kv_bytes_per_token);
+    } else {
+      EXPECT_EQ(on_gpu->offer.kv_bytes_per_token, m.offer.kv_bytes_per_token);
+    }
   }
 }
 

@@ -323,14 +323,57 @@ const char* FinishReasonName(FinishReason reason) {
   return reason == FinishReason::kStop ? "stop" : "length";
 }
 
-const char* KvDTypeName(KvDType dtype) { return dtype == KvDType::kBFloat16 ? "bf16" : "f32"; }
+const char* KvDTypeName(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kAuto:
+      return "auto";
+    case KvDType::kFloat32:
+      return "f32";
+    case KvDType::kBFloat16:
+      return "bf16";
+    case KvDType::kFloat16:
+      return "f16";
+  }
+  return "?";
+}
 
-int KvDTypeBytes(KvDType dtype) { return dtype == KvDType::kBFloat16 ? 2 : 4; }
+int KvDTypeBytes(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kAuto:
+      return 0;
+    case KvDType::kFloat32:
+      return 4;
+    case KvDType::kBFloat16:
+    case KvDType::kFloat16:
+      return 2;
+  }
+  return 0;
+}
 
 StatusOr<KvDType> ParseKvDType(const std::string& name) {
+  if (name == "auto") return KvDType::kAuto;
   if (name == "f32" || name == "float32") return KvDType::kFloat32;
   if (name == "bf16" || name == "bfloat16") return KvDType::kBFloat16;
-  return InvalidArgument("KV dtype '" + name + "': expected f32 or bf16");
+  if (name == "f16" || name == "float16") return KvDType::kFloat16;
+  return InvalidArgument("KV dtype '" + name + "': expected auto, f32, bf16 or f16");
+}
+
+checkpoint::DType ProjectionDType(const ModelTensors& tensors) {
+  if (!tensors.layers.empty()) {
+    for (const checkpoint::TensorInfo* weight : tensors.layers.front().weights) {
+      if (weight != nullptr && weight->shape.size() == 2) return weight->dtype;
+    }
+  }
+  return checkpoint::DType::kF32;
+}
+
+KvDType ResolveKvDType(KvDType requested, bool accelerator_path,
+                       checkpoint::DType projection_dtype) {
+  if (requested != KvDType::kAuto) return requested;
+  const int bytes = planner::DefaultKvDtypeBytes(
+      accelerator_path, static_cast<int>(checkpoint::DTypeSize(projection_dtype)));
+  if (bytes == 4) return KvDType::kFloat32;
+  return projection_dtype == checkpoint::DType::kF16 ? KvDType::kFloat16 : KvDType::kBFloat16;
 }
 
 const char* ResidencyName(Residency residency) {
@@ -838,6 +881,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
       LayerLoader::Open(impl->checkpoint, StreamedGroups(impl->tensors, impl->head_slices),
                         LoaderOptions(options, staged)));
   if (staged) NS_RETURN_IF_ERROR(impl->OpenStager());
+  impl->options.kv_dtype = ResolveKvDType(options.kv_dtype, staged, ProjectionDType(impl->tensors));
   impl->inv_freq = RopeInverseFrequencies(impl->config.rope);
   impl->micro_batch_rows = MicroBatchRows(impl->config, options.activation_budget_bytes);
   if (options.activation_budget_bytes > 0) {
@@ -938,6 +982,7 @@ int64_t Engine::active() const { return static_cast<int64_t>(impl_->active.size(
 const ModelConfig& Engine::config() const { return impl_->config; }
 int64_t Engine::max_context() const { return impl_->max_context; }
 int64_t Engine::micro_batch_rows() const { return impl_->micro_batch_rows; }
+KvDType Engine::kv_dtype() const { return impl_->options.kv_dtype; }
 uint64_t Engine::pinned_bytes() const { return impl_->pinned_bytes; }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
 

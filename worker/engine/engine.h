@@ -46,6 +46,7 @@
 
 #include "common/status.h"
 #include "planner/model_facts.h"
+#include "worker/checkpoint/checkpoint.h"
 #include "worker/engine/model_config.h"
 #include "worker/engine/sampler.h"
 
@@ -111,15 +112,25 @@ struct SequenceResult {
   std::vector<TokenLogprob> logprobs;  // one per generated token, when requested
 };
 
-// The KV cache's dtype. BF16 halves its bytes (twice the sequences in a KV
-// budget); attention still runs in float32 on what it reads back.
-enum class KvDType { kFloat32, kBFloat16 };
-// "f32" or "bf16".
+// The KV cache's dtype. BF16 and F16 halve its bytes (twice the sequences in
+// a KV budget); attention still runs in float32 on what it reads back.
+// kAuto, the default: float32 on the CPU path, the projections' 16-bit dtype
+// on the accelerator path (planner::DefaultKvDtypeBytes; ResolveKvDType).
+enum class KvDType { kAuto, kFloat32, kBFloat16, kFloat16 };
+// "auto", "f32", "bf16" or "f16".
 const char* KvDTypeName(KvDType dtype);
-// 4 or 2.
+// 4 or 2 (0 for kAuto, which Open resolves first).
 int KvDTypeBytes(KvDType dtype);
-// "f32" / "float32" or "bf16" / "bfloat16"; InvalidArgument otherwise.
+// "auto", "f32" / "float32", "bf16" / "bfloat16" or "f16" / "float16";
+// InvalidArgument otherwise.
 StatusOr<KvDType> ParseKvDType(const std::string& name);
+// What `requested` means for an engine whose projection weights are stored
+// as `projection_dtype`: itself unless kAuto.
+KvDType ResolveKvDType(KvDType requested, bool accelerator_path,
+                       checkpoint::DType projection_dtype);
+struct ModelTensors;  // architecture.h
+// The stored dtype of the first decoder layer's first projection weight.
+checkpoint::DType ProjectionDType(const ModelTensors& tensors);
 
 // How the engine holds the checkpoint's layers.
 enum class Residency {
@@ -196,7 +207,7 @@ struct EngineOptions {
   // fit is refused (Add), unless the next pass would feed nothing else.
   int64_t pass_token_budget = 0;
   // The KV cache's dtype (KvBytesFor and the worker's advert follow it).
-  KvDType kv_dtype = KvDType::kFloat32;
+  KvDType kv_dtype = KvDType::kAuto;
   // Partial residency. The pass plan's memory: stream buffers, pinned groups,
   // activations and KV (not code and runtime: the planner's fixed runtime
   // allowance). With kStream and a budget, the first pass fixes the plan:
@@ -328,6 +339,8 @@ class Engine {
   int64_t max_context() const;
   // The rows each layer runs at once (see EngineOptions::activation_budget_bytes).
   int64_t micro_batch_rows() const;
+  // The KV cache's dtype, EngineOptions::kv_dtype resolved (never kAuto).
+  KvDType kv_dtype() const;
   // Bytes of the groups kept in memory across passes (PassStats::pinned_bytes);
   // 0 before the first pass fixes the plan.
   uint64_t pinned_bytes() const;

@@ -239,7 +239,38 @@ TEST(EngineApiTest, ABf16KvCacheHalvesWhatASequenceReserves) {
   EXPECT_STREQ(KvDTypeName(KvDType::kBFloat16), "bf16");
   EXPECT_EQ(ParseKvDType("bf16").value(), KvDType::kBFloat16);
   EXPECT_EQ(ParseKvDType("float32").value(), KvDType::kFloat32);
-  EXPECT_EQ(ParseKvDType("f16").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseKvDType("f16").value(), KvDType::kFloat16);
+  EXPECT_EQ(ParseKvDType("auto").value(), KvDType::kAuto);
+  EXPECT_EQ(ParseKvDType("f8").status().code(), StatusCode::kInvalidArgument);
+}
+
+// --kv-dtype auto: float32 on the CPU path; on the accelerator path the
+// projections' 16-bit dtype, float32 for float32 weights.
+TEST(EngineApiTest, AnAutoKvDtypeFollowsThePathAndTheWeights) {
+  using checkpoint::DType;
+  EXPECT_EQ(ResolveKvDType(KvDType::kAuto, false, DType::kBF16), KvDType::kFloat32);
+  EXPECT_EQ(ResolveKvDType(KvDType::kAuto, true, DType::kBF16), KvDType::kBFloat16);
+  EXPECT_EQ(ResolveKvDType(KvDType::kAuto, true, DType::kF16), KvDType::kFloat16);
+  EXPECT_EQ(ResolveKvDType(KvDType::kAuto, true, DType::kF32), KvDType::kFloat32);
+  EXPECT_EQ(ResolveKvDType(KvDType::kFloat32, true, DType::kBF16), KvDType::kFloat32);
+  EXPECT_EQ(ResolveKvDType(KvDType::kBFloat16, false, DType::kF32), KvDType::kBFloat16);
+
+  const std::pair<const char*, KvDType> on_the_accelerator_path[] = {
+      {"llama-bf16", KvDType::kBFloat16},
+      {"llama-fp16", KvDType::kFloat16},
+      {"stories260k", KvDType::kFloat32}};
+  for (const auto& [fixture, expected] : on_the_accelerator_path) {
+    SCOPED_TRACE(fixture);
+    EngineOptions options = Options();
+    std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), options);
+    EXPECT_EQ(engine->kv_dtype(), KvDType::kFloat32);
+    options.accelerator_path_on_cpu = true;
+    engine = testing::OpenEngine(FixtureDir(fixture), options);
+    EXPECT_EQ(engine->kv_dtype(), expected);
+    const SequenceRequest r = Request(std::vector<TokenId>(7, 5), 8);
+    EXPECT_EQ(engine->KvBytesFor(r),
+              (7 + 7) * planner::KvBytesPerToken(engine->config(), KvDTypeBytes(expected)));
+  }
 }
 
 TEST(EngineApiTest, TheKvBudgetRefusesWhatDoesNotFitAndFreesOnExit) {

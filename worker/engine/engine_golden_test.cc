@@ -102,9 +102,13 @@ class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
     ASSERT_FALSE(golden_.prompts.empty());
     // The accelerator path runs BF16 projections in BF16 (F16 ones in
     // float32 on the CPU); greedy tokens must still be the reference's.
-    // A BF16 KV cache rounds every key and value read back to BF16: the
+    // A 16-bit KV cache (asked for, or --kv-dtype auto on the accelerator
+    // path for BF16/F16 weights) rounds every key and value read back: the
     // same bound.
-    atol_ = (c.accelerator && testing::FixtureTorchDtype(c.fixture) == "bfloat16") || c.kv_bf16
+    const bool kv16 = engine_->kv_dtype() != KvDType::kFloat32;
+    EXPECT_EQ(kv16,
+              c.kv_bf16 || (c.accelerator && testing::FixtureTorchDtype(c.fixture) != "float32"));
+    atol_ = (c.accelerator && testing::FixtureTorchDtype(c.fixture) == "bfloat16") || kv16
                 ? testing::Bf16ProjectionAtol(golden_)
                 : golden_.atol;
   }
