@@ -633,50 +633,103 @@ std::string ReadCgroupFile(const std::string& name) {
   return word;
 }
 
-// The figure: bench-1.7b (F16, 4 shards) at half its bytes, inside a
-// memory cgroup of that budget + 384 MiB (the shared libraries' pages are
-// charged to it). Without a usable cgroup the run goes uncapped and only the
-// bytes-read and same-tokens assertions run (the reason is printed).
-TEST(RunMemoryBudgetTest, Bench17bAtHalfItsBytesRunsInACgroupOfThatPlus384MiB) {
-  TempDir tmp;
-  const std::string dir = tmp.file("bench-1.7b");
-  const checkpoint::Checkpoint ckpt = MakeCheckpoint(dir, "--preset bench-1.7b --shards 4");
-  ASSERT_GT(ckpt.total_bytes, 1'600'000'000u);
-  const uint64_t budget = ckpt.total_bytes / 2;
-  const uint64_t cap = budget + (384ull << 20);
-  std::error_code ec;
-  std::filesystem::create_directories(kCgroup, ec);
-  const bool cgroup = !ec && WriteCgroupFile("memory.limit_in_bytes", std::to_string(cap)) &&
-                      WriteCgroupFile("memory.max_usage_in_bytes", "0");
-  if (!cgroup) {
-    std::cout << "[ note ] no cgroup v1 memory controller to write at " << kCgroup
-              << " (root needed): running uncapped, checking bytes read and tokens only\n";
+// The bench-1.7b shape (F16, 4 shards, 1.7 GB), made once for the
+// tests below, each of which runs `nightshift-engine run` inside a memory
+// cgroup smaller than the checkpoint.
+class Bench17bTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    ckpt_ = new checkpoint::Checkpoint(
+        MakeCheckpoint(tmp_->file("bench-1.7b"), "--preset bench-1.7b --shards 4"));
   }
-  const std::string args = RunArgs(dir, " --memory-budget " + std::to_string(budget));
-  const std::string binary = testutil::BinPath("nightshift-engine");
-  Outcome pinned;
-  if (cgroup) {
+  static void TearDownTestSuite() {
+    delete ckpt_;
+    delete tmp_;
+  }
+  void SetUp() override { ASSERT_GT(ckpt_->total_bytes, 1'600'000'000u); }
+
+  // `nightshift-engine args` inside a fresh memory cgroup capped at `cap`
+  // bytes; *peak gets the cgroup's peak usage. Without a usable cgroup (not
+  // root, no cgroup v1 memory controller) it runs uncapped, *peak is 0 and
+  // the reason is printed.
+  static Outcome RunCapped(const std::string& args, uint64_t cap, uint64_t* peak) {
+    *peak = 0;
+    std::error_code ec;
+    std::filesystem::create_directories(kCgroup, ec);
+    const bool cgroup = !ec && WriteCgroupFile("memory.limit_in_bytes", std::to_string(cap)) &&
+                        WriteCgroupFile("memory.max_usage_in_bytes", "0");
+    if (!cgroup) {
+      std::cout << "[ note ] no cgroup v1 memory controller to write at " << kCgroup
+                << " (root needed): running uncapped\n";
+      return RunBinary("nightshift-engine", args);
+    }
     TempDir out;
-    const std::string command = "timeout 300 sh -c 'echo $$ > " + std::string(kCgroup) +
-                                "/tasks && exec \"$0\" \"$@\"' " + binary + " " + args + " >" +
+    const std::string command = "timeout 600 sh -c 'echo $$ > " + std::string(kCgroup) +
+                                "/tasks && exec \"$0\" \"$@\"' " +
+                                testutil::BinPath("nightshift-engine") + " " + args + " >" +
                                 out.file("out") + " 2>" + out.file("err");
     const int status = std::system(command.c_str());
-    pinned.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    pinned.out = ReadFileBytes(out.file("out"));
-    pinned.err = ReadFileBytes(out.file("err"));
-  } else {
-    pinned = RunBinary("nightshift-engine", args);
-  }
-  Outcome streamed = RunBinary("nightshift-engine", RunArgs(dir, ""));
-  ASSERT_EQ(pinned.exit_code, 0) << pinned.err << (cgroup ? " (killed by the cgroup's cap?)" : "");
-  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
-  if (cgroup) {
-    const uint64_t peak = std::stoull(ReadCgroupFile("memory.max_usage_in_bytes"));
-    std::cout << "[ note ] cgroup cap " << cap << " bytes, peak usage " << peak << "\n";
-    EXPECT_LE(peak, cap);
+    Outcome o;
+    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    o.out = ReadFileBytes(out.file("out"));
+    o.err = ReadFileBytes(out.file("err"));
+    *peak = std::stoull(ReadCgroupFile("memory.max_usage_in_bytes"));
+    std::cout << "[ note ] cgroup cap " << cap << " bytes, peak usage " << *peak << "\n";
     rmdir(kCgroup);
+    return o;
   }
-  ExpectHalfBudgetPins(ckpt, json::parse(streamed.out), json::parse(pinned.out));
+
+  static TempDir* tmp_;
+  static checkpoint::Checkpoint* ckpt_;
+};
+TempDir* Bench17bTest::tmp_ = nullptr;
+checkpoint::Checkpoint* Bench17bTest::ckpt_ = nullptr;
+
+// At half its bytes, inside a memory cgroup of that budget + 384 MiB (the
+// shared libraries' pages are charged to it).
+TEST_F(Bench17bTest, AtHalfItsBytesRunsInACgroupOfThatPlus384MiB) {
+  const uint64_t budget = ckpt_->total_bytes / 2;
+  const uint64_t cap = budget + (384ull << 20);
+  const std::string dir = tmp_->file("bench-1.7b");
+  uint64_t peak = 0;
+  Outcome pinned =
+      RunCapped(RunArgs(dir, " --memory-budget " + std::to_string(budget)), cap, &peak);
+  Outcome streamed = RunBinary("nightshift-engine", RunArgs(dir, ""));
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.err << (peak ? " (killed by the cgroup's cap?)" : "");
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_LE(peak, cap);
+  ExpectHalfBudgetPins(*ckpt_, json::parse(streamed.out), json::parse(pinned.out));
+}
+
+// 64 sequences with 16-token prompts (a prefill pass of 1,024 rows, then a
+// decode pass of 64), streamed inside a cgroup of a third of the checkpoint:
+// bounded activations keep the pass to its stream buffers, one micro-batch's
+// temporaries, the hidden states and the KV cache. Before micro-batching
+// this was OOM-killed. The tokens are the uncapped run's.
+TEST_F(Bench17bTest, SixtyFourSequencesRunInACgroupOfAThirdOfTheCheckpoint) {
+  const std::string dir = tmp_->file("bench-1.7b");
+  std::string args = "run --json --max-new-tokens 2 --model-dir " + dir;
+  for (int s = 0; s < 64; ++s) {
+    std::string ids;
+    for (int t = 0; t < 16; ++t)
+      ids += (t ? "," : "") + std::to_string(1 + (s * 16 + t) * 7 % 30000);
+    args += " --ids " + ids;
+  }
+  const uint64_t cap = ckpt_->total_bytes / 3;
+  uint64_t peak = 0;
+  Outcome capped = RunCapped(args, cap, &peak);
+  Outcome uncapped = RunBinary("nightshift-engine", args);
+  ASSERT_EQ(capped.exit_code, 0) << capped.err << (peak ? " (killed by the cgroup's cap?)" : "");
+  ASSERT_EQ(uncapped.exit_code, 0) << uncapped.err;
+  EXPECT_LE(peak, cap);
+  const json a = json::parse(capped.out), b = json::parse(uncapped.out);
+  ASSERT_EQ(a["sequences"].size(), 64u);
+  EXPECT_EQ(a["passes"], b["passes"]);
+  EXPECT_GE(a["passes"], 1);
+  for (size_t s = 0; s < 64; ++s) {
+    EXPECT_EQ(a["sequences"][s]["generated_ids"], b["sequences"][s]["generated_ids"]) << s;
+  }
 }
 
 }  // namespace
