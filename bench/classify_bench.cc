@@ -7,18 +7,33 @@
 //               without tree attention scores labels (one prompt pass per
 //               label, the prompt's tokens recomputed L times).
 //
-// Prints passes used, tokens computed, seconds and prompts/s for both, and
-// their ratios. Figures from one run; not a test.
+// With --memory-budget-mb M, also at that fixed memory (what it leaves after
+// the stream buffers and the activation working set, planner/model_facts.h):
+//
+//   reserve-kv:   every classification reserving the KV cache of its prompt
+//                 and labels in every layer, as the engine and the worker
+//                 sized them before one-pass jobs stopped keeping a cache;
+//   pass-tokens:  the engine's own admission now: a pass-token budget of
+//                 what is left / planner::PassTokenBytes (hidden states and
+//                 one layer's K/V per token).
+//
+// Prints passes used, tokens computed, seconds and prompts/s; at the memory
+// budget also prompts per pass, seconds and bytes per pass and their ratio
+// to the fastest cold read of those bytes (common/disk_bench.h, measured in
+// the same run). Figures from one run; not a test.
 //
 //   classify_bench [--prompts 256] [--prompt-tokens 500] [--labels 4]
 //                  [--kv-budget-mb 64] [--hidden 128] [--layers 4]
+//                  [--memory-budget-mb 0]
 #include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 
+#include "common/disk_bench.h"
 #include "common/flags.h"
+#include "planner/model_facts.h"
 #include "worker/engine/engine.h"
 #include "worker/generator/generator.h"
 
@@ -33,40 +48,110 @@ struct Outcome {
   int64_t passes = 0;
   int64_t tokens = 0;
   double seconds = 0;
+  uint64_t bytes_read = 0;
+  double io_seconds = 0;
 };
 
-// Feeds `requests` to the engine, at most as many at once as their KV cache
-// fits in `kv_budget` bytes (`kv_per_token` bytes per cached token), and runs
-// passes until all finish.
-StatusOr<Outcome> Run(Engine& engine, const std::vector<SequenceRequest>& requests,
-                      uint64_t kv_budget, uint64_t kv_per_token) {
+// Runs passes until every request finished, adding before each pass the next
+// requests for as long as `admit` takes them (it returns false to stop, or
+// an error).
+template <typename Admit>
+StatusOr<Outcome> Drain(Engine& engine, const std::vector<SequenceRequest>& requests, Admit admit) {
   Outcome out;
   auto start = std::chrono::steady_clock::now();
   size_t next = 0;
   while (next < requests.size() || engine.active() > 0) {
-    uint64_t in_flight = 0;
     while (next < requests.size()) {
-      const SequenceRequest& r = requests[next];
-      uint64_t tokens = r.prompt.size();
-      for (const auto& label : r.labels) tokens += label.size();
-      uint64_t need = tokens * kv_per_token;
-      if (in_flight > 0 && in_flight + need > kv_budget) break;
-      NS_RETURN_IF_ERROR(engine.Add(r).status());
-      in_flight += need;
+      NS_ASSIGN_OR_RETURN(bool added, admit(requests[next]));
+      if (!added) break;
       ++next;
     }
     NS_ASSIGN_OR_RETURN(engine::PassStats stats, engine.Step());
     ++out.passes;
     out.tokens += stats.tokens;
+    out.bytes_read += stats.bytes_read;
+    out.io_seconds += stats.io_seconds;
     engine.TakeFinished();
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 
+// Feeds `requests` to the engine, at most as many at once as their KV cache
+// (prompt and labels, `kv_per_token` bytes per token) fits in `kv_budget`
+// bytes, and runs passes until all finish.
+StatusOr<Outcome> Run(Engine& engine, const std::vector<SequenceRequest>& requests,
+                      uint64_t kv_budget, uint64_t kv_per_token) {
+  uint64_t in_flight = 0;
+  return Drain(engine, requests, [&](const SequenceRequest& r) -> StatusOr<bool> {
+    if (engine.active() == 0) in_flight = 0;  // the previous pass finished them all
+    const uint64_t need = static_cast<uint64_t>(Engine::FirstPassTokens(r)) * kv_per_token;
+    if (in_flight > 0 && in_flight + need > kv_budget) return false;
+    NS_RETURN_IF_ERROR(engine.Add(r).status());
+    in_flight += need;
+    return true;
+  });
+}
+
+// Feeds `requests` as the engine's pass-token budget admits them.
+StatusOr<Outcome> RunByPassTokens(Engine& engine, const std::vector<SequenceRequest>& requests) {
+  return Drain(engine, requests, [&](const SequenceRequest& r) -> StatusOr<bool> {
+    StatusOr<engine::SequenceId> id = engine.Add(r);
+    if (id.status().code() == StatusCode::kResourceExhausted && engine.active() > 0) return false;
+    NS_RETURN_IF_ERROR(id.status());
+    return true;
+  });
+}
+
+// The reserve-kv and pass-tokens runs at `memory_budget` bytes (see the top
+// of the file), and their table.
+Status AtAMemoryBudget(const std::string& dir, uint64_t memory_budget,
+                       const std::vector<SequenceRequest>& requests, Engine& engine,
+                       uint64_t kv_per_token) {
+  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(dir));
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
+  const uint64_t working = planner::StreamBufferBytes(groups, {}, /*prefetch=*/true) +
+                           planner::ActivationWorkingSetBytes(engine.config(), 0);
+  if (memory_budget <= working) {
+    return InvalidArgument("--memory-budget-mb is below the working set of " +
+                           std::to_string(working) + " bytes");
+  }
+  const uint64_t left = memory_budget - working;
+  NS_ASSIGN_OR_RETURN(Outcome before, Run(engine, requests, left, kv_per_token));
+  engine::EngineOptions options;
+  options.pass_token_budget = static_cast<int64_t>(left / planner::PassTokenBytes(engine.config()));
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> budgeted, Engine::Open(dir, options));
+  NS_ASSIGN_OR_RETURN(Outcome after, RunByPassTokens(*budgeted, requests));
+  NS_ASSIGN_OR_RETURN(DiskBenchResult disk, RunDiskBench(dir));
+
+  std::printf(
+      "\nat a memory budget of %.1f MB: %.1f MB after the stream buffers and activations, i.e. "
+      "%.0f prompt tokens of KV or %lld pass tokens; fastest cold read %.2f GB/s\n",
+      static_cast<double>(memory_budget) / 1e6, static_cast<double>(left) / 1e6,
+      static_cast<double>(left) / static_cast<double>(kv_per_token),
+      static_cast<long long>(options.pass_token_budget), disk.read_gbs);
+  std::printf("%-12s %7s %14s %9s %10s %8s %12s %16s\n", "mode", "passes", "prompts/pass",
+              "seconds", "prompts/s", "s/pass", "MB/pass", "pass/cold read");
+  for (auto [name, o] : {std::pair{"reserve-kv", before}, {"pass-tokens", after}}) {
+    const double passes = static_cast<double>(o.passes);
+    const double bytes_per_pass = static_cast<double>(o.bytes_read) / passes;
+    const double cold = bytes_per_pass / (disk.read_gbs * 1e9);
+    std::printf("%-12s %7lld %14.1f %9.2f %10.2f %8.3f %12.1f %16.2f\n", name,
+                static_cast<long long>(o.passes), static_cast<double>(requests.size()) / passes,
+                o.seconds, static_cast<double>(requests.size()) / o.seconds, o.seconds / passes,
+                bytes_per_pass / 1e6, o.seconds / passes / cold);
+  }
+  std::printf(
+      "pass-tokens / reserve-kv: passes x%.2f, prompts/s x%.2f (compute %.0f%% of the "
+      "pass-tokens run's time, the rest waiting for weights)\n",
+      static_cast<double>(after.passes) / static_cast<double>(before.passes),
+      before.seconds / after.seconds, 100.0 * (after.seconds - after.io_seconds) / after.seconds);
+  return Status::Ok();
+}
+
 int Main(int argc, char** argv) {
   int64_t prompts = 256, prompt_tokens = 500, labels = 4, kv_budget_mb = 64, hidden = 128,
-          layers = 4;
+          layers = 4, memory_budget_mb = 0;
   FlagSet flags("classify_bench [flags]", "One-pass classification vs one sequence per label.");
   flags.Int("prompts", &prompts, "prompts to classify (default 256)");
   flags.Int("prompt-tokens", &prompt_tokens, "tokens per prompt (default 500, +-10%)");
@@ -74,6 +159,9 @@ int Main(int argc, char** argv) {
   flags.Int("kv-budget-mb", &kv_budget_mb, "KV cache budget that bounds a pass (default 64)");
   flags.Int("hidden", &hidden, "hidden size of the generated model (default 128)");
   flags.Int("layers", &layers, "layers of the generated model (default 4)");
+  flags.Int("memory-budget-mb", &memory_budget_mb,
+            "also compare KV-reserving and pass-token admission at this memory budget (MiB; "
+            "default 0: not run)");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested() || !parsed.ok()) {
     std::fprintf(parsed.ok() ? stdout : stderr, "%s%s\n",
@@ -133,9 +221,9 @@ int Main(int argc, char** argv) {
   const uint64_t budget = static_cast<uint64_t>(kv_budget_mb) << 20;
   auto a = Run(engine, one_pass, budget, kv_per_token);
   auto b = a.ok() ? Run(engine, per_label, budget, kv_per_token) : a;
-  fs::remove_all(dir);
   if (!a.ok() || !b.ok()) {
     std::fprintf(stderr, "run: %s\n", (a.ok() ? b : a).status().ToString().c_str());
+    fs::remove_all(dir);
     return 1;
   }
   std::printf(
@@ -155,6 +243,16 @@ int Main(int argc, char** argv) {
               static_cast<double>(b->passes) / static_cast<double>(a->passes),
               static_cast<double>(b->tokens) / static_cast<double>(a->tokens),
               b->seconds / a->seconds);
+  if (memory_budget_mb > 0) {
+    const Status st = AtAMemoryBudget(dir.string(), static_cast<uint64_t>(memory_budget_mb) << 20,
+                                      one_pass, engine, kv_per_token);
+    if (!st.ok()) {
+      std::fprintf(stderr, "at the memory budget: %s\n", st.ToString().c_str());
+      fs::remove_all(dir);
+      return 1;
+    }
+  }
+  fs::remove_all(dir);
   return 0;
 }
 
