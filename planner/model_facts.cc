@@ -171,6 +171,27 @@ uint64_t PinnedBytes(const std::vector<uint64_t>& group_bytes, const std::vector
   return bytes;
 }
 
+std::vector<bool> ChooseHostTierGroups(const std::vector<uint64_t>& group_bytes,
+                                       const std::vector<bool>& device_pinned,
+                                       uint64_t host_budget_bytes, bool prefetch,
+                                       PinPlacement placement) {
+  std::vector<bool> host(group_bytes.size(), false);
+  const uint64_t buffers = StreamBufferBytes(group_bytes, device_pinned, prefetch);
+  if (host_budget_bytes <= buffers) return host;
+  std::vector<size_t> candidates;  // the groups the device does not keep, in pass order
+  std::vector<uint64_t> candidate_bytes;
+  for (size_t g = 0; g < group_bytes.size(); ++g) {
+    if (device_pinned.empty() || !device_pinned[g]) {
+      candidates.push_back(g);
+      candidate_bytes.push_back(group_bytes[g]);
+    }
+  }
+  const std::vector<bool> chosen =
+      ChoosePinnedGroups(candidate_bytes, host_budget_bytes - buffers, placement);
+  for (size_t i = 0; i < candidates.size(); ++i) host[candidates[i]] = chosen[i];
+  return host;
+}
+
 uint64_t ActivationBytesPerRow(const checkpoint::ModelConfig& c) {
   return 4 * static_cast<uint64_t>(std::max<int64_t>(
                  0, 8 * c.hidden_size + 6 * c.q_dim() + 6 * c.kv_dim() + 3 * c.intermediate_size));

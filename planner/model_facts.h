@@ -126,6 +126,15 @@ std::vector<bool> ChoosePinnedGroups(const std::vector<uint64_t>& group_bytes,
                                      PinPlacement placement = PinPlacement::kSpread);
 // The bytes of the groups `pinned` marks.
 uint64_t PinnedBytes(const std::vector<uint64_t>& group_bytes, const std::vector<bool>& pinned);
+// The accelerator path's host tier: of the groups `device_pinned` leaves
+// (empty: none pinned on the device), those kept in host memory within
+// `host_budget_bytes` less the loader's stream buffers (StreamBufferBytes of
+// the groups not on the device), chosen as ChoosePinnedGroups does among
+// them. One flag per group; none when the buffers leave nothing.
+std::vector<bool> ChooseHostTierGroups(const std::vector<uint64_t>& group_bytes,
+                                       const std::vector<bool>& device_pinned,
+                                       uint64_t host_budget_bytes, bool prefetch,
+                                       PinPlacement placement = PinPlacement::kSpread);
 
 // The float32 temporaries one row of a pass needs while a layer runs it: 4
 // x (8 x hidden + 6 x q width + 6 x KV width + 3 x intermediate) bytes

@@ -132,6 +132,22 @@ TEST(PinBudgetTest, WhatTheWorkingSetLeaves) {
   EXPECT_EQ(StreamBufferBytes({10, 30, 5}, {true, true, true}, true), 0u);
 }
 
+TEST(ChooseHostTierGroupsTest, WhatTheDeviceLeavesWithinTheBudgetLessTheStreamBuffers) {
+  const std::vector<uint64_t> groups(8, 10);
+  // Nothing on the device: 2 stream buffers of 10, 25 more keeps 2 groups.
+  const std::vector<bool> host = ChooseHostTierGroups(groups, {}, 45, /*prefetch=*/true);
+  EXPECT_EQ(PinnedBytes(groups, host), 20u);
+  EXPECT_EQ(host, ChoosePinnedGroups(groups, 25));
+  // The device keeps groups 0, 2, 4 and 6: the host tier picks among the rest.
+  const std::vector<bool> device = ChoosePinnedGroups(groups, 45);
+  const std::vector<bool> rest = ChooseHostTierGroups(groups, device, 1000, true);
+  for (size_t g = 0; g < groups.size(); ++g) EXPECT_NE(rest[g], device[g]) << g;
+  // Buffers alone fill the budget: nothing kept.
+  EXPECT_EQ(ChooseHostTierGroups(groups, {}, 20, true), std::vector<bool>(8, false));
+  EXPECT_EQ(ChooseHostTierGroups(groups, {}, 20, /*prefetch=*/false),
+            ChoosePinnedGroups(groups, 10));
+}
+
 TEST(StreamedBytesPerPassTest, PinnedBytesAreNotStreamed) {
   checkpoint::Checkpoint ckpt;
   ckpt.total_bytes = 1000;

@@ -43,6 +43,7 @@ struct RunFlags {
   int64_t pass_token_budget = 0;
   std::string kv_dtype = "auto";
   std::string memory_budget;
+  std::string host_memory_budget;
 };
 
 StatusOr<std::vector<TokenId>> ParseTokenIds(const std::string& text, const std::string& what) {
@@ -122,6 +123,7 @@ struct RunOutput {
   std::vector<PassStats> passes;
   int64_t micro_batch_rows = 0;
   uint64_t pinned_bytes = 0;
+  uint64_t host_pinned_bytes = 0;
   engine::KvDType kv_dtype = engine::KvDType::kAuto;  // as the engine resolved it
 };
 
@@ -143,6 +145,11 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
     if (!budget.ok()) return budget.status().Prefixed("--memory-budget");
     options.memory_budget_bytes = *budget;  // KV: exactly what these prompts reserve
   }
+  if (!f.host_memory_budget.empty()) {
+    StatusOr<uint64_t> budget = ParseSize(f.host_memory_budget);
+    if (!budget.ok()) return budget.status().Prefixed("--host-memory-budget");
+    options.host_memory_budget_bytes = *budget;
+  }
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(f.model_dir, options));
   RunOutput out;
   out.micro_batch_rows = engine->micro_batch_rows();
@@ -159,6 +166,7 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
     for (SequenceResult& r : engine->TakeFinished()) out.sequences.push_back(std::move(r));
   }
   out.pinned_bytes = engine->pinned_bytes();
+  out.host_pinned_bytes = engine->host_pinned_bytes();
   std::sort(out.sequences.begin(), out.sequences.end(),
             [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
   return out;
@@ -201,11 +209,15 @@ void PrintJson(const RunOutput& out, bool logits) {
     pass_seconds.push_back(p.seconds);
     pass_bytes.push_back(p.bytes_read);
   }
-  nlohmann::json doc = {
-      {"sequences", std::move(sequences)},        {"passes", out.passes.size()},
-      {"pass_seconds", std::move(pass_seconds)},  {"bytes_read", TotalBytes(out)},
-      {"pass_bytes_read", std::move(pass_bytes)}, {"pinned_bytes", out.pinned_bytes},
-      {"micro_batch_rows", out.micro_batch_rows}, {"kv_dtype", engine::KvDTypeName(out.kv_dtype)}};
+  nlohmann::json doc = {{"sequences", std::move(sequences)},
+                        {"passes", out.passes.size()},
+                        {"pass_seconds", std::move(pass_seconds)},
+                        {"bytes_read", TotalBytes(out)},
+                        {"pass_bytes_read", std::move(pass_bytes)},
+                        {"pinned_bytes", out.pinned_bytes},
+                        {"host_pinned_bytes", out.host_pinned_bytes},
+                        {"micro_batch_rows", out.micro_batch_rows},
+                        {"kv_dtype", engine::KvDTypeName(out.kv_dtype)}};
   std::cout << doc.dump() << "\n";
 }
 
@@ -241,6 +253,9 @@ void PrintText(const RunOutput& out, bool logits) {
   std::cout << out.passes.size() << " passes in " << seconds << " s, " << TotalBytes(out)
             << " checkpoint bytes read";
   if (out.pinned_bytes > 0) std::cout << ", " << out.pinned_bytes << " bytes pinned";
+  if (out.host_pinned_bytes > 0) {
+    std::cout << ", " << out.host_pinned_bytes << " bytes kept in host memory";
+  }
   std::cout << "\n";
 }
 
@@ -250,7 +265,8 @@ int Run(int argc, char** argv) {
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
       "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "
-      "[--pass-token-budget N] [--memory-budget SIZE] [--kv-dtype auto|f32|bf16|f16]",
+      "[--pass-token-budget N] [--memory-budget SIZE] [--host-memory-budget SIZE] "
+      "[--kv-dtype auto|f32|bf16|f16]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -263,7 +279,9 @@ int Run(int argc, char** argv) {
       "A prompt longer than the model's context is an error, never truncated.\n"
       "With --memory-budget, what the budget leaves after the stream buffers, the activations\n"
       "and exactly these prompts' KV cache pins layers in memory as stored; passes after the\n"
-      "first stream only the rest. Without it every pass streams the whole checkpoint.");
+      "first stream only the rest (on a GPU the budget is GPU memory, and --host-memory-budget\n"
+      "keeps more layers in page-locked host memory, copied each pass instead of read). Without\n"
+      "them every pass streams the whole checkpoint.");
   flags.String("model-dir", &f.model_dir, "checkpoint directory (config.json, *.safetensors)",
                "DIR");
   flags.StringList("ids", &f.ids, "a prompt as comma-separated token ids", "IDS");
@@ -291,6 +309,10 @@ int Run(int argc, char** argv) {
   flags.String("memory-budget", &f.memory_budget,
                "memory for stream buffers, pinned layers, activations and KV, e.g. 1GiB "
                "(default: none, stream everything)",
+               "SIZE");
+  flags.String("host-memory-budget", &f.host_memory_budget,
+               "on a GPU: host memory for stream buffers and the layers GPU memory does not keep "
+               "(default: none)",
                "SIZE");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 

@@ -41,6 +41,7 @@ struct Flags {
   std::vector<std::string> roots;
   std::string memory_budget;
   std::string kv_budget;
+  std::string host_memory_budget;
   std::string activation_budget;
   int64_t pass_token_budget = 0;
   std::string kv_dtype = "auto";
@@ -92,6 +93,11 @@ FlagSet MakeFlags(Flags* f) {
                "KV cache budget (default: what the planner leaves of the memory budget); given, "
                "what the memory budget leaves after it pins layers of a streamed model",
                "BYTES");
+  flags.String("host-memory-budget", &f->host_memory_budget,
+               "on a GPU, host memory (page-locked) that keeps the layers GPU memory does not, "
+               "so passes copy them instead of reading the disk (default: none; ignored on the "
+               "CPU, whose --memory-budget pins layers in host memory)",
+               "SIZE");
   flags.String("activation-budget", &f->activation_budget,
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   flags.Int("pass-token-budget", &f->pass_token_budget,
@@ -187,9 +193,9 @@ void LogCatalog(const Catalog& catalog) {
     std::ostringstream line;
     line << "model " << m.offer.name << " advertised: " << (m.resident ? "resident" : "streaming")
          << ", " << m.offer.checkpoint_bytes << " bytes, " << m.offer.kv_bytes_per_token
-         << " KV bytes/token, " << m.pinned_bytes << " bytes pinned, " << m.offer.seconds_per_pass
-         << " s/pass, context " << m.offer.max_context_tokens << ", " << m.offer.pass_token_budget
-         << " tokens per pass, "
+         << " KV bytes/token, " << m.pinned_bytes << " bytes pinned, " << m.host_pinned_bytes
+         << " in host memory, " << m.offer.seconds_per_pass << " s/pass, context "
+         << m.offer.max_context_tokens << ", " << m.offer.pass_token_budget << " tokens per pass, "
          << (m.tokenizer != nullptr ? "tokenizer " + m.offer.tokenizer_hash.substr(0, 12)
                                     : std::string("no tokenizer"));
     LogLine(line.str());
@@ -240,6 +246,16 @@ int Run(int argc, char** argv) {
     if (!kv.ok()) return fail(kv.status().Prefixed("--kv-budget"));
     kv_budget = *kv;
   }
+  uint64_t host_memory_budget = 0;
+  if (!f.host_memory_budget.empty()) {
+    StatusOr<uint64_t> bytes = ParseSize(f.host_memory_budget);
+    if (!bytes.ok()) return fail(bytes.status().Prefixed("--host-memory-budget"));
+    if (*device == "cpu") {
+      LogLine("--host-memory-budget is for a GPU; ignored on the CPU");
+    } else {
+      host_memory_budget = *bytes;
+    }
+  }
   uint64_t activation_budget = 0;
   if (!f.activation_budget.empty()) {
     StatusOr<uint64_t> bytes = ParseSize(f.activation_budget);
@@ -256,6 +272,7 @@ int Run(int argc, char** argv) {
   catalog_options.read_bytes_per_second = *bandwidths;
   catalog_options.memory_budget_bytes = *memory;
   catalog_options.kv_budget_bytes = kv_budget;
+  catalog_options.host_memory_budget_bytes = host_memory_budget;
   catalog_options.pass_token_budget = f.pass_token_budget;
   catalog_options.kv_dtype_bytes = engine::KvDTypeBytes(*kv_dtype);  // 0: auto, per model
   catalog_options.streaming = *streaming;
@@ -293,7 +310,8 @@ int Run(int argc, char** argv) {
     options.pass_token_budget = model.offer.pass_token_budget;
     options.activation_budget_bytes = activation_budget;
     options.kv_dtype = kv_dtype;
-    options.memory_budget_bytes = model.memory_budget_bytes;  // pins model.pinned_bytes
+    options.memory_budget_bytes = model.memory_budget_bytes;            // pins model.pinned_bytes
+    options.host_memory_budget_bytes = model.host_memory_budget_bytes;  // model.host_pinned_bytes
     options.device = engine_device;
     options.threads = threads;
     NS_ASSIGN_OR_RETURN(std::unique_ptr<EngineBatchEngine> engine,

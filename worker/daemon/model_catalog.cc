@@ -120,20 +120,31 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
                 engine::KvDType::kAuto, options.device == planner::Device::kGpu, projection_dtype));
   entry.offer.kv_bytes_per_token =
       static_cast<int64_t>(planner::KvBytesPerToken(config, kv_dtype_bytes));
-  if (!entry.resident && options.streaming != planner::StreamingRequest::kAlways &&
-      options.kv_budget_bytes > 0) {
+  const bool partial = !entry.resident && options.streaming != planner::StreamingRequest::kAlways;
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
+  std::vector<bool> pinned;
+  if (partial && options.kv_budget_bytes > 0) {
     // What the engine will pin under this memory budget (EngineOptions::
     // memory_budget_bytes with a KV budget: stream buffers, the full
     // activation working set and the KV budget first).
-    const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
     const uint64_t pin_budget = planner::PinBudgetBytes(
         options.memory_budget_bytes, planner::StreamBufferBytes(groups, {}, /*prefetch=*/true),
         planner::ActivationWorkingSetBytes(config, 0), options.kv_budget_bytes);
-    entry.pinned_bytes =
-        planner::PinnedBytes(groups, planner::ChoosePinnedGroups(groups, pin_budget));
+    pinned = planner::ChoosePinnedGroups(groups, pin_budget);
+    entry.pinned_bytes = planner::PinnedBytes(groups, pinned);
     if (entry.pinned_bytes > 0) entry.memory_budget_bytes = options.memory_budget_bytes;
   }
-  const uint64_t pass_bytes = planner::StreamedBytesPerPass(ckpt, entry.pinned_bytes);
+  if (partial && options.device == planner::Device::kGpu && options.host_memory_budget_bytes > 0) {
+    // What the engine's host tier then keeps (Engine::Impl::FixHostTier).
+    entry.host_pinned_bytes = planner::PinnedBytes(
+        groups, planner::ChooseHostTierGroups(groups, pinned, options.host_memory_budget_bytes,
+                                              /*prefetch=*/true));
+    if (entry.host_pinned_bytes > 0) {
+      entry.host_memory_budget_bytes = options.host_memory_budget_bytes;
+    }
+  }
+  const uint64_t pass_bytes =
+      planner::StreamedBytesPerPass(ckpt, entry.pinned_bytes + entry.host_pinned_bytes);
   entry.offer.checkpoint_bytes = static_cast<int64_t>(pass_bytes);
   entry.offer.seconds_per_pass = planner::PassSeconds(pass_bytes, read_bytes_per_second);
   entry.offer.max_context_tokens = context;

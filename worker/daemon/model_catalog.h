@@ -72,6 +72,10 @@ struct CatalogOptions {
   int kv_dtype_bytes = 0;
   planner::StreamingRequest streaming = planner::StreamingRequest::kAuto;
   planner::Device device = planner::Device::kCpu;
+  // On a GPU, the host tier (EngineOptions::host_memory_budget_bytes): a
+  // streamed model keeps what the device does not, within this, in host
+  // memory, which a pass then does not read (planner::ChooseHostTierGroups).
+  uint64_t host_memory_budget_bytes = 0;
 };
 
 // One advertised model.
@@ -86,6 +90,10 @@ struct ModelEntry {
   // only the streamed rest).
   uint64_t memory_budget_bytes = 0;
   uint64_t pinned_bytes = 0;
+  // The host tier on a GPU (EngineOptions::host_memory_budget_bytes, 0: none)
+  // and the bytes it keeps, which a pass does not read either.
+  uint64_t host_memory_budget_bytes = 0;
+  uint64_t host_pinned_bytes = 0;
   api::ModelOffer offer;                // name, exact figures, tokenizer hash
   api::TokenizerFiles tokenizer_files;  // empty when the model has no tokenizer.json
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null when none

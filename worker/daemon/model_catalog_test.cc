@@ -305,5 +305,47 @@ TEST(ScanModelRootsTest, AStreamedModelWithAKvBudgetPinsWhatFitsAndAdvertisesThe
   EXPECT_EQ(no_room->models[0].pinned_bytes, 0u);
 }
 
+// On a GPU, --host-memory-budget keeps in host memory what the device does
+// not: the advert's streamed bytes and seconds per pass leave both out, with
+// the engine's choice (planner::ChooseHostTierGroups). The CPU has no such
+// tier.
+TEST(ScanModelRootsTest, OnAGpuTheHostTierKeepsWhatTheDeviceDoesNotAndTheAdvertLeavesItOut) {
+  TempDir root;
+  MakeStoriesModel(root.path(), "m");
+  CatalogOptions gpu = Options(root.path(), 1ull << 40);
+  gpu.device = planner::Device::kGpu;
+  gpu.streaming = planner::StreamingRequest::kAuto;
+  auto resident = ScanModelRoots(gpu);
+  ASSERT_TRUE(resident.ok() && resident->models.size() == 1u);
+  gpu.memory_budget_bytes = resident->models[0].footprint_bytes - 1;  // streamed
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(resident->models[0].dir);
+  ASSERT_TRUE(ckpt.ok());
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
+  uint64_t all = 0;
+  for (uint64_t g : groups) all += g;
+  gpu.host_memory_budget_bytes = planner::StreamBufferBytes(groups, {}, true) + all / 2;
+
+  auto catalog = ScanModelRoots(gpu);
+  ASSERT_TRUE(catalog.ok() && catalog->models.size() == 1u) << catalog.status().ToString();
+  const ModelEntry& m = catalog->models[0];
+  ASSERT_FALSE(m.resident);
+  EXPECT_EQ(m.pinned_bytes, 0u);  // no KV budget named: the device pins nothing
+  EXPECT_GT(m.host_pinned_bytes, 0u);
+  EXPECT_LE(m.host_pinned_bytes, all / 2);
+  EXPECT_EQ(m.host_pinned_bytes,
+            planner::PinnedBytes(groups, planner::ChooseHostTierGroups(
+                                             groups, {}, gpu.host_memory_budget_bytes, true)));
+  EXPECT_EQ(m.host_memory_budget_bytes, gpu.host_memory_budget_bytes);
+  const uint64_t streamed = planner::StreamedBytesPerPass(*ckpt, m.host_pinned_bytes);
+  EXPECT_EQ(m.offer.checkpoint_bytes, static_cast<int64_t>(streamed));
+  EXPECT_DOUBLE_EQ(m.offer.seconds_per_pass, planner::PassSeconds(streamed, 1e9));
+
+  CatalogOptions cpu = gpu;
+  cpu.device = planner::Device::kCpu;
+  auto on_cpu = ScanModelRoots(cpu);
+  ASSERT_TRUE(on_cpu.ok() && on_cpu->models.size() == 1u);
+  EXPECT_EQ(on_cpu->models[0].host_pinned_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace nightshift::worker

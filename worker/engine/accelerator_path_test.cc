@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -173,6 +174,29 @@ TEST(AcceleratorPathTest, Bf16WeightsAreMultipliedInBf16) {
 // groups as the budget grows (on the accelerator path they stay in device
 // memory); every pass after the first reads the streamed pass less the
 // pinned bytes, and the tokens and logits are the fully streamed run's.
+// Two of `golden`'s prompts, 4 greedy tokens each, through an engine opened
+// with `options`: the results and every pass's figures; no results when a
+// pass was refused for its memory plan (ResourceExhausted, expected).
+std::vector<SequenceResult> RunTwoPrompts(const Golden& golden, const EngineOptions& options,
+                                          std::vector<PassStats>* passes) {
+  std::unique_ptr<Engine> engine = OpenEngine(FixtureDir(kFixture), options);
+  EXPECT_NE(engine, nullptr);
+  std::vector<SequenceResult> out;
+  if (engine == nullptr) return out;
+  EXPECT_TRUE(engine->Add(GreedyRequest(golden.prompts[0], 4)).ok());
+  EXPECT_TRUE(engine->Add(GreedyRequest(golden.prompts[1], 4)).ok());
+  while (engine->active() > 0) {
+    StatusOr<PassStats> stats = engine->Step();
+    if (!stats.ok()) {
+      EXPECT_EQ(stats.status().code(), StatusCode::kResourceExhausted) << stats.status().ToString();
+      return std::vector<SequenceResult>();
+    }
+    passes->push_back(*stats);
+    for (SequenceResult& r : engine->TakeFinished()) out.push_back(std::move(r));
+  }
+  return out;
+}
+
 TEST(AcceleratorPathTest, AMemoryBudgetPinsGroupsAndKeepsTheResults) {
   const Golden golden = LoadGolden(kFixture);
   StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
@@ -186,23 +210,7 @@ TEST(AcceleratorPathTest, AMemoryBudgetPinsGroupsAndKeepsTheResults) {
       EngineOptions options = accelerator ? AcceleratorOptions() : EngineOptions{};
       options.threads = 1;
       options.memory_budget_bytes = budget;
-      std::unique_ptr<Engine> engine = OpenEngine(FixtureDir(kFixture), options);
-      EXPECT_NE(engine, nullptr);
-      std::vector<SequenceResult> out;
-      if (engine == nullptr) return out;
-      EXPECT_TRUE(engine->Add(GreedyRequest(golden.prompts[0], 4)).ok());
-      EXPECT_TRUE(engine->Add(GreedyRequest(golden.prompts[1], 4)).ok());
-      while (engine->active() > 0) {
-        StatusOr<PassStats> stats = engine->Step();
-        if (!stats.ok()) {
-          EXPECT_EQ(stats.status().code(), StatusCode::kResourceExhausted)
-              << stats.status().ToString();
-          return std::vector<SequenceResult>();
-        }
-        passes->push_back(*stats);
-        for (SequenceResult& r : engine->TakeFinished()) out.push_back(std::move(r));
-      }
-      return out;
+      return RunTwoPrompts(golden, options, passes);
     };
     std::vector<PassStats> streamed_passes;
     const std::vector<SequenceResult> streamed = run(0, &streamed_passes);
@@ -234,6 +242,79 @@ TEST(AcceleratorPathTest, AMemoryBudgetPinsGroupsAndKeepsTheResults) {
     EXPECT_GT(partial, 0);
     EXPECT_GT(whole, 0);
   }
+}
+
+// The host tier: groups the device does not keep stay in host memory after
+// their first read (beyond the loader's stream buffers), so later passes
+// read neither them nor the device's from disk; tokens are the streamed
+// run's. With a device budget too, the two tiers are disjoint.
+TEST(AcceleratorPathTest, AHostMemoryBudgetKeepsWhatTheDeviceDoesNot) {
+  const Golden golden = LoadGolden(kFixture);
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
+  ASSERT_TRUE(ckpt.ok());
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
+  uint64_t all = 0;
+  for (uint64_t g : groups) all += g;
+  const uint64_t buffers = planner::StreamBufferBytes(groups, {}, /*prefetch=*/true);
+
+  std::vector<PassStats> streamed_passes;
+  const std::vector<SequenceResult> streamed =
+      RunTwoPrompts(golden, AcceleratorOptions(), &streamed_passes);
+  ASSERT_EQ(streamed.size(), 2u);
+  // The first pass's figures; none when the device's working set exceeds its budget.
+  auto expect_tiers = [&](const EngineOptions& options,
+                          uint64_t host_at_most) -> std::optional<PassStats> {
+    std::vector<PassStats> passes;
+    const std::vector<SequenceResult> results = RunTwoPrompts(golden, options, &passes);
+    if (results.empty()) return std::nullopt;
+    EXPECT_EQ(passes.size(), streamed_passes.size());
+    const uint64_t device = passes[0].pinned_bytes, host = passes[0].host_pinned_bytes;
+    if (device < all) {
+      EXPECT_GT(host, 0u);  // unless the device keeps every group
+    }
+    EXPECT_LE(host, host_at_most);
+    EXPECT_LE(device + host, all);
+    EXPECT_EQ(passes[0].bytes_read, streamed_passes[0].bytes_read);  // everything read once
+    for (size_t p = 1; p < passes.size(); ++p) {
+      EXPECT_EQ(passes[p].bytes_read, streamed_passes[p].bytes_read - device - host) << p;
+      EXPECT_EQ(passes[p].host_pinned_bytes, host);
+    }
+    for (size_t i = 0; i < results.size(); ++i) {
+      EXPECT_EQ(results[i].generated, streamed[i].generated);
+    }
+    return passes[0];
+  };
+
+  EngineOptions options = AcceleratorOptions();
+  options.host_memory_budget_bytes = buffers + all / 2;  // about half the groups
+  EXPECT_TRUE(expect_tiers(options, all / 2).has_value());
+  // Room for everything: with any device budget that runs, the two tiers
+  // hold every group and later passes read only the embedding rows fed.
+  options.host_memory_budget_bytes = buffers + all;
+  int both = 0;
+  for (uint64_t budget = all / 4; budget <= 4 * all; budget += all / 4) {
+    options.memory_budget_bytes = budget;
+    const std::optional<PassStats> first = expect_tiers(options, all);
+    if (!first) continue;
+    EXPECT_EQ(first->pinned_bytes + first->host_pinned_bytes, all) << budget;
+    both += first->pinned_bytes > 0 && first->host_pinned_bytes > 0;
+  }
+  EXPECT_GT(both, 0);
+
+  // Less than the stream buffers: refused at the first pass, with the figure.
+  options = AcceleratorOptions();
+  options.host_memory_budget_bytes = buffers / 2;
+  std::unique_ptr<Engine> engine = OpenEngine(FixtureDir(kFixture), options);
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(engine->Add(GreedyRequest(golden.prompts[0], 1)).ok());
+  StatusOr<PassStats> refused = engine->Step();
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("stream buffers"));
+  // The CPU path has no second tier.
+  options.accelerator_path_on_cpu = false;
+  options.host_memory_budget_bytes = all;
+  EXPECT_EQ(Engine::Open(FixtureDir(kFixture), options).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -250,6 +250,12 @@ Status ValidateOptions(const EngineOptions& options) {
     return InvalidArgument("read_streams must be in 0..64");
   }
   if (options.pass_token_budget < 0) return InvalidArgument("pass_token_budget must be >= 0");
+  if (options.host_memory_budget_bytes > 0 && !IsCudaDevice(options.device) &&
+      !options.accelerator_path_on_cpu) {
+    return InvalidArgument(
+        "a host memory budget is the accelerator path's second tier; on the CPU the memory "
+        "budget pins groups in host memory");
+  }
   return CheckDevice(options.device);
 }
 
@@ -424,6 +430,10 @@ struct Engine::Impl {
   // first pass: per loader group, kept across passes; their bytes.
   std::vector<bool> pinned;
   uint64_t pinned_bytes = 0;
+  // The host tier (EngineOptions::host_memory_budget_bytes), fixed by the
+  // first pass: groups the loader keeps in host memory, staged every pass.
+  std::vector<bool> host_pinned;
+  uint64_t host_pinned_bytes = 0;
   std::vector<float> inv_freq;
   std::vector<int64_t> eos;
   int64_t max_context = 0;
@@ -492,6 +502,8 @@ struct Engine::Impl {
   // At the first pass: the pass plan of EngineOptions::memory_budget_bytes
   // (which groups to pin), or the resident figure.
   Status FixPassPlan(const PassPlan& plan);
+  // The host tier of the accelerator path, once the device's pins are fixed.
+  Status FixHostTier(const std::vector<uint64_t>& group_bytes);
   // The activations the first pass `plan` needs (run's plan): its
   // micro-batch temporaries, score blocks (both bounded as in
   // planner::ActivationWorkingSetBytes), hidden states and logits.
@@ -524,7 +536,7 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
     pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
     return Status::Ok();
   }
-  if (options.memory_budget_bytes == 0) return Status::Ok();
+  if (options.memory_budget_bytes == 0) return FixHostTier(group_bytes);
   const uint64_t buffers = planner::StreamBufferBytes(group_bytes, {}, options.prefetch);
   uint64_t activations, kv;
   if (options.kv_budget_bytes > 0) {
@@ -547,8 +559,8 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
       group_bytes, planner::PinBudgetBytes(options.memory_budget_bytes, buffers, activations, kv),
       options.pin_placement);
   pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
-  if (pinned_bytes == 0) return Status::Ok();
-  if (!stager) return loader->SetPinned(pinned);
+  if (!stager) return pinned_bytes == 0 ? Status::Ok() : loader->SetPinned(pinned);
+  if (pinned_bytes == 0) return FixHostTier(group_bytes);
   // The device keeps the pinned groups: two stream slots, then one per group.
   std::vector<uint64_t> slots(2, 0);
   for (size_t g = 0; g < loader->groups(); ++g) {
@@ -558,10 +570,28 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
   slots[1] = slots[0];
   resident_groups.assign(loader->groups(), std::nullopt);
   stager.reset();
-  return Guarded([&]() -> Status {
+  NS_RETURN_IF_ERROR(Guarded([&]() -> Status {
     stager = std::make_unique<DeviceStager>(*device, std::move(slots));
     return Status::Ok();
-  });
+  }));
+  return FixHostTier(group_bytes);
+}
+
+Status Engine::Impl::FixHostTier(const std::vector<uint64_t>& group_bytes) {
+  const uint64_t budget = options.host_memory_budget_bytes;
+  if (budget == 0 || !stager || options.residency == Residency::kResident) return Status::Ok();
+  // The loader's stream buffers are host memory too: the tier keeps groups
+  // in what they leave.
+  const uint64_t buffers = planner::StreamBufferBytes(group_bytes, pinned, options.prefetch);
+  if (buffers > budget) {
+    return ResourceExhausted("host memory budget of " + std::to_string(budget) +
+                             " bytes is less than the loader's stream buffers of " +
+                             std::to_string(buffers) + " bytes");
+  }
+  host_pinned = planner::ChooseHostTierGroups(group_bytes, pinned, budget, options.prefetch,
+                                              options.pin_placement);
+  host_pinned_bytes = planner::PinnedBytes(group_bytes, host_pinned);
+  return host_pinned_bytes == 0 ? Status::Ok() : loader->SetPinned(host_pinned);
 }
 
 Status Engine::Impl::OpenStager() {
@@ -833,6 +863,7 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   const PassPlan plan = PlanPass(&stats);
   if (stats.index == 0) NS_RETURN_IF_ERROR(FixPassPlan(plan));
   stats.pinned_bytes = pinned_bytes;
+  stats.host_pinned_bytes = host_pinned_bytes;
   NS_ASSIGN_OR_RETURN(at::Tensor hidden, RunLayers(plan, &stats));
   NS_ASSIGN_OR_RETURN(at::Tensor logits, RunHead(hidden, plan.logit_rows, &stats));
 
@@ -984,6 +1015,7 @@ int64_t Engine::max_context() const { return impl_->max_context; }
 int64_t Engine::micro_batch_rows() const { return impl_->micro_batch_rows; }
 KvDType Engine::kv_dtype() const { return impl_->options.kv_dtype; }
 uint64_t Engine::pinned_bytes() const { return impl_->pinned_bytes; }
+uint64_t Engine::host_pinned_bytes() const { return impl_->host_pinned_bytes; }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
 
 }  // namespace nightshift::engine

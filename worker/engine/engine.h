@@ -170,6 +170,11 @@ struct PassStats {
   // about StreamedBytesPerPass(checkpoint, pinned_bytes) less the embedding
   // rows not fed.
   uint64_t pinned_bytes = 0;
+  // On the accelerator path, bytes of the groups the host tier keeps
+  // (EngineOptions::host_memory_budget_bytes): copied to the device every
+  // pass, read from disk only by the first, so later passes' bytes_read
+  // leave them out too.
+  uint64_t host_pinned_bytes = 0;
   Residency residency = Residency::kStream;
 };
 
@@ -225,6 +230,16 @@ struct EngineOptions {
   // accelerator path the budget is the device's: pinned groups stay in
   // device memory. 0: no budget; every group is streamed.
   uint64_t memory_budget_bytes = 0;
+  // The accelerator path's second tier: host memory (page-locked on a CUDA
+  // device) for the groups the device does not keep. Beyond the loader's
+  // stream buffers (planner::StreamBufferBytes of the groups not on the
+  // device), the first pass picks groups that fit (ChoosePinnedGroups with
+  // `pin_placement`) and the loader keeps them as stored after their first
+  // read: later passes copy them to the device without reading the disk.
+  // GPU memory first (memory_budget_bytes), then this, then disk. 0: none.
+  // Refused on the CPU path, whose pinned groups are host memory already
+  // (memory_budget_bytes); ignored when resident.
+  uint64_t host_memory_budget_bytes = 0;
   planner::PinPlacement pin_placement = planner::PinPlacement::kSpread;
   // Bytes of float32 temporaries one micro-batch of a layer may use. Each
   // layer runs the pass's rows in micro-batches of R rows through the same
@@ -344,6 +359,8 @@ class Engine {
   // Bytes of the groups kept in memory across passes (PassStats::pinned_bytes);
   // 0 before the first pass fixes the plan.
   uint64_t pinned_bytes() const;
+  // Bytes of the groups the host tier keeps (PassStats::host_pinned_bytes).
+  uint64_t host_pinned_bytes() const;
   // generation_config.json's eos_token_id when present, else config.json's.
   const std::vector<int64_t>& eos_token_ids() const;
 

@@ -7,9 +7,10 @@
 // every run with the same flags feeds the same prompts. Output:
 //   {"generated": [[ids]...], "last_logits": [[...]...] (with --logits),
 //    "passes": [{"seconds", "bytes_read", "io_seconds", "load_seconds",
-//                "compute_seconds", "sequences", "tokens", "kv_bytes", "pinned_bytes"}...],
-//    "micro_batch_rows", "pinned_bytes", "rss_after_open_bytes", "peak_rss_growth_bytes",
-//    "vm_hwm_bytes", "seconds"}
+//                "compute_seconds", "sequences", "tokens", "kv_bytes", "pinned_bytes",
+//                "host_pinned_bytes"}...],
+//    "micro_batch_rows", "pinned_bytes", "host_pinned_bytes", "rss_after_open_bytes",
+//    "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds"}
 // peak_rss_growth_bytes is the peak RSS after Open (and the optional warm-up
 // run) minus the RSS then; the peak is reset with /proc/self/clear_refs so it
 // is this run's.
@@ -68,12 +69,13 @@ nlohmann::json PassJson(const PassStats& p) {
           {"sequences", p.sequences},
           {"tokens", p.tokens},
           {"kv_bytes", p.kv_bytes},
-          {"pinned_bytes", p.pinned_bytes}};
+          {"pinned_bytes", p.pinned_bytes},
+          {"host_pinned_bytes", p.host_pinned_bytes}};
 }
 
 int Run(int argc, char** argv) {
   std::string dir, warm_up_dir, residency = "streaming", device = "cpu", activation_budget;
-  std::string memory_budget, pin_placement = "spread";
+  std::string memory_budget, host_memory_budget, pin_placement = "spread";
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
   int64_t labels = 0;
   bool prefetch = true, logits = false, accelerator_path = false;
@@ -98,6 +100,9 @@ int Run(int argc, char** argv) {
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   flags.String("memory-budget", &memory_budget,
                "pin what fits after the working set (EngineOptions::memory_budget_bytes)", "SIZE");
+  flags.String("host-memory-budget", &host_memory_budget,
+               "the accelerator path's host tier (EngineOptions::host_memory_budget_bytes)",
+               "SIZE");
   flags.String("pin-placement", &pin_placement, "spread (default), head or tail", "WORD");
   flags.Bool("accelerator-path-on-cpu", &accelerator_path,
              "run the CPU through the accelerator path (tests)");
@@ -120,23 +125,24 @@ int Run(int argc, char** argv) {
   options.max_context = max_context;
   options.threads = static_cast<int>(threads);
   options.device = device;
-  if (!activation_budget.empty()) {
-    StatusOr<uint64_t> budget = ParseSize(activation_budget);
-    if (!budget.ok()) {
-      std::cerr << "engine-stream-run: --activation-budget: " << budget.status().ToString() << "\n";
-      return 2;
+  // A size flag into *bytes (left alone when the flag is absent); false
+  // after saying why.
+  auto size_flag = [](const char* name, const std::string& value, uint64_t* bytes) {
+    if (value.empty()) return true;
+    StatusOr<uint64_t> parsed = ParseSize(value);
+    if (!parsed.ok()) {
+      std::cerr << "engine-stream-run: --" << name << ": " << parsed.status().ToString() << "\n";
+      return false;
     }
-    options.activation_budget_bytes = *budget;
+    *bytes = *parsed;
+    return true;
+  };
+  if (!size_flag("activation-budget", activation_budget, &options.activation_budget_bytes) ||
+      !size_flag("memory-budget", memory_budget, &options.memory_budget_bytes) ||
+      !size_flag("host-memory-budget", host_memory_budget, &options.host_memory_budget_bytes)) {
+    return 2;
   }
   options.accelerator_path_on_cpu = accelerator_path;
-  if (!memory_budget.empty()) {
-    StatusOr<uint64_t> budget = ParseSize(memory_budget);
-    if (!budget.ok()) {
-      std::cerr << "engine-stream-run: --memory-budget: " << budget.status().ToString() << "\n";
-      return 2;
-    }
-    options.memory_budget_bytes = *budget;
-  }
   StatusOr<planner::PinPlacement> placement = planner::ParsePinPlacement(pin_placement);
   if (!placement.ok()) {
     std::cerr << "engine-stream-run: --pin-placement: " << placement.status().ToString() << "\n";
@@ -204,6 +210,7 @@ int Run(int argc, char** argv) {
   const uint64_t hwm = ProcStatusBytes("VmHWM");
   out["micro_batch_rows"] = (*engine)->micro_batch_rows();
   out["pinned_bytes"] = (*engine)->pinned_bytes();
+  out["host_pinned_bytes"] = (*engine)->host_pinned_bytes();
   out["rss_after_open_bytes"] = rss_after_open;
   out["vm_hwm_bytes"] = hwm;
   out["peak_rss_growth_bytes"] = hwm > rss_after_open ? hwm - rss_after_open : 0;
