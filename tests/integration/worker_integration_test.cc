@@ -444,7 +444,7 @@ TEST_F(WorkerIntegrationTest, AttachesOverTlsWithTheWorkerTokenOnly) {
 TEST_F(WorkerIntegrationTest, BadFlagValuesAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"--threads", "-2"},          {"--max-batch-jobs", "-1"},    {"--read-bandwidth", "-5"},
-      {"--min-pass-seconds", "-1"}, {"--pass-token-budget", "-3"}, {"--kv-dtype", "f16"}};
+      {"--min-pass-seconds", "-1"}, {"--pass-token-budget", "-3"}, {"--kv-dtype", "f8"}};
   for (const auto& [flag, value] : bad) {
     SCOPED_TRACE(flag);
     auto p = Process::Start({BinPath("nightshift-worker"), "--scheduler", "127.0.0.1:1",
