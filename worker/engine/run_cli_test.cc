@@ -617,17 +617,19 @@ TEST(RunMemoryBudgetTest, HalfTheCheckpointPinsAndStreamsOnlyTheRest) {
   EXPECT_THAT(bad.err, HasSubstr("--memory-budget: 'half' is not a size"));
 }
 
-// cgroup v1's memory controller, as bench/engine_bench uses it (root).
-constexpr char kCgroup[] = "/sys/fs/cgroup/memory/nightshift-run-residency-test";
+// cgroup v1's memory controller, as bench/engine_bench uses it (root). Each
+// run gets a cgroup of its own (a name reused right after rmdir was seen to
+// keep the old cap).
+constexpr char kCgroupPrefix[] = "/sys/fs/cgroup/memory/nightshift-run-test-";
 
-bool WriteCgroupFile(const std::string& name, const std::string& value) {
-  std::ofstream out(std::string(kCgroup) + "/" + name);
+bool WriteCgroupFile(const std::string& cgroup, const std::string& name, const std::string& value) {
+  std::ofstream out(cgroup + "/" + name);
   out << value;
   return static_cast<bool>(out.flush());
 }
 
-std::string ReadCgroupFile(const std::string& name) {
-  std::ifstream in(std::string(kCgroup) + "/" + name);
+std::string ReadCgroupFile(const std::string& cgroup, const std::string& name) {
+  std::ifstream in(cgroup + "/" + name);
   std::string word;
   in >> word;
   return word;
@@ -655,17 +657,20 @@ class Bench17bTest : public ::testing::Test {
   // the reason is printed.
   static Outcome RunCapped(const std::string& args, uint64_t cap, uint64_t* peak) {
     *peak = 0;
+    static int runs = 0;
+    const std::string cgroup =
+        kCgroupPrefix + std::to_string(getpid()) + "-" + std::to_string(++runs);
     std::error_code ec;
-    std::filesystem::create_directories(kCgroup, ec);
-    const bool cgroup = !ec && WriteCgroupFile("memory.limit_in_bytes", std::to_string(cap)) &&
-                        WriteCgroupFile("memory.max_usage_in_bytes", "0");
-    if (!cgroup) {
-      std::cout << "[ note ] no cgroup v1 memory controller to write at " << kCgroup
+    std::filesystem::create_directories(cgroup, ec);
+    if (ec || !WriteCgroupFile(cgroup, "memory.limit_in_bytes", std::to_string(cap))) {
+      std::cout << "[ note ] no cgroup v1 memory controller to write at " << cgroup
                 << " (root needed): running uncapped\n";
       return RunBinary("nightshift-engine", args);
     }
+    // The kernel rounds the cap to pages; it must be in force, not just written.
+    EXPECT_LE(std::stoull(ReadCgroupFile(cgroup, "memory.limit_in_bytes")), cap);
     TempDir out;
-    const std::string command = "timeout 600 sh -c 'echo $$ > " + std::string(kCgroup) +
+    const std::string command = "timeout 600 sh -c 'echo $$ > " + cgroup +
                                 "/tasks && exec \"$0\" \"$@\"' " +
                                 testutil::BinPath("nightshift-engine") + " " + args + " >" +
                                 out.file("out") + " 2>" + out.file("err");
@@ -674,9 +679,9 @@ class Bench17bTest : public ::testing::Test {
     o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     o.out = ReadFileBytes(out.file("out"));
     o.err = ReadFileBytes(out.file("err"));
-    *peak = std::stoull(ReadCgroupFile("memory.max_usage_in_bytes"));
+    *peak = std::stoull(ReadCgroupFile(cgroup, "memory.max_usage_in_bytes"));
     std::cout << "[ note ] cgroup cap " << cap << " bytes, peak usage " << *peak << "\n";
-    rmdir(kCgroup);
+    rmdir(cgroup.c_str());
     return o;
   }
 
