@@ -354,6 +354,22 @@ StatusOr<TensorInfo> FoldFp8(const std::string& dir, const QuantizationInfo& inf
 
 }  // namespace
 
+const char* QuantFormatName(QuantFormat format) {
+  switch (format) {
+    case QuantFormat::kNone:
+      return "none";
+    case QuantFormat::kAwq:
+      return "awq";
+    case QuantFormat::kGptq:
+      return "gptq";
+    case QuantFormat::kFp8Channel:
+      return "fp8-channel";
+    case QuantFormat::kFp8Block:
+      return "fp8-block";
+  }
+  return "?";
+}
+
 std::string QuantizationInfo::Describe() const {
   switch (format) {
     case QuantFormat::kNone:

@@ -59,6 +59,10 @@ StatusOr<QuantizationInfo> ParseQuantization(const nlohmann::json& config,
 Status FoldQuantizedTensors(const std::string& dir_label, const QuantizationInfo& info,
                             std::vector<TensorInfo>* tensors);
 
+// "none", "awq", "gptq", "fp8-channel", "fp8-block": inspect's and the
+// generator's spelling.
+const char* QuantFormatName(QuantFormat format);
+
 // The F8_E4M3 (OCP "fn": no infinities, NaN at 0x7f/0xff) value of every
 // byte, exactly.
 const float* Fp8E4M3Table();
