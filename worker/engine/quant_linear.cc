@@ -9,6 +9,7 @@
 #include "worker/checkpoint/quantization.h"
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/quant_dequant.h"
+#include "worker/engine/small_matmul.h"
 
 namespace nightshift::engine {
 namespace {
@@ -176,6 +177,23 @@ at::Tensor OutputMajorLinear(const at::Tensor& x, const QuantView& v, int64_t bl
   const int64_t block =
       std::clamp<int64_t>(std::min(block_bytes / (q.in * 4), per_thread), 1, q.out);
   const int64_t blocks = (q.out + block - 1) / block;
+  if (x.size(0) <= kSmallMatmulMaxRows && SmallMatmulFast()) {
+    // A few rows (decode): each decoded block, still in cache, is multiplied
+    // by small_matmul.h's kernel straight into y, no GEMM call per block.
+    const at::Tensor xc = x.contiguous();
+    at::Tensor y = at::empty({x.size(0), q.out}, FloatOptions());
+    ParallelFor(blocks, 1, [&](int64_t first, int64_t last) {
+      float* scratch = Scratch(static_cast<size_t>(block * q.in));
+      for (int64_t b = first; b < last; ++b) {
+        const int64_t row = b * block;
+        const int64_t n = std::min(block, q.out - row);
+        DequantOutputRows(v, row, row + n, scratch);
+        SmallMatmul(xc.data_ptr<float>(), x.size(0), q.in, scratch, DType::kF32, 0, n,
+                    y.data_ptr<float>() + row, q.out);
+      }
+    });
+    return y;
+  }
   at::Tensor yt = at::empty({q.out, x.size(0)}, FloatOptions());
   const at::Tensor xt = x.t();
   ParallelFor(blocks, 1, [&](int64_t first, int64_t last) {
