@@ -78,11 +78,7 @@ int Main(int argc, char** argv) {
     std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
     return flags.help_requested() ? 0 : 2;
   }
-  if (stream_run.empty()) {
-    stream_run =
-        (fs::canonical("/proc/self/exe").parent_path().parent_path() / "bin" / "engine-stream-run")
-            .string();
-  }
+  if (stream_run.empty()) stream_run = DefaultStreamRun();
   if (model_dir.empty()) {
     model_dir = work_dir + "/bench-1.7b";
     if (!fs::exists(model_dir + "/config.json")) {

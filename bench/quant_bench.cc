@@ -89,11 +89,7 @@ int Main(int argc, char** argv) {
     std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
     return flags.help_requested() ? 0 : 2;
   }
-  if (stream_run.empty()) {
-    stream_run =
-        (fs::canonical("/proc/self/exe").parent_path().parent_path() / "bin" / "engine-stream-run")
-            .string();
-  }
+  if (stream_run.empty()) stream_run = DefaultStreamRun();
   using checkpoint::DType;
   using checkpoint::QuantFormat;
   std::vector<Variant> variants = {

@@ -140,6 +140,12 @@ class Bench {
   int64_t new_tokens_;
 };
 
+// <build>/bin/engine-stream-run, beside this program's <build>/bench/.
+inline std::string DefaultStreamRun() {
+  return (fs::canonical("/proc/self/exe").parent_path().parent_path() / "bin" / "engine-stream-run")
+      .string();
+}
+
 inline double Mb(double bytes) { return bytes / (1 << 20); }
 
 }  // namespace nightshift::bench
