@@ -177,36 +177,30 @@ at::Tensor OutputMajorLinear(const at::Tensor& x, const QuantView& v, int64_t bl
   const int64_t block =
       std::clamp<int64_t>(std::min(block_bytes / (q.in * 4), per_thread), 1, q.out);
   const int64_t blocks = (q.out + block - 1) / block;
-  if (x.size(0) <= kSmallMatmulMaxRows && SmallMatmulFast()) {
-    // A few rows (decode): each decoded block, still in cache, is multiplied
-    // by small_matmul.h's kernel straight into y, no GEMM call per block.
-    const at::Tensor xc = x.contiguous();
-    at::Tensor y = at::empty({x.size(0), q.out}, FloatOptions());
-    ParallelFor(blocks, 1, [&](int64_t first, int64_t last) {
-      float* scratch = Scratch(static_cast<size_t>(block * q.in));
-      for (int64_t b = first; b < last; ++b) {
-        const int64_t row = b * block;
-        const int64_t n = std::min(block, q.out - row);
-        DequantOutputRows(v, row, row + n, scratch);
-        SmallMatmul(xc.data_ptr<float>(), x.size(0), q.in, scratch, DType::kF32, 0, n,
-                    y.data_ptr<float>() + row, q.out);
-      }
-    });
-    return y;
-  }
-  at::Tensor yt = at::empty({q.out, x.size(0)}, FloatOptions());
+  // A few rows (decode): each decoded block, still in cache, is multiplied
+  // by small_matmul.h's kernel straight into y [T, out]; more: a GEMM per
+  // block into its rows of y^T [out, T].
+  const bool small = x.size(0) <= kSmallMatmulMaxRows && SmallMatmulFast();
+  const at::Tensor xc = x.contiguous();
   const at::Tensor xt = x.t();
+  at::Tensor y = small ? at::empty({x.size(0), q.out}, FloatOptions())
+                       : at::empty({q.out, x.size(0)}, FloatOptions());
   ParallelFor(blocks, 1, [&](int64_t first, int64_t last) {
     float* scratch = Scratch(static_cast<size_t>(block * q.in));
     for (int64_t b = first; b < last; ++b) {
       const int64_t row = b * block;
       const int64_t n = std::min(block, q.out - row);
       DequantOutputRows(v, row, row + n, scratch);
-      at::Tensor out_rows = yt.narrow(0, row, n);
-      at::mm_out(out_rows, at::from_blob(scratch, {n, q.in}, FloatOptions()), xt);
+      if (small) {
+        SmallMatmul(xc.data_ptr<float>(), x.size(0), q.in, scratch, DType::kF32, 0, n,
+                    y.data_ptr<float>() + row, q.out);
+      } else {
+        at::Tensor out_rows = y.narrow(0, row, n);
+        at::mm_out(out_rows, at::from_blob(scratch, {n, q.in}, FloatOptions()), xt);
+      }
     }
   });
-  return yt.t().contiguous();
+  return small ? y : y.t().contiguous();
 }
 
 }  // namespace
