@@ -23,7 +23,11 @@ int64_t VocabRows(const checkpoint::Checkpoint& ckpt, int64_t config_vocab) {
 
 size_t DominantDTypeSize(const checkpoint::Checkpoint& ckpt) {
   std::map<checkpoint::DType, uint64_t> bytes;
-  for (const checkpoint::TensorInfo& t : ckpt.tensors) bytes[t.dtype] += t.size;
+  // A quantized projection counts as F16: what it is dequantised to and
+  // multiplied in on a GPU.
+  for (const checkpoint::TensorInfo& t : ckpt.tensors) {
+    bytes[t.quant ? checkpoint::DType::kF16 : t.dtype] += t.size;
+  }
   checkpoint::DType best = checkpoint::DType::kF32;
   uint64_t most = 0;
   for (const auto& [dtype, total] : bytes) {

@@ -18,7 +18,10 @@ namespace nightshift::planner {
 // vocab is the config's vocab_size, else the first dimension of the largest
 // embedding tensor; layers is the number of decoder layers found in the
 // tensors; stored_dtype_bytes the element size of the dtype holding the most
-// bytes. A config without a hidden size or head count, or a checkpoint
+// bytes (a quantized projection's bytes count as F16's, the dtype it is
+// multiplied in on a GPU). Quantized checkpoints (checkpoint/quantization.h)
+// are priced as stored: tensor_bytes is their packed bytes, parameters their
+// logical weights. A config without a hidden size or head count, or a checkpoint
 // without decoder layers, is DataLoss naming what is missing. Pure;
 // thread-safe.
 StatusOr<CheckpointShape> ShapeOf(const checkpoint::Checkpoint& ckpt);

@@ -71,6 +71,33 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// Quantized checkpoints are priced as stored: the tensor bytes are the
+// packed tensors' (every byte the headers span), the parameters
+// the logical weights, and their compute dtype F16.
+TEST(FixtureShapeTest, QuantizedCheckpointsArePricedAsStored) {
+  struct Case {
+    const char* name;
+    uint64_t tensor_bytes, file_bytes;
+  };
+  for (const Case& c :
+       {Case{"awq-int4", 425216, 430216}, Case{"gptq-int4", 344832, 351968},
+        Case{"ct-fp8-channel", 596224, 599984}, Case{"fp8-block", 1247984, 1251688}}) {
+    StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(c.name));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    StatusOr<CheckpointShape> shape = ShapeOf(*ckpt);
+    ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+    EXPECT_EQ(shape->tensor_bytes, c.tensor_bytes) << c.name;
+    EXPECT_EQ(shape->file_bytes, c.file_bytes) << c.name;
+    EXPECT_EQ(shape->stored_dtype_bytes, 2) << c.name;
+  }
+  // AWQ: 2 layers of q, o 128x128, k, v 64x128, gate, up, down 384x128 and
+  // two norms; embedding and LM head 384x128; the final norm.
+  StatusOr<checkpoint::Checkpoint> awq = checkpoint::ReadCheckpoint(FixtureDir("awq-int4"));
+  ASSERT_TRUE(awq.ok());
+  EXPECT_EQ(ShapeOf(*awq)->parameters,
+            2u * (2 * 16384 + 2 * 8192 + 3 * 49152 + 256) + 2 * 49152 + 128);
+}
+
 TEST(FixtureShapeTest, GemmaLargestGroupIsADecoderLayer) {
   StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir("gemma"));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();

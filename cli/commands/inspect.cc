@@ -1,5 +1,6 @@
 // `nightshift inspect`: what a checkpoint directory holds, from its config and
 // safetensors headers (no tensor data is read), or why it is refused.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -9,6 +10,7 @@
 
 #include "cli/command.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/quantization.h"
 
 namespace nightshift::cli {
 namespace {
@@ -37,8 +39,15 @@ constexpr char kDescription[] =
     "  tied_embeddings  true when there is no LM head tensor\n"
     "  other            {\"tensors\": [names], \"bytes\"} (not streamed, e.g. "
     "rotary_emb.inv_freq)\n"
-    "  dtypes           {\"BF16\": {\"tensors\", \"bytes\"}, ...}\n"
-    "  tensors          number of tensors\n"
+    "  dtypes           {\"BF16\": {\"tensors\", \"bytes\"}, ...} of the stored tensors\n"
+    "  quantization     null, or {\"format\": \"awq\" | \"gptq\" | \"fp8-channel\" | "
+    "\"fp8-block\",\n"
+    "                   \"description\", \"bits\", \"group_size\" (AWQ/GPTQ, else 0),\n"
+    "                   \"block\" ([out, in] for fp8-block, else null), \"modules\" (quantized\n"
+    "                   projections), \"bytes\" (theirs, as stored), \"bf16_bytes\" (the same\n"
+    "                   matrices in BF16)}; each quantized projection is listed as one tensor\n"
+    "                   <module>.weight [out, in] made of its stored parts\n"
+    "  tensors          number of tensors (a quantized projection counts once)\n"
     "  total_bytes      sum of all tensor sizes\n"
     "  files            [{\"name\", \"bytes\", \"tensors\"}] in shard order\n"
     "On failure --json prints {\"dir\", \"error\"} on stdout as well.";
@@ -84,20 +93,66 @@ struct DTypeTotal {
   uint64_t bytes = 0;
 };
 
+// The tensors as stored: a quantized projection's parts.
+std::vector<const checkpoint::TensorInfo*> StoredTensors(const Checkpoint& ckpt) {
+  std::vector<const checkpoint::TensorInfo*> out;
+  for (const auto& t : ckpt.tensors) {
+    if (!t.quant) {
+      out.push_back(&t);
+      continue;
+    }
+    for (const auto& part : t.quant->parts) out.push_back(&part);
+  }
+  return out;
+}
+
 std::map<std::string, DTypeTotal> DTypeTotals(const Checkpoint& ckpt) {
   std::map<std::string, DTypeTotal> totals;
-  for (const auto& t : ckpt.tensors) {
-    DTypeTotal& total = totals[checkpoint::DTypeName(t.dtype)];
+  for (const checkpoint::TensorInfo* t : StoredTensors(ckpt)) {
+    DTypeTotal& total = totals[checkpoint::DTypeName(t->dtype)];
     ++total.tensors;
-    total.bytes += t.size;
+    total.bytes += t->size;
   }
   return totals;
 }
 
 std::vector<int> TensorsPerFile(const Checkpoint& ckpt) {
   std::vector<int> counts(ckpt.files.size(), 0);
-  for (const auto& t : ckpt.tensors) ++counts[t.file];
+  for (const checkpoint::TensorInfo* t : StoredTensors(ckpt)) ++counts[t->file];
   return counts;
+}
+
+struct QuantTotals {
+  int modules = 0;
+  uint64_t bytes = 0;       // as stored
+  uint64_t bf16_bytes = 0;  // the same matrices in BF16
+};
+
+QuantTotals QuantizedTotals(const Checkpoint& ckpt) {
+  QuantTotals totals;
+  for (const auto& t : ckpt.tensors) {
+    if (!t.quant) continue;
+    ++totals.modules;
+    totals.bytes += t.size;
+    totals.bf16_bytes += static_cast<uint64_t>(t.numel()) * 2;
+  }
+  return totals;
+}
+
+json QuantizationJson(const Checkpoint& ckpt) {
+  const checkpoint::QuantizationInfo& q = ckpt.quantization;
+  if (q.format == checkpoint::QuantFormat::kNone) return nullptr;
+  const QuantTotals totals = QuantizedTotals(ckpt);
+  return {{"format", checkpoint::QuantFormatName(q.format)},
+          {"description", q.Describe()},
+          {"bits", q.bits},
+          {"group_size", q.group_size},
+          {"block", q.format == checkpoint::QuantFormat::kFp8Block
+                        ? json::array({q.block_out, q.block_in})
+                        : json(nullptr)},
+          {"modules", totals.modules},
+          {"bytes", totals.bytes},
+          {"bf16_bytes", totals.bf16_bytes}};
 }
 
 json GroupJson(const Checkpoint& ckpt, const TensorGroup& group) {
@@ -125,6 +180,7 @@ json ToJson(const Checkpoint& ckpt) {
   for (const auto& [name, total] : DTypeTotals(ckpt)) {
     out["dtypes"][name] = {{"tensors", total.tensors}, {"bytes", total.bytes}};
   }
+  out["quantization"] = QuantizationJson(ckpt);
   out["tensors"] = ckpt.tensors.size();
   out["total_bytes"] = ckpt.total_bytes;
   out["files"] = json::array();
@@ -136,13 +192,25 @@ json ToJson(const Checkpoint& ckpt) {
   return out;
 }
 
-// "model.embed_tokens.weight BF16 [384, 64]".
-std::string Describe(const checkpoint::TensorInfo& t) {
-  std::string out = t.name + " " + checkpoint::DTypeName(t.dtype) + " [";
-  for (size_t i = 0; i < t.shape.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(t.shape[i]);
-  }
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
+}
+
+// "model.embed_tokens.weight BF16 [384, 64]"; a quantized projection:
+// "model.layers.0.mlp.up_proj.weight awq [384, 128] = qweight I32 [128, 48] + ...".
+std::string Describe(const checkpoint::TensorInfo& t) {
+  if (!t.quant) return t.name + " " + checkpoint::DTypeName(t.dtype) + " " + ShapeText(t.shape);
+  std::string out =
+      t.name + " " + checkpoint::QuantFormatName(t.quant->format) + " " + ShapeText(t.shape) + " =";
+  const char* plus = " ";
+  for (const checkpoint::TensorInfo& part : t.quant->parts) {
+    out += plus + part.name.substr(part.name.rfind('.') + 1) + " " +
+           checkpoint::DTypeName(part.dtype) + " " + ShapeText(part.shape);
+    plus = " + ";
+  }
+  return out;
 }
 
 void PrintGroup(std::ostream& out, const char* label, const Checkpoint& ckpt,
@@ -178,8 +246,22 @@ void PrintText(std::ostream& out, const Checkpoint& ckpt) {
     separator = "; ";
   }
   out << "\n";
+  if (ckpt.quantization.format != checkpoint::QuantFormat::kNone) {
+    const QuantTotals q = QuantizedTotals(ckpt);
+    char ratio[16];
+    std::snprintf(
+        ratio, sizeof(ratio), "%.3f",
+        static_cast<double>(q.bytes) / static_cast<double>(std::max<uint64_t>(q.bf16_bytes, 1)));
+    out << "quantization   " << ckpt.quantization.Describe() << " (" << ckpt.quantization.bits
+        << " bits): " << q.modules << " projections, " << HumanBytes(q.bytes) << " as stored, "
+        << ratio << "x their BF16 " << HumanBytes(q.bf16_bytes) << "\n";
+  }
   out << "total          " << HumanBytes(ckpt.total_bytes) << " (" << ckpt.total_bytes
-      << " bytes) in " << ckpt.tensors.size() << " tensors\n";
+      << " bytes) in " << ckpt.tensors.size() << " tensors"
+      << (ckpt.quantization.format == checkpoint::QuantFormat::kNone
+              ? std::string()
+              : " (" + std::to_string(StoredTensors(ckpt).size()) + " as stored)")
+      << "\n";
   out << "files          " << ckpt.files.size() << "\n";
   const std::vector<int> per_file = TensorsPerFile(ckpt);
   for (size_t i = 0; i < ckpt.files.size(); ++i) {

@@ -37,15 +37,16 @@ StatusOr<checkpoint::DType> WeightDType(const std::string& name) {
 }
 
 int RunMakeCheckpoint(int argc, char** argv) {
-  std::string arch, preset, dtype, tokenizer, out;
+  std::string arch, preset, dtype, tokenizer, out, quantize;
+  int64_t group_size = 128;
   int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, intermediate = 0, vocab = 0;
   int64_t head_dim = 0, shards = 1, seed = 0, max_position = 4096;
   bool tie = false, json = false, quiet = false;
   const std::string usage =
       "nightshift make-checkpoint --arch " + FamilyList("|") +
       " (--preset NAME | --hidden H --layers L --heads N --kv-heads K --intermediate I --vocab V) "
-      "[--head-dim D] [--dtype bf16|f16|f32] [--shards N] [--tie-embeddings] [--tokenizer DIR] "
-      "--seed S --out DIR";
+      "[--head-dim D] [--dtype bf16|f16|f32] [--quantize awq|gptq|fp8|fp8-block [--group-size G]] "
+      "[--shards N] [--tie-embeddings] [--tokenizer DIR] --seed S --out DIR";
   FlagSet flags(usage,
                 "Writes a HuggingFace-format checkpoint with random weights: config.json,\n"
                 "generation_config.json, model.safetensors or N shards with\n"
@@ -54,6 +55,12 @@ int RunMakeCheckpoint(int argc, char** argv) {
                 "Tensors are exactly those the engine expects for the architecture; values\n"
                 "depend only on --seed and each tensor's name. Random weights produce noise,\n"
                 "not language: these checkpoints are for benchmarks, demos and tests.\n"
+                "--quantize stores every decoder projection in a published format, rounded to\n"
+                "nearest from the same float weights (embeddings, norms, biases and the LM head\n"
+                "stay in --dtype): awq = AutoAWQ GEMM int4 with zero points, gptq = GPTQ v1 int4\n"
+                "(asymmetric, g_idx), both in groups of --group-size input rows (default 128);\n"
+                "fp8 = compressed-tensors float-quantized E4M3 with one --dtype scale per output\n"
+                "row; fp8-block = E4M3 with F32 scales per 128x128 block (DeepSeek-V3 layout).\n"
                 "Presets: " +
                     PresetList() +
                     ".\n"
@@ -70,6 +77,9 @@ int RunMakeCheckpoint(int argc, char** argv) {
   flags.Int("head-dim", &head_dim, "head dimension (default hidden / heads)", "D");
   flags.Int("max-position", &max_position, "max_position_embeddings (default 4096)", "N");
   flags.String("dtype", &dtype, "stored weight dtype: bf16 (default), f16 or f32", "DTYPE");
+  flags.String("quantize", &quantize,
+               "store the projections quantized: awq, gptq, fp8 or fp8-block", "FORMAT");
+  flags.Int("group-size", &group_size, "input rows per int4 group (awq, gptq; default 128)", "G");
   flags.Int("shards", &shards, "number of safetensors files (default 1)", "N");
   flags.Bool("tie-embeddings", &tie, "no lm_head: the LM head is the token embedding");
   flags.String("tokenizer", &tokenizer, "copy tokenizer.json and tokenizer_config.json from DIR",
@@ -138,6 +148,14 @@ int RunMakeCheckpoint(int argc, char** argv) {
     }
   }
   if (seed < 0) return Fail("make-checkpoint", InvalidArgument("--seed must be non-negative"));
+  if (!quantize.empty()) {
+    auto format = generator::ParseQuantizeFormat(quantize);
+    if (!format.ok()) return Fail("make-checkpoint", format.status());
+    spec.quantize.format = *format;
+    spec.quantize.group_size = group_size;
+  } else if (flags.Seen("group-size")) {
+    return Fail("make-checkpoint", InvalidArgument("--group-size needs --quantize awq or gptq"));
+  }
   spec.shards = static_cast<int>(shards);
   spec.tie_embeddings = spec.tie_embeddings || tie;
   spec.tokenizer_dir = tokenizer;

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "worker/checkpoint/message.h"
+#include "worker/checkpoint/quantization.h"
 
 namespace nightshift::checkpoint {
 namespace {
@@ -25,6 +26,7 @@ using nlohmann::json;
 
 constexpr char kConfig[] = "config.json";
 constexpr char kGenerationConfig[] = "generation_config.json";
+constexpr char kQuantizeConfig[] = "quantize_config.json";  // AutoGPTQ's
 constexpr char kIndex[] = "model.safetensors.index.json";
 constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kPickle[] = "pytorch_model.bin";
@@ -369,6 +371,14 @@ Status ReadConfigs(const std::string& dir_label, const fs::path& dir, const Read
                                                                 dir_label + "/" + kGenerationConfig,
                                                                 options.max_header_bytes));
   }
+  json quantize_config;
+  if (Exists(dir / kQuantizeConfig)) {
+    NS_ASSIGN_OR_RETURN(quantize_config, ReadJsonObject((dir / kQuantizeConfig).string(),
+                                                        dir_label + "/" + kQuantizeConfig,
+                                                        options.max_header_bytes));
+  }
+  NS_ASSIGN_OR_RETURN(ckpt->quantization,
+                      ParseQuantization(ckpt->config, quantize_config, dir_label));
   return Status::Ok();
 }
 
@@ -401,6 +411,7 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir, const ReadOptions& o
             [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
   NS_RETURN_IF_ERROR(CheckUniqueNames(dir, ckpt.files, ckpt.tensors));
   if (sharded) NS_RETURN_IF_ERROR(CheckAgainstIndex(dir, map, ckpt.files, ckpt.tensors));
+  NS_RETURN_IF_ERROR(FoldQuantizedTensors(dir, ckpt.quantization, &ckpt.tensors));
   NS_RETURN_IF_ERROR(GroupTensors(dir, &ckpt));
   return ckpt;
 }

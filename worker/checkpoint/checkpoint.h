@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,28 @@ const char* DTypeName(DType dtype);
 // Parses the safetensors spelling; InvalidArgument for unknown names.
 StatusOr<DType> ParseDType(std::string_view name);
 
+// How a checkpoint's projections are quantized (quantization.h reads it).
+enum class QuantFormat {
+  kNone,
+  kAwq,         // AutoAWQ GEMM int4: qweight [in, out/8], qzeros, scales (W = (q - z) s)
+  kGptq,        // GPTQ v1 int4: qweight [in/8, out], qzeros (zero - 1), scales, g_idx
+  kFp8Channel,  // compressed-tensors float-quantized: F8_E4M3 weight, weight_scale [out, 1]
+  kFp8Block,    // quant_method fp8: F8_E4M3 weight, weight_scale_inv [ceil(out/bo), ceil(in/bi)]
+};
+
+struct QuantizationInfo {
+  QuantFormat format = QuantFormat::kNone;
+  int bits = 16;
+  // AWQ/GPTQ: input rows per group (GPTQ group_size -1: every row, stored
+  // as the input size of each module); 0 otherwise.
+  int64_t group_size = 0;
+  bool desc_act = false;  // GPTQ: g_idx may permute the groups
+  bool symmetric = false;
+  int64_t block_out = 0, block_in = 0;  // kFp8Block's weight_block_size
+  // "AWQ GEMM int4, group 32", "FP8 E4M3 block 128x128", ...; "" for kNone.
+  std::string Describe() const;
+};
+
 struct FileInfo {
   std::string
       name;  // relative to the checkpoint directory, e.g. "model-00001-of-00002.safetensors"
@@ -44,6 +67,8 @@ struct FileInfo {
   uint64_t data_offset = 0;  // 8 + header length: where the data section starts
 };
 
+struct QuantizedTensor;
+
 struct TensorInfo {
   std::string name;
   int file = 0;  // index into Checkpoint::files
@@ -51,9 +76,34 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   uint64_t offset = 0;  // absolute byte offset of the first element in the file
   uint64_t size = 0;    // bytes (= product(shape) * DTypeSize(dtype))
+  // Set for a quantized projection (see quantization.h): the tensor is then
+  // the logical weight `<module>.weight` [out, in], stored as the parts the
+  // pointee lists (dtype, file and offset are its first part's, size their
+  // sum), and a loader places those parts at QuantizedTensor::part_offsets.
+  std::shared_ptr<const QuantizedTensor> quant;
 
   int64_t numel() const;
 };
+
+// A quantized projection's stored tensors, validated against each other.
+// Parts, by format: kAwq {qweight, qzeros, scales}; kGptq {qweight, qzeros,
+// scales, g_idx} (g_idx absent: {qweight, qzeros, scales}, groups in order);
+// kFp8Channel {weight, weight_scale}; kFp8Block {weight, weight_scale_inv}.
+struct QuantizedTensor {
+  QuantFormat format = QuantFormat::kNone;
+  int64_t out = 0, in = 0;
+  int64_t group_size = 0;               // AWQ/GPTQ input rows per group
+  int64_t groups = 0;                   // AWQ/GPTQ: rows of qzeros and scales
+  int64_t block_out = 0, block_in = 0;  // kFp8Block
+  std::vector<TensorInfo> parts;
+  // Where a loader buffer holds each part, relative to part 0's bytes: each
+  // part in its own kPartAlign-aligned region, in order, at its file offset
+  // modulo kPartAlign (the layer loader's O_DIRECT layout); region_bytes
+  // is the whole run of regions.
+  std::vector<uint64_t> part_offsets;
+  uint64_t region_bytes = 0;
+};
+inline constexpr uint64_t kPartAlign = 4096;
 
 // Tensors that are streamed together. Grouping is family-agnostic, from the
 // tensor names: a decoder layer is any name with a `<container>.<index>.`
@@ -98,6 +148,10 @@ struct Checkpoint {
   // preferring one ending in "weight"), or -1 when tied.
   int lm_head = -1;
   uint64_t total_bytes = 0;  // sum of all tensor sizes
+  // config.json `quantization_config` (or quantize_config.json) as read;
+  // format kNone for an unquantized checkpoint. Quantized modules' parts are
+  // folded into one tensor each (TensorInfo::quant).
+  QuantizationInfo quantization;
 
   // The tensor called `name`, or nullptr. O(log n).
   const TensorInfo* Find(std::string_view name) const;
@@ -122,7 +176,10 @@ struct ReadOptions {
 // unknown dtype, negative or overflowing shape, shape x dtype != byte span,
 // span outside the data section, overlapping spans, a tensor listed in the
 // index but absent from its file (or the reverse), the same tensor in two
-// files, decoder layer indices that are not contiguous from 0.
+// files, decoder layer indices that are not contiguous from 0; and for a
+// quantized checkpoint (config.json `quantization_config`, or
+// quantize_config.json), the refusals and checks of quantization.h, after
+// which each quantized module is one tensor (TensorInfo::quant).
 //
 // Status codes: NotFound for a missing directory, config.json or weights file;
 // Unimplemented for a pytorch_model.bin-only directory; DataLoss for anything

@@ -269,11 +269,18 @@ void ExpectValidCheckpoint(const Checkpoint& ckpt) {
     visit(ckpt.layers[i]);
   }
   ASSERT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
-  for (const TensorInfo& t : ckpt.tensors) {
+  auto in_file = [&](const TensorInfo& t) {
     ASSERT_LT(t.file, static_cast<int>(ckpt.files.size()));
     const FileInfo& f = ckpt.files[t.file];
     ASSERT_GE(t.offset, f.data_offset);
     ASSERT_LE(t.offset + t.size, f.size);
+  };
+  for (const TensorInfo& t : ckpt.tensors) {
+    if (!t.quant) {
+      in_file(t);
+      continue;
+    }
+    for (const TensorInfo& part : t.quant->parts) in_file(part);  // a quantized module's
   }
 }
 

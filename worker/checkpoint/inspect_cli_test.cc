@@ -95,6 +95,52 @@ TEST(InspectCliTest, TextNamesTiedHeadAndIgnoredTensors) {
   EXPECT_NE(run.out.find("in 22 tensors\n"), std::string::npos) << run.out;
 }
 
+TEST(InspectCliTest, QuantizedCheckpointShowsFormatBitsGroupAndStoredBytes) {
+  const std::string dir = FixtureDir("awq-int4");
+  const CliRun run = Nightshift("inspect --model-dir " + dir + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json out = json::parse(run.out);
+  const json& q = out["quantization"];
+  EXPECT_EQ(q["format"], "awq");
+  EXPECT_EQ(q["bits"], 4);
+  EXPECT_EQ(q["group_size"], 32);
+  EXPECT_EQ(q["modules"], 14);
+  // 2 layers of q, o 128x128, k, v 64x128, gate, up, down 384x128, in BF16.
+  EXPECT_EQ(q["bf16_bytes"], 2 * 2 * (2 * 16384 + 2 * 8192 + 3 * 49152));
+  const uint64_t total = DataBytes(dir);
+  EXPECT_EQ(out["total_bytes"], total);            // as stored
+  EXPECT_EQ(out["dtypes"]["I32"]["tensors"], 28);  // qweight and qzeros of each module
+  EXPECT_EQ(out["tensors"], 21);
+  EXPECT_EQ(out["files"][0]["tensors"], 49);
+  const uint64_t layer = out["layer_bytes"][0];
+  EXPECT_EQ(uint64_t{out["embedding"]["bytes"]} + uint64_t{out["head"]["bytes"]} + 2 * layer,
+            total);
+
+  const CliRun text = Nightshift("inspect --model-dir " + dir);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("quantization   AWQ GEMM int4, group 32 (4 bits): 14 projections"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("    layer 0: 111.5 KiB (114176 bytes, 9 tensors)"), std::string::npos)
+      << text.out;
+}
+
+TEST(InspectCliTest, UnsupportedQuantizationIsRefusedByName) {
+  TempDir tmp;
+  const std::string dir = tmp.file("gptq");
+  testing::CopyFixture("gptq-int4", dir);
+  json config = json::parse(ReadFileBytes(dir + "/config.json"));
+  config["quantization_config"]["bits"] = 3;
+  testing::WriteFileBytes(dir + "/config.json", config.dump());
+  const CliRun run = Nightshift("inspect --model-dir " + dir);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("quantization_config: GPTQ with 3 bits (only 4-bit is read) is not "
+                         "supported"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+}
+
 TEST(InspectCliTest, CorruptCheckpointFailsWithOneLine) {
   TempDir tmp;
   const std::string dir = tmp.file("bad");

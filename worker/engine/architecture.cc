@@ -29,12 +29,39 @@ bool EndsWith(const std::string& text, const std::string& suffix) {
 struct Slot {
   const TensorInfo** target;
   std::vector<int64_t> shape;
+  bool projection = false;  // a decoder layer's matrix (may be quantized)
 };
 
-Status CheckTensor(const TensorInfo& tensor, const std::vector<int64_t>& shape) {
+bool IsProjection(LayerWeight role) {
+  switch (role) {
+    case LayerWeight::kQ:
+    case LayerWeight::kK:
+    case LayerWeight::kV:
+    case LayerWeight::kQkv:
+    case LayerWeight::kO:
+    case LayerWeight::kGate:
+    case LayerWeight::kUp:
+    case LayerWeight::kGateUp:
+    case LayerWeight::kDown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// `quantized_ok`: the slot is a projection, which may be stored quantized
+// (checkpoint/quantization.h; its parts were checked when read).
+Status CheckTensor(const TensorInfo& tensor, const std::vector<int64_t>& shape, bool quantized_ok) {
   if (tensor.shape != shape) {
     return DataLoss("tensor '" + tensor.name + "' has shape " + ShapeString(tensor.shape) +
                     ", expected " + ShapeString(shape));
+  }
+  if (tensor.quant) {
+    if (!quantized_ok) {
+      return Unimplemented("tensor '" + tensor.name +
+                           "' is quantized; only the projections of decoder layers may be");
+    }
+    return Status::Ok();
   }
   if (!IsSupportedWeightDType(tensor.dtype)) {
     return Unimplemented("tensor '" + tensor.name + "' has dtype " +
@@ -63,7 +90,8 @@ std::map<std::string, Slot> ExpectedSlots(const TensorNames& names, const ModelC
     LayerTensors& layer = out->layers[static_cast<size_t>(i)];
     for (LayerWeight role : roles) {
       size_t r = static_cast<size_t>(role);
-      slots[prefix + names.layer[r]] = {&layer.weights[r], ExpectedShape(c, role)};
+      slots[prefix + names.layer[r]] = {&layer.weights[r], ExpectedShape(c, role),
+                                        IsProjection(role)};
     }
   }
   return slots;
@@ -249,7 +277,7 @@ StatusOr<ModelTensors> BindTensors(const Architecture& arch, const ModelConfig& 
       return DataLoss("unexpected tensor '" + tensor.name + "' for model_type '" + arch.model_type +
                       "' with this config.json");
     }
-    NS_RETURN_IF_ERROR(CheckTensor(tensor, slot->second.shape));
+    NS_RETURN_IF_ERROR(CheckTensor(tensor, slot->second.shape, slot->second.projection));
     *slot->second.target = &tensor;
   }
   for (const auto& [name, slot] : slots) {

@@ -113,7 +113,9 @@ struct ModelTensors {
 // Binds `checkpoint`'s tensors for `architecture` with `config`. Failures:
 // DataLoss "missing tensor 'x'", "unexpected tensor 'x' for model_type 'y'",
 // "tensor 'x' has shape [..], expected [..]"; Unimplemented for a weight dtype
-// other than F32, F16 and BF16. Pure function.
+// other than F32, F16 and BF16, except that a decoder layer's projection may
+// be a quantized tensor (TensorInfo::quant, [out, in] like the float one).
+// Pure function.
 StatusOr<ModelTensors> BindTensors(const Architecture& architecture, const ModelConfig& config,
                                    const checkpoint::Checkpoint& checkpoint);
 

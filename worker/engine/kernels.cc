@@ -12,6 +12,7 @@
 
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/convert.h"
+#include "worker/engine/quant_linear.h"
 #include "worker/engine/small_matmul.h"
 
 namespace nightshift::engine {
@@ -101,6 +102,7 @@ at::Tensor ToFloat(const Weight& w) {
 }
 
 at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int64_t block_bytes) {
+  if (w.info->quant) return QuantLinear(x, w, bias, block_bytes);  // quant_linear.h
   if (w.device) {
     const at::ScalarType dtype = MatmulDtype(w);
     at::Tensor y = at::linear(x.to(dtype), WeightAs(w, dtype)).to(x.scalar_type());

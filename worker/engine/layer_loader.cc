@@ -27,6 +27,7 @@ using Clock = std::chrono::steady_clock;
 // span sits at its file offset modulo it (so tensors also keep the alignment
 // they have in the file).
 constexpr uint64_t kAlign = 4096;
+static_assert(kAlign == checkpoint::kPartAlign, "QuantizedTensor::part_offsets assume it");
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -61,11 +62,28 @@ GroupLayout Layout(const TensorList& group) {
            std::make_pair(group[b]->file, group[b]->offset);
   });
   layout.tensor_dst.resize(group.size());
+  bool sealed = false;  // the last span is a quantized tensor's part: nothing extends it
   for (size_t i : order) {
     const checkpoint::TensorInfo& t = *group[i];
     layout.tensor_bytes += t.size;
-    const bool extends = !layout.spans.empty() && layout.spans.back().file == t.file &&
+    if (t.quant) {
+      // Each part in its own region, where QuantizedTensor::part_offsets
+      // says (the quantized kernels find the parts there).
+      const checkpoint::QuantizedTensor& q = *t.quant;
+      const uint64_t region = layout.buffer_bytes;
+      const uint64_t first = region + q.parts[0].offset % kAlign;
+      for (size_t k = 0; k < q.parts.size(); ++k) {
+        const checkpoint::TensorInfo& p = q.parts[k];
+        layout.spans.push_back({p.file, p.offset, p.size, first + q.part_offsets[k]});
+      }
+      layout.tensor_dst[i] = first;
+      layout.buffer_bytes = region + q.region_bytes;
+      sealed = true;
+      continue;
+    }
+    const bool extends = !sealed && !layout.spans.empty() && layout.spans.back().file == t.file &&
                          layout.spans.back().offset + layout.spans.back().size == t.offset;
+    sealed = false;
     if (!extends) {
       const uint64_t dst = layout.buffer_bytes + t.offset % kAlign;
       layout.spans.push_back({t.file, t.offset, 0, dst});

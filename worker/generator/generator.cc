@@ -30,6 +30,12 @@ struct PlannedTensor {
   uint64_t bytes = 0;
   int shard = 0;
   uint64_t offset = 0;  // within its shard's data section
+  DType dtype = DType::kBF16;
+  // A quantized projection's part: `part` of QuantizedParts(module), whose
+  // float weight [out, in] is drawn as "<module>.weight" would be.
+  std::string module;
+  int part = -1;
+  int64_t out = 0, in = 0;
 };
 
 // SplitMix64: tiny, fast, and good enough for weights nobody will train.
@@ -175,21 +181,71 @@ Status AdoptTokenizer(CheckpointSpec* spec) {
   return Status::Ok();
 }
 
-// Every tensor the engine expects for `config`, in checkpoint order.
-std::vector<PlannedTensor> PlanTensors(const engine::Architecture& arch,
-                                       const checkpoint::ModelConfig& c, DType dtype) {
+PlannedTensor Planned(std::string name, std::vector<int64_t> shape, Init init, uint64_t bytes,
+                      DType dtype) {
+  PlannedTensor t;
+  t.name = std::move(name);
+  t.shape = std::move(shape);
+  t.init = init;
+  t.bytes = bytes;
+  t.dtype = dtype;
+  return t;
+}
+
+bool IsProjection(LayerWeight role) {
+  switch (role) {
+    case LayerWeight::kQ:
+    case LayerWeight::kK:
+    case LayerWeight::kV:
+    case LayerWeight::kQkv:
+    case LayerWeight::kO:
+    case LayerWeight::kGate:
+    case LayerWeight::kUp:
+    case LayerWeight::kGateUp:
+    case LayerWeight::kDown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Every tensor the engine expects for `config`, in checkpoint order; with
+// `quantize`, each projection as its quantized parts (InvalidArgument when
+// one does not pack).
+StatusOr<std::vector<PlannedTensor>> PlanTensors(const engine::Architecture& arch,
+                                                 const checkpoint::ModelConfig& c, DType dtype,
+                                                 const QuantizeSpec& quantize) {
   const engine::TensorNames& names = arch.names;
   std::vector<PlannedTensor> out;
   auto add = [&](std::string name, std::vector<int64_t> shape, Init init) {
     uint64_t bytes = static_cast<uint64_t>(Numel(shape)) * checkpoint::DTypeSize(dtype);
-    out.push_back({std::move(name), std::move(shape), init, bytes, 0, 0});
+    out.push_back(Planned(std::move(name), std::move(shape), init, bytes, dtype));
   };
   add(names.embedding, {c.vocab_size, c.hidden_size}, Init::kLinear);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string prefix = names.layer_prefix + std::to_string(i) + ".";
     for (LayerWeight role : engine::ExpectedLayerWeights(c)) {
-      add(prefix + names.layer[static_cast<size_t>(role)], engine::ExpectedShape(c, role),
-          InitFor(role));
+      const std::string name = prefix + names.layer[static_cast<size_t>(role)];
+      const std::vector<int64_t> shape = engine::ExpectedShape(c, role);
+      if (quantize.format == checkpoint::QuantFormat::kNone || !IsProjection(role)) {
+        add(name, shape, InitFor(role));
+        continue;
+      }
+      const std::string module = name.substr(0, name.size() - 7);  // less ".weight"
+      NS_RETURN_IF_ERROR(CheckQuantizable(quantize, module, shape[0], shape[1]));
+      const std::vector<PartPlan> parts =
+          QuantizedParts(quantize, module, shape[0], shape[1], dtype);
+      for (size_t k = 0; k < parts.size(); ++k) {
+        PlannedTensor t = Planned(
+            parts[k].name, parts[k].shape, Init::kLinear,
+            static_cast<uint64_t>(Numel(parts[k].shape)) * checkpoint::DTypeSize(parts[k].dtype),
+            parts[k].dtype);
+        t.module = module;
+        t.part = static_cast<int>(k);
+        t.out = shape[0];
+        t.in = shape[1];
+        out.push_back(std::move(t));
+      }
     }
   }
   add(names.final_norm, {c.hidden_size}, Init::kNorm);
@@ -262,14 +318,36 @@ struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
 };
 
+// The last quantized module's parts, kept while its parts are written (they
+// are planned one after another, possibly across two shards).
+struct ModuleCache {
+  std::string module;
+  std::vector<std::string> parts;
+};
+
+// The parts of `t`'s module: its float weight drawn as the unquantized
+// "<module>.weight" would be, then quantized.
+const std::vector<std::string>& QuantizedModule(const CheckpointSpec& spec, const PlannedTensor& t,
+                                                ModuleCache& cache) {
+  if (cache.module == t.module) return cache.parts;
+  const PlannedTensor weight =
+      Planned(t.module + ".weight", {t.out, t.in}, Init::kLinear, 0, DType::kF32);
+  std::vector<float> w(static_cast<size_t>(t.out * t.in));
+  Rng rng{SeedFor(spec.seed, weight.name)};
+  DrawValues(rng, weight, static_cast<int64_t>(w.size()), w.data());
+  cache.module = t.module;
+  cache.parts = QuantizeMatrix(spec.quantize, w.data(), t.out, t.in, spec.dtype);
+  return cache.parts;
+}
+
 Status WriteShard(const CheckpointSpec& spec, const std::vector<PlannedTensor>& tensors, int shard,
                   const fs::path& path, uint64_t* done, uint64_t total,
-                  const std::function<void(uint64_t, uint64_t)>& progress) {
+                  const std::function<void(uint64_t, uint64_t)>& progress, ModuleCache& cache) {
   json header = json::object();
   header["__metadata__"] = {{"format", "pt"}};
   for (const PlannedTensor& t : tensors) {
     if (t.shard != shard) continue;
-    header[t.name] = {{"dtype", checkpoint::DTypeName(spec.dtype)},
+    header[t.name] = {{"dtype", checkpoint::DTypeName(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {t.offset, t.offset + t.bytes}}};
   }
@@ -289,6 +367,14 @@ Status WriteShard(const CheckpointSpec& spec, const std::vector<PlannedTensor>& 
   std::vector<char> buffer(static_cast<size_t>(kChunk) * elem);
   for (const PlannedTensor& t : tensors) {
     if (t.shard != shard || !ok) continue;
+    if (t.part >= 0) {  // a quantized projection's part
+      const std::vector<std::string>& parts = QuantizedModule(spec, t, cache);
+      const std::string& bytes = parts[static_cast<size_t>(t.part)];
+      ok = std::fwrite(bytes.data(), 1, bytes.size(), f.get()) == bytes.size();
+      *done += t.bytes;
+      if (progress) progress(*done, total);
+      continue;
+    }
     Rng rng{SeedFor(spec.seed, t.name)};
     int64_t n = Numel(t.shape);
     for (int64_t first = 0; first < n && ok; first += kChunk) {
@@ -418,6 +504,9 @@ StatusOr<json> ConfigJson(const CheckpointSpec& s) {
   c["bos_token_id"] = s.bos_token_id;
   c["torch_dtype"] = DtypeConfigName(s.dtype);
   c["use_cache"] = true;
+  if (s.quantize.format != checkpoint::QuantFormat::kNone) {
+    c["quantization_config"] = QuantizationConfigJson(s.quantize);
+  }
   return c;
 }
 
@@ -435,7 +524,8 @@ StatusOr<WriteReport> WriteCheckpoint(const CheckpointSpec& given, const std::st
   NS_ASSIGN_OR_RETURN(json config, ConfigJson(spec));
   NS_ASSIGN_OR_RETURN(checkpoint::ModelConfig model, checkpoint::ParseModelConfig(config));
   NS_ASSIGN_OR_RETURN(const engine::Architecture* arch, engine::FindArchitecture(spec.arch));
-  std::vector<PlannedTensor> tensors = PlanTensors(*arch, model, spec.dtype);
+  NS_ASSIGN_OR_RETURN(std::vector<PlannedTensor> tensors,
+                      PlanTensors(*arch, model, spec.dtype, spec.quantize));
   if (static_cast<size_t>(spec.shards) > tensors.size()) {
     return InvalidArgument("--shards " + std::to_string(spec.shards) + " is more than the " +
                            std::to_string(tensors.size()) + " tensors");
@@ -454,9 +544,10 @@ StatusOr<WriteReport> WriteCheckpoint(const CheckpointSpec& given, const std::st
   uint64_t total = 0;
   for (const PlannedTensor& t : tensors) total += t.bytes;
   uint64_t done = 0;
+  ModuleCache cache;
   for (int shard = 0; shard < spec.shards; ++shard) {
     NS_RETURN_IF_ERROR(WriteShard(spec, tensors, shard, dir / ShardName(shard, spec.shards), &done,
-                                  total, progress));
+                                  total, progress, cache));
   }
   if (spec.shards > 1) {
     json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};

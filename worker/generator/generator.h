@@ -29,6 +29,7 @@
 
 #include "common/status.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/generator/quantize.h"
 
 namespace nightshift::generator {
 
@@ -52,6 +53,11 @@ struct CheckpointSpec {
   std::string tokenizer_dir;  // copy tokenizer.json (+ tokenizer_config.json) from here
   int64_t bos_token_id = 1;   // overridden by the tokenizer's, when one is copied
   int64_t eos_token_id = 2;
+  // Projections stored quantized (quantize.h; config.json gets the format's
+  // quantization_config). The float weights drawn are the same as without,
+  // so a quantized checkpoint is the rounding of the unquantized one of the
+  // same seed. Embeddings, norms, biases and the LM head stay in `dtype`.
+  QuantizeSpec quantize;
 };
 
 // Writes `count` values of `dtype` (F32, F16 or BF16) at `out` from float32

@@ -11,8 +11,10 @@
 
 #include "tests/testing/paths.h"
 #include "worker/checkpoint/model_config.h"
+#include "worker/checkpoint/quantization.h"
 #include "worker/engine/architecture.h"
 #include "worker/engine/convert.h"
+#include "worker/engine/quant_dequant.h"
 
 namespace nightshift::generator {
 namespace {
@@ -103,6 +105,93 @@ TEST_F(GeneratorTest, EveryArchitectureBindsInTheEngine) {
       EXPECT_EQ(ckpt->generation_config["eos_token_id"], 2);
     }
   }
+}
+
+// --quantize writes each format exactly as the reader expects it (any
+// family, parts across shards), and the stored values are the rounding of
+// the unquantized checkpoint of the same seed: within half a step of int4,
+// within an E4M3 rounding (1/16 relative) of FP8.
+TEST_F(GeneratorTest, QuantizedCheckpointsReadAsTheirFormatAndRoundTheFloatWeights) {
+  CheckpointSpec plain = Small("phi3");  // fused qkv and gate_up
+  plain.dtype = DType::kF32;
+  plain.intermediate = 128;
+  ASSERT_TRUE(WriteCheckpoint(plain, (root_ / "f32").string()).ok());
+  auto reference = checkpoint::ReadCheckpoint((root_ / "f32").string());
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  using checkpoint::QuantFormat;
+  for (QuantFormat format :
+       {QuantFormat::kAwq, QuantFormat::kGptq, QuantFormat::kFp8Channel, QuantFormat::kFp8Block}) {
+    CheckpointSpec spec = Small("phi3");
+    spec.intermediate = 128;
+    spec.shards = 3;
+    spec.quantize.format = format;
+    spec.quantize.group_size = 32;
+    const fs::path dir = root_ / checkpoint::QuantFormatName(format);
+    auto report = WriteCheckpoint(spec, dir.string());
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    auto ckpt = checkpoint::ReadCheckpoint(dir.string());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    EXPECT_EQ(ckpt->quantization.format, format);
+    EXPECT_EQ(ckpt->total_bytes, report->tensor_bytes);
+    auto config = checkpoint::ParseModelConfig(ckpt->config);
+    ASSERT_TRUE(config.ok());
+    auto bound = engine::BindTensors(**engine::FindArchitecture("phi3"), *config, *ckpt);
+    ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+    int quantized = 0;
+    for (const checkpoint::TensorInfo& t : ckpt->tensors) {
+      if (!t.quant) continue;
+      ++quantized;
+      const checkpoint::QuantizedTensor& q = *t.quant;
+      // The parts where a loader puts them.
+      std::string buffer(q.region_bytes + checkpoint::kPartAlign, '\0');
+      const size_t first = q.parts[0].offset % checkpoint::kPartAlign;
+      for (size_t k = 0; k < q.parts.size(); ++k) {
+        const checkpoint::TensorInfo& p = q.parts[k];
+        buffer.replace(first + q.part_offsets[k], p.size,
+                       ReadBytes(ckpt->files[static_cast<size_t>(p.file)].path, p.offset, p.size));
+      }
+      const engine::QuantView view(t,
+                                   reinterpret_cast<const unsigned char*>(buffer.data()) + first);
+      std::vector<float> w(static_cast<size_t>(q.out * q.in));
+      if (view.input_major()) {
+        std::vector<float> wt(w.size());
+        engine::DequantInputRows(view, 0, q.in, 0, q.out, wt.data());
+        for (int64_t i = 0; i < q.in; ++i) {
+          for (int64_t o = 0; o < q.out; ++o) w[o * q.in + i] = wt[i * q.out + o];
+        }
+      } else {
+        engine::DequantOutputRows(view, 0, q.out, w.data());
+      }
+      const std::string f = TensorBytes(*reference, t.name);
+      ASSERT_EQ(f.size(), w.size() * 4) << t.name;
+      const float* original = reinterpret_cast<const float*>(f.data());
+      const int64_t g = 32;
+      for (int64_t o = 0; o < q.out; ++o) {
+        for (int64_t i = 0; i < q.in; ++i) {
+          const float x = original[o * q.in + i], y = w[static_cast<size_t>(o * q.in + i)];
+          if (view.input_major()) {
+            float lo = 0, hi = 0;
+            for (int64_t j = i / g * g; j < i / g * g + g; ++j) {
+              lo = std::min(lo, original[o * q.in + j]);
+              hi = std::max(hi, original[o * q.in + j]);
+            }
+            ASSERT_LE(std::fabs(x - y), 0.51f * (hi - lo) / 15 + 1e-6f) << t.name << " " << o;
+          } else {
+            ASSERT_LE(std::fabs(x - y), std::fabs(x) / 16 + 1e-4f) << t.name << " " << o;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(quantized, 3 * 4);  // qkv, o, gate_up, down per layer
+  }
+  CheckpointSpec bad = Small("llama");
+  bad.quantize.format = QuantFormat::kAwq;
+  bad.quantize.group_size = 40;
+  auto refused = WriteCheckpoint(bad, (root_ / "bad").string());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cannot quantize 'model.layers.0.self_attn.q_proj'"),
+            std::string::npos)
+      << refused.status().ToString();
 }
 
 // The same seed gives the same model whatever the sharding; another seed

@@ -1,0 +1,184 @@
+// Quantized checkpoints against BF16: the bench-1.7b shape (hidden 2048, 16
+// layers, 16/4 heads, intermediate 5632, vocab 32000) written three ways into
+// --work-dir (once): BF16, compressed-tensors FP8 per channel (BF16 scales),
+// and AWQ GEMM int4 group 128 (F16 for what stays unquantized), all from the
+// same float weights (make-checkpoint --quantize). Each of --runs rounds
+// drops the page cache before every step and measures:
+//   - the fastest cold read of the BF16 checkpoint's files (common/disk_bench.h);
+//   - bin/engine-stream-run on each checkpoint at 1 and 16 sequences, inside
+//     the same memory cgroup (a third of the BF16 checkpoint by default):
+//     the median decode pass, its compute-only seconds and the bytes it read.
+// Then prints the medians: bytes per pass, s/pass, the ratio of the pass to
+// the fastest cold read of the bytes that checkpoint streams, the speed-up
+// over BF16 beside the bytes ratio, and the compute-only seconds; with the
+// CPU model, its SIMD (the kernels choose AVX2 at run time) and the load.
+// Prints figures, never pass/fail; not a test. Needs root (drop_caches,
+// cgroup v1).
+//
+//   quant_bench [--work-dir DIR] [--runs 3] [--cap-fraction 0.3333] [--stream-run PATH]
+#include <sys/sysinfo.h>
+
+#include <map>
+
+#include "bench/stream_bench.h"
+#include "common/disk_bench.h"
+#include "common/flags.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/generator/generator.h"
+
+namespace nightshift {
+namespace {
+
+using namespace bench;  // NOLINT: the shared bench helpers
+
+struct Variant {
+  std::string name;
+  checkpoint::QuantFormat format;
+  checkpoint::DType dtype;  // of what stays unquantized
+  std::string dir;
+  uint64_t file_bytes = 0;
+};
+
+// "AMD EPYC (avx2 fma f16c; no avx512f)".
+std::string CpuDescription() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model, flags;
+  while (std::getline(in, line)) {
+    if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
+    if (flags.empty() && line.rfind("flags", 0) == 0)
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+  }
+  std::string simd;
+  for (const char* f : {"avx2", "fma", "f16c", "avx512f"}) {
+    const bool has = flags.find(std::string(" ") + f + " ") != std::string::npos;
+    simd += std::string(simd.empty() ? "" : " ") + (has ? "" : "no ") + f;
+  }
+  return model + " (" + simd + ")";
+}
+
+Status Generate(Variant& v) {
+  if (!fs::exists(v.dir + "/config.json")) {
+    StatusOr<generator::CheckpointSpec> spec = generator::Preset("bench-1.7b");
+    NS_RETURN_IF_ERROR(spec.status());
+    spec->seed = 1;
+    spec->dtype = v.dtype;
+    spec->quantize.format = v.format;
+    spec->quantize.group_size = 128;
+    std::cout << "writing " << v.dir << " ...\n" << std::flush;
+    NS_RETURN_IF_ERROR(generator::WriteCheckpoint(*spec, v.dir).status());
+  }
+  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(v.dir));
+  for (const checkpoint::FileInfo& f : ckpt.files) v.file_bytes += f.size;
+  return Status::Ok();
+}
+
+int Main(int argc, char** argv) {
+  std::string work_dir = "/tmp/nightshift-quant-bench", stream_run;
+  int64_t runs = 3;
+  double cap_fraction = 1.0 / 3;
+  FlagSet flags("quant_bench [flags]",
+                "bench-1.7b as BF16, FP8 and AWQ int4: pass time against the fastest cold read "
+                "of the bytes each streams, speed-up over BF16, compute-only seconds.");
+  flags.String("work-dir", &work_dir, "where the generated checkpoints are kept", "DIR");
+  flags.String("stream-run", &stream_run, "engine-stream-run (default: <build>/bin/)", "PATH");
+  flags.Int("runs", &runs, "rounds; medians are reported");
+  flags.Double("cap-fraction", &cap_fraction,
+               "memory cgroup cap as a share of the BF16 checkpoint (the same for all)");
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help_requested() || !parsed.ok() || runs < 1) {
+    std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
+    return flags.help_requested() ? 0 : 2;
+  }
+  if (stream_run.empty()) stream_run = DefaultStreamRun();
+  using checkpoint::DType;
+  using checkpoint::QuantFormat;
+  std::vector<Variant> variants = {
+      {"BF16", QuantFormat::kNone, DType::kBF16, work_dir + "/bf16"},
+      {"FP8 (ct, channel)", QuantFormat::kFp8Channel, DType::kBF16, work_dir + "/fp8"},
+      {"AWQ int4 g128", QuantFormat::kAwq, DType::kF16, work_dir + "/awq"},
+  };
+  for (Variant& v : variants) {
+    Status st = Generate(v);
+    if (!st.ok()) {
+      std::cerr << "quant_bench: " << st.ToString() << "\n";
+      return 1;
+    }
+  }
+  const uint64_t cap =
+      static_cast<uint64_t>(static_cast<double>(variants[0].file_bytes) * cap_fraction);
+  const std::vector<int64_t> batches = {1, 16};
+  std::map<std::string, std::vector<Measured>> results;  // by "variant/batch"
+  std::vector<double> best_gbs, loads;
+  printf("CPU: %s, %d cores; cgroup cap %.0f MiB (%.2f of the BF16 files)\n",
+         CpuDescription().c_str(), get_nprocs(), Mb(cap), cap_fraction);
+  for (int64_t run = 0; run < runs; ++run) {
+    loads.push_back(LoadAverage());
+    DropCaches();
+    StatusOr<DiskBenchResult> disk = RunDiskBench(variants[0].dir);
+    if (!disk.ok()) {
+      std::cerr << "quant_bench: " << disk.status().ToString() << "\n";
+      return 1;
+    }
+    double best = 0;
+    for (const DiskBenchMode& mode : disk->modes) {
+      if (mode.ran) best = std::max(best, mode.gbs);
+    }
+    best_gbs.push_back(best);
+    printf("run %lld (load %.2f): fastest cold read %.2f GB/s\n", static_cast<long long>(run + 1),
+           loads.back(), best);
+    for (const Variant& v : variants) {
+      Bench bench(v.dir, stream_run, 2, 3);
+      if (!bench.SetUpCgroup(cap)) {
+        std::cerr << "quant_bench: cannot set up the memory cgroup " << kCgroup
+                  << " (root, cgroup v1?)\n";
+        return 1;
+      }
+      for (int64_t batch : batches) {
+        Measured m;
+        if (!bench.Run({v.name, batch, true, true, ""}, &m)) return 1;
+        printf(
+            "  %-18s %2lld seq  pass %.3f s (compute %.3f)  read %.0f MB  cgroup peak %.0f MiB\n",
+            v.name.c_str(), static_cast<long long>(batch), m.pass_seconds, m.compute_seconds,
+            m.pass_bytes / 1e6, Mb(m.cgroup_peak_bytes));
+        fflush(stdout);
+        results[v.name + "/" + std::to_string(batch)].push_back(m);
+      }
+    }
+  }
+  const double gbs = Median(best_gbs);
+  printf(
+      "\nmedians of %lld runs; load average at their starts: median %.2f (max %.2f); fastest "
+      "cold read %.2f GB/s\n",
+      static_cast<long long>(runs), Median(loads), *std::max_element(loads.begin(), loads.end()),
+      gbs);
+  printf("%-18s %5s %10s %9s %9s %8s %10s %10s %10s\n", "", "seqs", "MB/pass", "pass s", "read s",
+         "/ read", "speed-up", "bytes x", "compute s");
+  for (int64_t batch : batches) {
+    auto median = [&](const std::string& key, double Measured::*field) {
+      std::vector<double> v;
+      for (const Measured& m : results[key]) v.push_back(m.*field);
+      return Median(v);
+    };
+    const std::string bf16 = variants[0].name + "/" + std::to_string(batch);
+    const double bf16_pass = median(bf16, &Measured::pass_seconds);
+    const double bf16_bytes = static_cast<double>(results[bf16].back().pass_bytes);
+    for (const Variant& v : variants) {
+      const std::string key = v.name + "/" + std::to_string(batch);
+      const double pass = median(key, &Measured::pass_seconds);
+      const double bytes = static_cast<double>(results[key].back().pass_bytes);
+      const double read = bytes / (gbs * 1e9);
+      printf("%-18s %5lld %10.0f %9.3f %9.3f %8.2f %9.2fx %9.3fx %10.3f\n", v.name.c_str(),
+             static_cast<long long>(batch), bytes / 1e6, pass, read, pass / read, bf16_pass / pass,
+             bytes / bf16_bytes, median(key, &Measured::compute_seconds));
+    }
+  }
+  printf(
+      "(/ read: pass time over the fastest cold read of the bytes that pass streams; "
+      "speed-up: BF16's pass over this one; bytes x: this pass's bytes over BF16's)\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace nightshift
+
+int main(int argc, char** argv) { return nightshift::Main(argc, argv); }
