@@ -223,4 +223,61 @@ double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second) {
   return static_cast<double>(streamed_bytes) / read_bytes_per_second;
 }
 
+namespace {
+
+bool IsProjectionMatrix(const checkpoint::TensorInfo& t) {
+  return t.shape.size() == 2 &&
+         (t.dtype == checkpoint::DType::kF32 || t.dtype == checkpoint::DType::kF16 ||
+          t.dtype == checkpoint::DType::kBF16);
+}
+
+double MatrixFlops(const checkpoint::TensorInfo& t) {
+  return 2.0 * static_cast<double>(t.shape[0]) * static_cast<double>(t.shape[1]);
+}
+
+}  // namespace
+
+double LayerFlopsPerToken(const checkpoint::Checkpoint& checkpoint) {
+  double flops = 0;
+  for (const checkpoint::TensorGroup& layer : checkpoint.layers) {
+    for (int t : layer.tensors) {
+      const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
+      if (IsProjectionMatrix(info)) flops += MatrixFlops(info);
+    }
+  }
+  return flops;
+}
+
+double HeadFlopsPerRow(const checkpoint::Checkpoint& checkpoint) {
+  // The head StreamedGroupBytes prices: its own tensor, or the largest
+  // embedding tensor when tied.
+  const checkpoint::TensorInfo* head = nullptr;
+  if (checkpoint.lm_head >= 0) {
+    head = &checkpoint.tensors[static_cast<size_t>(checkpoint.lm_head)];
+  } else {
+    for (int t : checkpoint.embedding.tensors) {
+      const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
+      if (head == nullptr || info.size > head->size) head = &info;
+    }
+  }
+  return head != nullptr && IsProjectionMatrix(*head) ? MatrixFlops(*head) : 0;
+}
+
+double PassFlops(double layer_flops_per_token, double head_flops_per_row, int64_t tokens,
+                 int64_t logit_rows) {
+  return static_cast<double>(std::max<int64_t>(0, tokens)) * layer_flops_per_token +
+         static_cast<double>(std::max<int64_t>(0, logit_rows)) * head_flops_per_row;
+}
+
+double PassFlops(const checkpoint::Checkpoint& checkpoint, int64_t tokens, int64_t logit_rows) {
+  return PassFlops(LayerFlopsPerToken(checkpoint), HeadFlopsPerRow(checkpoint), tokens, logit_rows);
+}
+
+double PassSecondsWithCompute(uint64_t streamed_bytes, double read_bytes_per_second,
+                              double pass_flops, double flops_per_second) {
+  const double read = PassSeconds(streamed_bytes, read_bytes_per_second);
+  if (!(flops_per_second > 0) || !(pass_flops > 0)) return read;
+  return std::max(read, pass_flops / flops_per_second);
+}
+
 }  // namespace nightshift::planner
