@@ -61,6 +61,22 @@ int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_
   return (rows + static_cast<int64_t>(slices) - 1) / static_cast<int64_t>(slices);
 }
 
+namespace {
+
+// The LM head: its own tensor, or the embedding's when tied (the largest
+// embedding tensor, as the engine binds it); null when there is neither.
+const checkpoint::TensorInfo* HeadTensor(const checkpoint::Checkpoint& checkpoint) {
+  if (checkpoint.lm_head >= 0) return &checkpoint.tensors[static_cast<size_t>(checkpoint.lm_head)];
+  const checkpoint::TensorInfo* head = nullptr;
+  for (int t : checkpoint.embedding.tensors) {
+    const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
+    if (head == nullptr || info.size > head->size) head = &info;
+  }
+  return head;
+}
+
+}  // namespace
+
 std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint) {
   std::vector<uint64_t> groups;
   uint64_t largest_layer = 0;
@@ -70,17 +86,7 @@ std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoin
     groups.push_back(bytes);
     largest_layer = std::max(largest_layer, bytes);
   }
-  // The LM head: its own tensor, or the embedding's when tied (the largest
-  // embedding tensor, as the engine binds it).
-  const checkpoint::TensorInfo* head = nullptr;
-  if (checkpoint.lm_head >= 0) {
-    head = &checkpoint.tensors[static_cast<size_t>(checkpoint.lm_head)];
-  } else {
-    for (int t : checkpoint.embedding.tensors) {
-      const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
-      if (head == nullptr || info.size > head->size) head = &info;
-    }
-  }
+  const checkpoint::TensorInfo* head = HeadTensor(checkpoint);
   uint64_t norm = 0;  // the head group's other tensors: the final norm (and bias)
   for (int t : checkpoint.head.tensors) {
     if (t != checkpoint.lm_head) norm += checkpoint.tensors[static_cast<size_t>(t)].size;
@@ -249,17 +255,8 @@ double LayerFlopsPerToken(const checkpoint::Checkpoint& checkpoint) {
 }
 
 double HeadFlopsPerRow(const checkpoint::Checkpoint& checkpoint) {
-  // The head StreamedGroupBytes prices: its own tensor, or the largest
-  // embedding tensor when tied.
-  const checkpoint::TensorInfo* head = nullptr;
-  if (checkpoint.lm_head >= 0) {
-    head = &checkpoint.tensors[static_cast<size_t>(checkpoint.lm_head)];
-  } else {
-    for (int t : checkpoint.embedding.tensors) {
-      const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
-      if (head == nullptr || info.size > head->size) head = &info;
-    }
-  }
+  // The head StreamedGroupBytes prices.
+  const checkpoint::TensorInfo* head = HeadTensor(checkpoint);
   return head != nullptr && IsProjectionMatrix(*head) ? MatrixFlops(*head) : 0;
 }
 
