@@ -17,12 +17,19 @@
 //     and at the tail of the pass, and `run`'s half-the-checkpoint budget:
 //     the median decode pass against the fastest cold read of the bytes that
 //     pass streams, with its compute seconds beside it.
+//   - the compute table: f32 beside --compute-dtype (auto by default) at 1,
+//     16 and 64 sequences and a --prefill-tokens (1024) prefill pass, capped:
+//     the pass against the fastest read, the kernels that ran, the FLOP/s the
+//     projections reached against the chosen kernel's measured rate (auto's
+//     measurement, printed first per row bucket and kernel, with the CPU's
+//     model and flags).
 // Then prints the medians over the rounds, with the machine's load average
 // beside them, and llama.cpp's figures from issue 5 for the same shape and
 // cap. Prints figures, never pass/fail; not a test.
 //
 //   engine_bench [--model-dir DIR | --work-dir DIR] [--runs 3] [--cap-fraction 0.3333]
 //                [--prompt-tokens 2] [--max-new-tokens 3] [--stream-run PATH] [--sweep-only]
+//                [--compute-only] [--compute-dtype auto|bf16|f32] [--state-dir DIR]
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +49,7 @@
 #include "planner/exact.h"
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/engine/compute_choice.h"
 #include "worker/generator/generator.h"
 
 namespace nightshift {
@@ -54,6 +62,11 @@ constexpr char kCgroup[] = "/sys/fs/cgroup/memory/nightshift-engine-bench";
 // llama.cpp (mmap, 2 threads) on this shape in a 542 MiB cgroup (issue 5).
 constexpr double kLlamaStepSeconds1 = 0.96, kLlamaTokensPerSecond1 = 1.04;
 constexpr double kLlamaStepSeconds16 = 1.03, kLlamaTokensPerSecond16 = 15.5;
+// The compute-bound passes of issue 22 (Intel Xeon, 2 vCPU, AVX-512 + AMX):
+// llama.cpp's 64-sequence decode step; ours in float32 then, and its
+// 1024-token prefill pass.
+constexpr double kLlamaStepSeconds64 = 1.515;
+constexpr double kIssue22F32Seconds64 = 1.355, kIssue22F32PrefillSeconds = 7.5;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -101,7 +114,11 @@ struct Config {
   int64_t batch = 1;
   bool capped = true;
   bool prefetch = true;
-  std::string extra;  // more engine-stream-run flags (the residency sweep's)
+  std::string extra;            // more engine-stream-run flags (the residency sweep's)
+  std::string compute = "f32";  // --compute-dtype
+  int64_t prompt_tokens = 0;    // 0: the bench's --prompt-tokens
+  int64_t new_tokens = 0;       // 0: the bench's --max-new-tokens
+  bool first_pass = false;      // time the first pass (a prefill) instead of the decode passes
 };
 
 struct Measured {
@@ -114,15 +131,21 @@ struct Measured {
   uint64_t pass_bytes = 0;
   uint64_t pinned_bytes = 0;
   nlohmann::json generated;
+  std::string kernels;          // the timed pass's projection kernels
+  double projection_flops = 0;  // of the timed pass
+  double chosen_rate = 0;       // the chosen kernel's measured FLOP/s at the micro-batch rows
+  nlohmann::json compute;       // engine-stream-run's "compute"
 };
 
 class Bench {
  public:
-  Bench(std::string model_dir, std::string stream_run, int64_t prompt_tokens, int64_t new_tokens)
+  Bench(std::string model_dir, std::string stream_run, int64_t prompt_tokens, int64_t new_tokens,
+        std::string state_dir)
       : model_dir_(std::move(model_dir)),
         stream_run_(std::move(stream_run)),
         prompt_tokens_(prompt_tokens),
-        new_tokens_(new_tokens) {}
+        new_tokens_(new_tokens),
+        state_dir_(std::move(state_dir)) {}
 
   bool SetUpCgroup(uint64_t cap) {
     fs::create_directories(kCgroup);
@@ -137,10 +160,14 @@ class Bench {
       WriteText(std::string(kCgroup) + "/memory.max_usage_in_bytes", "0");
       command = "sh -c 'echo $$ > " + std::string(kCgroup) + "/tasks && exec \"$0\" \"$@\"' ";
     }
+    const int64_t prompt = c.prompt_tokens > 0 ? c.prompt_tokens : prompt_tokens_;
+    const int64_t fresh = c.new_tokens > 0 ? c.new_tokens : new_tokens_;
     command += stream_run_ + " --model-dir " + model_dir_ + " --batch " + std::to_string(c.batch) +
-               " --prompt-tokens " + std::to_string(prompt_tokens_) + " --max-new-tokens " +
-               std::to_string(new_tokens_) + " --max-context 256" +
-               (c.prefetch ? "" : " --no-prefetch") + c.extra;
+               " --prompt-tokens " + std::to_string(prompt) + " --max-new-tokens " +
+               std::to_string(fresh) + " --max-context " +
+               std::to_string(std::max<int64_t>(256, prompt + fresh)) +
+               (c.prefetch ? "" : " --no-prefetch") + " --compute-dtype " + c.compute +
+               " --state-dir " + state_dir_ + c.extra;
     const std::string out = Capture(command);
     if (out.empty()) {
       std::cerr << "engine_bench: failed: " << command << "\n";
@@ -148,16 +175,34 @@ class Bench {
     }
     nlohmann::json j = nlohmann::json::parse(out);
     std::vector<double> decode, io, compute;
-    for (size_t p = 1; p < j["passes"].size(); ++p) {
+    const size_t first = c.first_pass ? 0 : 1;
+    const size_t last = c.first_pass ? 1 : j["passes"].size();
+    for (size_t p = first; p < last; ++p) {
       decode.push_back(j["passes"][p]["seconds"].get<double>());
       io.push_back(j["passes"][p]["io_seconds"].get<double>());
       compute.push_back(j["passes"][p]["compute_seconds"].get<double>());
+    }
+    const nlohmann::json& timed = j["passes"][first];
+    m->kernels = timed.value("projection_kernels", "");
+    m->projection_flops = timed.value("projection_flops", 0.0);
+    // The measured rate of what ran at this pass's micro-batch rows.
+    const int64_t rows =
+        std::min<int64_t>(timed["tokens"].get<int64_t>(), j["micro_batch_rows"].get<int64_t>());
+    const nlohmann::json& compute_doc = j["compute"];
+    m->compute = compute_doc;
+    if (compute_doc.contains("chosen_flops_per_second")) {
+      const std::vector<int64_t> buckets = compute_doc["rows"];
+      size_t b = 0;
+      while (b + 1 < buckets.size() && buckets[b + 1] <= rows) ++b;
+      m->chosen_rate = compute_doc["chosen_flops_per_second"][b].get<double>();
     }
     m->pass_seconds = Median(decode);
     m->io_seconds = Median(io);
     m->compute_seconds = Median(compute);
     m->pinned_bytes = j["pinned_bytes"].get<uint64_t>();
-    m->tokens_per_second = static_cast<double>(c.batch) / m->pass_seconds;
+    // A prefill pass's tokens are its prompts; a decode pass's one per sequence.
+    m->tokens_per_second =
+        static_cast<double>(c.batch * (c.first_pass ? prompt : 1)) / m->pass_seconds;
     m->pass_bytes = j["passes"].back()["bytes_read"].get<uint64_t>();
     m->vm_hwm_bytes = j["vm_hwm_bytes"].get<double>();
     m->cgroup_peak_bytes =
@@ -171,6 +216,7 @@ class Bench {
   std::string stream_run_;
   int64_t prompt_tokens_;
   int64_t new_tokens_;
+  std::string state_dir_;
 };
 
 double Mb(double bytes) { return bytes / (1 << 20); }
@@ -179,7 +225,9 @@ int Main(int argc, char** argv) {
   std::string model_dir, work_dir = "/tmp/nightshift-engine-bench", stream_run;
   int64_t runs = 3, prompt_tokens = 2, new_tokens = 3;
   double cap_fraction = 1.0 / 3;
-  bool sweep_only = false;
+  bool sweep_only = false, compute_only = false;
+  std::string compute_dtype = "auto", state_dir;
+  int64_t prefill_tokens = 1024;
   FlagSet flags(
       "engine_bench [flags]",
       "Streaming engine vs the disk's fastest read and llama.cpp, under a memory cgroup.");
@@ -192,8 +240,18 @@ int Main(int argc, char** argv) {
             "tokens per sequence (passes after the first are timed)");
   flags.Double("cap-fraction", &cap_fraction, "memory cgroup cap as a share of the checkpoint");
   flags.Bool("sweep-only", &sweep_only, "run only the residency sweep");
+  flags.Bool("compute-only", &compute_only,
+             "run only the compute table: 1/16/64 sequences and a prefill pass, f32 beside auto");
+  flags.String("compute-dtype", &compute_dtype,
+               "the engine's --compute-dtype for the memory and residency runs, and the one the "
+               "compute table sets beside f32: auto (default) or bf16",
+               "DTYPE");
+  flags.String("state-dir", &state_dir,
+               "where auto's kernel timings are cached (default: <work-dir>/state)", "DIR");
+  flags.Int("prefill-tokens", &prefill_tokens, "the compute table's prefill prompt (default 1024)");
   Status parsed = flags.Parse(argc, argv);
-  if (flags.help_requested() || !parsed.ok() || runs < 1 || new_tokens < 2) {
+  if (flags.help_requested() || !parsed.ok() || runs < 1 || new_tokens < 2 ||
+      !engine::ParseComputeDType(compute_dtype).ok() || prefill_tokens < 1) {
     std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
     return flags.help_requested() ? 0 : 2;
   }
@@ -224,24 +282,53 @@ int Main(int argc, char** argv) {
   for (const checkpoint::FileInfo& f : ckpt->files) file_bytes += f.size;
   const uint64_t cap = static_cast<uint64_t>(static_cast<double>(file_bytes) * cap_fraction);
 
-  Bench bench(model_dir, stream_run, prompt_tokens, new_tokens);
+  if (state_dir.empty()) state_dir = work_dir + "/state";
+  Bench bench(model_dir, stream_run, prompt_tokens, new_tokens, state_dir);
+  const engine::CpuInfo& cpu = engine::HostCpu();
+  printf("CPU: %s; flags: %s; %ld cores online\n", cpu.model.c_str(), cpu.FlagsString().c_str(),
+         sysconf(_SC_NPROCESSORS_ONLN));
   if (!bench.SetUpCgroup(cap)) {
     std::cerr << "engine_bench: cannot set up the memory cgroup " << kCgroup
               << " (root, cgroup v1?)\n";
     return 1;
   }
   std::vector<Config> configs;
+  // The compute table: f32 beside the asked dtype (auto by default) at 1,
+  // 16 and 64 sequences and one prefill pass, capped like the rest.
+  std::vector<std::string> compute_names;
+  const std::vector<std::string> compute_dtypes =
+      compute_dtype == "f32" ? std::vector<std::string>{"f32", "auto"}
+                             : std::vector<std::string>{"f32", compute_dtype};
   if (!sweep_only) {
-    configs = {
-        {"1 seq", 1, true, true, ""},
-        {"4 seqs", 4, true, true, ""},
-        {"16 seqs", 16, true, true, ""},
-        {"64 seqs", 64, true, true, ""},
-        {"1 seq, no prefetch", 1, true, false, ""},
-        {"16 seqs, no prefetch", 16, true, false, ""},
-        {"1 seq, uncapped", 1, false, true, ""},
-        {"16 seqs, uncapped", 16, false, true, ""},
+    for (const std::string& dtype : compute_dtypes) {
+      for (int64_t batch : {1, 16, 64}) {
+        Config c{std::to_string(batch) + (batch == 1 ? " seq " : " seqs ") + dtype, batch, true,
+                 true, ""};
+        c.compute = dtype;
+        configs.push_back(c);
+        compute_names.push_back(c.name);
+      }
+      Config prefill{"prefill " + std::to_string(prefill_tokens) + " " + dtype, 1, true, true, ""};
+      prefill.compute = dtype;
+      prefill.prompt_tokens = prefill_tokens;
+      prefill.new_tokens = 1;
+      prefill.first_pass = true;
+      configs.push_back(prefill);
+      compute_names.push_back(prefill.name);
+    }
+  }
+  if (!sweep_only && !compute_only) {
+    const std::vector<Config> memory_runs = {
+        {"1 seq", 1, true, true, "", compute_dtype},
+        {"4 seqs", 4, true, true, "", compute_dtype},
+        {"16 seqs", 16, true, true, "", compute_dtype},
+        {"64 seqs", 64, true, true, "", compute_dtype},
+        {"1 seq, no prefetch", 1, true, false, "", compute_dtype},
+        {"16 seqs, no prefetch", 16, true, false, "", compute_dtype},
+        {"1 seq, uncapped", 1, false, true, "", compute_dtype},
+        {"16 seqs, uncapped", 16, false, true, "", compute_dtype},
     };
+    configs.insert(configs.end(), memory_runs.begin(), memory_runs.end());
   }
   // The residency sweep: a memory budget of the stream buffers + the
   // activation working set + a share of the groups (the engine charges the
@@ -264,18 +351,23 @@ int Main(int argc, char** argv) {
   };
   std::vector<std::string> sweep;
   for (int pct : {0, 25, 50, 75}) {
+    if (compute_only) break;
     const std::string name = "pin " + std::to_string(pct) + "% spread";
     sweep.push_back(name);
-    configs.push_back({name, 1, false, true, pct == 0 ? "" : budget_flag(pct / 100.0, "spread")});
+    configs.push_back(
+        {name, 1, false, true, pct == 0 ? "" : budget_flag(pct / 100.0, "spread"), compute_dtype});
   }
   for (const char* placement : {"head", "tail"}) {
+    if (compute_only) break;
     const std::string name = std::string("pin 50% ") + placement;
     sweep.push_back(name);
-    configs.push_back({name, 1, false, true, budget_flag(0.5, placement)});
+    configs.push_back({name, 1, false, true, budget_flag(0.5, placement), compute_dtype});
   }
-  sweep.push_back("run: half the ckpt");
-  configs.push_back(
-      {sweep.back(), 1, false, true, " --memory-budget " + std::to_string(ckpt->total_bytes / 2)});
+  if (!compute_only) {
+    sweep.push_back("run: half the ckpt");
+    configs.push_back({sweep.back(), 1, false, true,
+                       " --memory-budget " + std::to_string(ckpt->total_bytes / 2), compute_dtype});
+  }
   std::vector<double> best_gbs;
   std::map<std::string, std::vector<Measured>> results;
   std::vector<double> fastest_read_seconds, loads;
@@ -284,6 +376,29 @@ int Main(int argc, char** argv) {
 
   printf("checkpoint %s: %.3f GB in %zu file(s); cgroup cap %.0f MiB (%.2f of it)\n",
          model_dir.c_str(), file_bytes / 1e9, ckpt->files.size(), Mb(cap), cap_fraction);
+  // auto measures the kernels once (Engine::Open), outside the cgroup and
+  // before any timed run; every later run reads the cached figures.
+  nlohmann::json kernel_rates;
+  for (const std::string& dtype : compute_dtypes) {
+    if (dtype == "f32") continue;
+    Measured m;
+    if (!bench.Run({"measure kernels", 1, false, true, "", dtype}, &m)) return 1;
+    kernel_rates = m.compute;
+    printf("--compute-dtype %s chose: %s (%s)\n", dtype.c_str(),
+           m.compute.value("plan", std::string("?")).c_str(),
+           m.compute.value("cached", false) ? "cached" : "measured");
+  }
+  if (kernel_rates.contains("flops_per_second")) {
+    printf("measured projection rates, GFLOP/s (one pass's shapes, %d threads):\n%-10s",
+           static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), "rows");
+    for (const nlohmann::json& r : kernel_rates["rows"]) printf(" %7lld", r.get<long long>());
+    printf("\n");
+    for (const auto& [kernel, row] : kernel_rates["flops_per_second"].items()) {
+      printf("%-10s", kernel.c_str());
+      for (const nlohmann::json& v : row) printf(" %7.1f", v.get<double>() / 1e9);
+      printf("\n");
+    }
+  }
   for (int64_t run = 0; run < runs; ++run) {
     loads.push_back(LoadAverage());
     DropCaches();
@@ -313,7 +428,7 @@ int Main(int argc, char** argv) {
       results[c.name].push_back(m);
     }
     for (const char* batch : {"1 seq", "16 seqs"}) {
-      if (sweep_only) break;
+      if (sweep_only || compute_only) break;
       const std::string uncapped = std::string(batch) + ", uncapped";
       same_tokens &= results[batch].back().generated == results[uncapped].back().generated;
     }
@@ -339,10 +454,52 @@ int Main(int argc, char** argv) {
   printf("disk, cold:");
   for (const auto& [name, gbs] : mode_gbs) printf("  %s %.2f GB/s;", name.c_str(), Median(gbs));
   printf("\nfastest cold read of the files: %.3f s\n\n", read_seconds);
+  if (!compute_names.empty()) {
+    auto median_of = [&](const std::string& name, double Measured::*field) {
+      std::vector<double> v;
+      for (const Measured& m : results[name]) v.push_back(m.*field);
+      return Median(v);
+    };
+    printf("compute (capped; decode passes after the first, prefill = the first pass):\n");
+    printf("%-22s %9s %9s %9s %10s %-22s %9s %11s\n", "", "pass s", "/ read", "tok/s", "compute s",
+           "kernels", "GFLOP/s", "/ measured");
+    for (const std::string& name : compute_names) {
+      const double pass = median_of(name, &Measured::pass_seconds);
+      const double compute = median_of(name, &Measured::compute_seconds);
+      const Measured& last = results[name].back();
+      const double rate = compute > 0 ? last.projection_flops / compute : 0;
+      printf("%-22s %9.3f %9.2f %9.2f %10.3f %-22s %9.1f %11.2f\n", name.c_str(), pass,
+             pass / read_seconds, median_of(name, &Measured::tokens_per_second), compute,
+             last.kernels.c_str(), rate / 1e9, last.chosen_rate > 0 ? rate / last.chosen_rate : 0);
+    }
+    const std::string other = compute_dtypes[1];
+    const std::string prefill = "prefill " + std::to_string(prefill_tokens) + " ";
+    const double p64 = median_of("64 seqs " + other, &Measured::pass_seconds);
+    const double f64 = median_of("64 seqs f32", &Measured::pass_seconds);
+    const double pre = median_of(prefill + other, &Measured::pass_seconds);
+    const double fpre = median_of(prefill + "f32", &Measured::pass_seconds);
+    printf(
+        "64 seqs: %s %.3f s = %.2fx the fastest read, f32 %.3f s; llama.cpp %.3f s (issue 22, "
+        "another CPU): %.2fx llama.cpp\n",
+        other.c_str(), p64, p64 / read_seconds, f64, kLlamaStepSeconds64,
+        kLlamaStepSeconds64 / p64);
+    printf("prefill %lld tokens: %s %.3f s, f32 %.3f s: %s %.2fx faster than f32\n",
+           static_cast<long long>(prefill_tokens), other.c_str(), pre, fpre, other.c_str(),
+           fpre / pre);
+    printf(
+        "issue 22's figures (Intel Xeon, AVX-512 + AMX, f32): 64 seqs %.3f s, prefill %.1f s; "
+        "goals where the CPU multiplies BF16 natively: 64 seqs <= 1.15x the read, prefill >= 4x "
+        "f32, compute-bound passes >= 0.5 of the measured rate\n\n",
+        kIssue22F32Seconds64, kIssue22F32PrefillSeconds);
+    if (compute_only) return 0;
+  }
   printf("%-22s %9s %9s %9s %9s %11s %9s %11s\n", "", "pass s", "/ read", "tok/s", "io wait",
          "cgroup MiB", "VmHWM MiB", "planner MiB");
   for (const Config& c : configs) {
     if (!c.extra.empty() || c.name == sweep[0]) continue;  // the sweep has its own table
+    if (std::find(compute_names.begin(), compute_names.end(), c.name) != compute_names.end()) {
+      continue;  // so has the compute table
+    }
     std::vector<double> pass, tps, io, peak, hwm;
     for (const Measured& m : results[c.name]) {
       pass.push_back(m.pass_seconds);
