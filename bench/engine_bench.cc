@@ -17,12 +17,19 @@
 //     and at the tail of the pass, and `run`'s half-the-checkpoint budget:
 //     the median decode pass against the fastest cold read of the bytes that
 //     pass streams, with its compute seconds beside it.
+//   - the compute table: f32 beside --compute-dtype (auto by default) at 1,
+//     16 and 64 sequences and a --prefill-tokens (1024) prefill pass, capped:
+//     the pass against the fastest read, the kernels that ran, the FLOP/s the
+//     projections reached against the chosen kernel's measured rate (auto's
+//     measurement, printed first per row bucket and kernel, with the CPU's
+//     model and flags).
 // Then prints the medians over the rounds, with the machine's load average
 // beside them, and llama.cpp's figures from issue 5 for the same shape and
 // cap. Prints figures, never pass/fail; not a test.
 //
 //   engine_bench [--model-dir DIR | --work-dir DIR] [--runs 3] [--cap-fraction 0.3333]
 //                [--prompt-tokens 2] [--max-new-tokens 3] [--stream-run PATH] [--sweep-only]
+//                [--compute-only] [--compute-dtype auto|bf16|f32] [--state-dir DIR]
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +50,7 @@
 #include "planner/exact.h"
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/engine/compute_choice.h"
 #include "worker/generator/generator.h"
 
 namespace nightshift {
@@ -53,6 +61,11 @@ namespace fs = std::filesystem;
 // llama.cpp (mmap, 2 threads) on this shape in a 542 MiB cgroup (issue 5).
 constexpr double kLlamaStepSeconds1 = 0.96, kLlamaTokensPerSecond1 = 1.04;
 constexpr double kLlamaStepSeconds16 = 1.03, kLlamaTokensPerSecond16 = 15.5;
+// The compute-bound passes of issue 22 (Intel Xeon, 2 vCPU, AVX-512 + AMX):
+// llama.cpp's 64-sequence decode step; ours in float32 then, and its
+// 1024-token prefill pass.
+constexpr double kLlamaStepSeconds64 = 1.515;
+constexpr double kIssue22F32Seconds64 = 1.355, kIssue22F32PrefillSeconds = 7.5;
 
 using namespace bench;  // NOLINT: the shared bench helpers
 
@@ -60,7 +73,9 @@ int Main(int argc, char** argv) {
   std::string model_dir, work_dir = "/tmp/nightshift-engine-bench", stream_run;
   int64_t runs = 3, prompt_tokens = 2, new_tokens = 3;
   double cap_fraction = 1.0 / 3;
-  bool sweep_only = false;
+  bool sweep_only = false, compute_only = false;
+  std::string compute_dtype = "auto", state_dir;
+  int64_t prefill_tokens = 1024;
   FlagSet flags(
       "engine_bench [flags]",
       "Streaming engine vs the disk's fastest read and llama.cpp, under a memory cgroup.");
@@ -73,8 +88,18 @@ int Main(int argc, char** argv) {
             "tokens per sequence (passes after the first are timed)");
   flags.Double("cap-fraction", &cap_fraction, "memory cgroup cap as a share of the checkpoint");
   flags.Bool("sweep-only", &sweep_only, "run only the residency sweep");
+  flags.Bool("compute-only", &compute_only,
+             "run only the compute table: 1/16/64 sequences and a prefill pass, f32 beside auto");
+  flags.String("compute-dtype", &compute_dtype,
+               "the engine's --compute-dtype for the memory and residency runs, and the one the "
+               "compute table sets beside f32: auto (default) or bf16",
+               "DTYPE");
+  flags.String("state-dir", &state_dir,
+               "where auto's kernel timings are cached (default: <work-dir>/state)", "DIR");
+  flags.Int("prefill-tokens", &prefill_tokens, "the compute table's prefill prompt (default 1024)");
   Status parsed = flags.Parse(argc, argv);
-  if (flags.help_requested() || !parsed.ok() || runs < 1 || new_tokens < 2) {
+  if (flags.help_requested() || !parsed.ok() || runs < 1 || new_tokens < 2 ||
+      !engine::ParseComputeDType(compute_dtype).ok() || prefill_tokens < 1) {
     std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
     return flags.help_requested() ? 0 : 2;
   }
@@ -101,24 +126,53 @@ int Main(int argc, char** argv) {
   for (const checkpoint::FileInfo& f : ckpt->files) file_bytes += f.size;
   const uint64_t cap = static_cast<uint64_t>(static_cast<double>(file_bytes) * cap_fraction);
 
-  Bench bench(model_dir, stream_run, prompt_tokens, new_tokens);
+  if (state_dir.empty()) state_dir = work_dir + "/state";
+  Bench bench(model_dir, stream_run, prompt_tokens, new_tokens, state_dir);
+  const engine::CpuInfo& cpu = engine::HostCpu();
+  printf("CPU: %s; flags: %s; %ld cores online\n", cpu.model.c_str(), cpu.FlagsString().c_str(),
+         sysconf(_SC_NPROCESSORS_ONLN));
   if (!bench.SetUpCgroup(cap)) {
     std::cerr << "engine_bench: cannot set up the memory cgroup " << kCgroup
               << " (root, cgroup v1?)\n";
     return 1;
   }
   std::vector<Config> configs;
+  // The compute table: f32 beside the asked dtype (auto by default) at 1,
+  // 16 and 64 sequences and one prefill pass, capped like the rest.
+  std::vector<std::string> compute_names;
+  const std::vector<std::string> compute_dtypes =
+      compute_dtype == "f32" ? std::vector<std::string>{"f32", "auto"}
+                             : std::vector<std::string>{"f32", compute_dtype};
   if (!sweep_only) {
-    configs = {
-        {"1 seq", 1, true, true, ""},
-        {"4 seqs", 4, true, true, ""},
-        {"16 seqs", 16, true, true, ""},
-        {"64 seqs", 64, true, true, ""},
-        {"1 seq, no prefetch", 1, true, false, ""},
-        {"16 seqs, no prefetch", 16, true, false, ""},
-        {"1 seq, uncapped", 1, false, true, ""},
-        {"16 seqs, uncapped", 16, false, true, ""},
+    for (const std::string& dtype : compute_dtypes) {
+      for (int64_t batch : {1, 16, 64}) {
+        Config c{std::to_string(batch) + (batch == 1 ? " seq " : " seqs ") + dtype, batch, true,
+                 true, ""};
+        c.compute = dtype;
+        configs.push_back(c);
+        compute_names.push_back(c.name);
+      }
+      Config prefill{"prefill " + std::to_string(prefill_tokens) + " " + dtype, 1, true, true, ""};
+      prefill.compute = dtype;
+      prefill.prompt_tokens = prefill_tokens;
+      prefill.new_tokens = 1;
+      prefill.first_pass = true;
+      configs.push_back(prefill);
+      compute_names.push_back(prefill.name);
+    }
+  }
+  if (!sweep_only && !compute_only) {
+    const std::vector<Config> memory_runs = {
+        {"1 seq", 1, true, true, "", compute_dtype},
+        {"4 seqs", 4, true, true, "", compute_dtype},
+        {"16 seqs", 16, true, true, "", compute_dtype},
+        {"64 seqs", 64, true, true, "", compute_dtype},
+        {"1 seq, no prefetch", 1, true, false, "", compute_dtype},
+        {"16 seqs, no prefetch", 16, true, false, "", compute_dtype},
+        {"1 seq, uncapped", 1, false, true, "", compute_dtype},
+        {"16 seqs, uncapped", 16, false, true, "", compute_dtype},
     };
+    configs.insert(configs.end(), memory_runs.begin(), memory_runs.end());
   }
   // The residency sweep: a memory budget of the stream buffers + the
   // activation working set + a share of the groups (the engine charges the
@@ -141,18 +195,23 @@ int Main(int argc, char** argv) {
   };
   std::vector<std::string> sweep;
   for (int pct : {0, 25, 50, 75}) {
+    if (compute_only) break;
     const std::string name = "pin " + std::to_string(pct) + "% spread";
     sweep.push_back(name);
-    configs.push_back({name, 1, false, true, pct == 0 ? "" : budget_flag(pct / 100.0, "spread")});
+    configs.push_back(
+        {name, 1, false, true, pct == 0 ? "" : budget_flag(pct / 100.0, "spread"), compute_dtype});
   }
   for (const char* placement : {"head", "tail"}) {
+    if (compute_only) break;
     const std::string name = std::string("pin 50% ") + placement;
     sweep.push_back(name);
-    configs.push_back({name, 1, false, true, budget_flag(0.5, placement)});
+    configs.push_back({name, 1, false, true, budget_flag(0.5, placement), compute_dtype});
   }
-  sweep.push_back("run: half the ckpt");
-  configs.push_back(
-      {sweep.back(), 1, false, true, " --memory-budget " + std::to_string(ckpt->total_bytes / 2)});
+  if (!compute_only) {
+    sweep.push_back("run: half the ckpt");
+    configs.push_back({sweep.back(), 1, false, true,
+                       " --memory-budget " + std::to_string(ckpt->total_bytes / 2), compute_dtype});
+  }
   std::vector<double> best_gbs;
   std::map<std::string, std::vector<Measured>> results;
   std::vector<double> fastest_read_seconds, loads;
@@ -161,6 +220,29 @@ int Main(int argc, char** argv) {
 
   printf("checkpoint %s: %.3f GB in %zu file(s); cgroup cap %.0f MiB (%.2f of it)\n",
          model_dir.c_str(), file_bytes / 1e9, ckpt->files.size(), Mb(cap), cap_fraction);
+  // auto measures the kernels once (Engine::Open), outside the cgroup and
+  // before any timed run; every later run reads the cached figures.
+  nlohmann::json kernel_rates;
+  for (const std::string& dtype : compute_dtypes) {
+    if (dtype == "f32") continue;
+    Measured m;
+    if (!bench.Run({"measure kernels", 1, false, true, "", dtype}, &m)) return 1;
+    kernel_rates = m.compute;
+    printf("--compute-dtype %s chose: %s (%s)\n", dtype.c_str(),
+           m.compute.value("plan", std::string("?")).c_str(),
+           m.compute.value("cached", false) ? "cached" : "measured");
+  }
+  if (kernel_rates.contains("flops_per_second")) {
+    printf("measured projection rates, GFLOP/s (one pass's shapes, %d threads):\n%-10s",
+           static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), "rows");
+    for (const nlohmann::json& r : kernel_rates["rows"]) printf(" %7lld", r.get<long long>());
+    printf("\n");
+    for (const auto& [kernel, row] : kernel_rates["flops_per_second"].items()) {
+      printf("%-10s", kernel.c_str());
+      for (const nlohmann::json& v : row) printf(" %7.1f", v.get<double>() / 1e9);
+      printf("\n");
+    }
+  }
   for (int64_t run = 0; run < runs; ++run) {
     loads.push_back(LoadAverage());
     DropCaches();
@@ -190,7 +272,7 @@ int Main(int argc, char** argv) {
       results[c.name].push_back(m);
     }
     for (const char* batch : {"1 seq", "16 seqs"}) {
-      if (sweep_only) break;
+      if (sweep_only || compute_only) break;
       const std::string uncapped = std::string(batch) + ", uncapped";
       same_tokens &= results[batch].back().generated == results[uncapped].back().generated;
     }
@@ -216,10 +298,52 @@ int Main(int argc, char** argv) {
   printf("disk, cold:");
   for (const auto& [name, gbs] : mode_gbs) printf("  %s %.2f GB/s;", name.c_str(), Median(gbs));
   printf("\nfastest cold read of the files: %.3f s\n\n", read_seconds);
+  if (!compute_names.empty()) {
+    auto median_of = [&](const std::string& name, double Measured::*field) {
+      std::vector<double> v;
+      for (const Measured& m : results[name]) v.push_back(m.*field);
+      return Median(v);
+    };
+    printf("compute (capped; decode passes after the first, prefill = the first pass):\n");
+    printf("%-22s %9s %9s %9s %10s %-22s %9s %11s\n", "", "pass s", "/ read", "tok/s", "compute s",
+           "kernels", "GFLOP/s", "/ measured");
+    for (const std::string& name : compute_names) {
+      const double pass = median_of(name, &Measured::pass_seconds);
+      const double compute = median_of(name, &Measured::compute_seconds);
+      const Measured& last = results[name].back();
+      const double rate = compute > 0 ? last.projection_flops / compute : 0;
+      printf("%-22s %9.3f %9.2f %9.2f %10.3f %-22s %9.1f %11.2f\n", name.c_str(), pass,
+             pass / read_seconds, median_of(name, &Measured::tokens_per_second), compute,
+             last.kernels.c_str(), rate / 1e9, last.chosen_rate > 0 ? rate / last.chosen_rate : 0);
+    }
+    const std::string other = compute_dtypes[1];
+    const std::string prefill = "prefill " + std::to_string(prefill_tokens) + " ";
+    const double p64 = median_of("64 seqs " + other, &Measured::pass_seconds);
+    const double f64 = median_of("64 seqs f32", &Measured::pass_seconds);
+    const double pre = median_of(prefill + other, &Measured::pass_seconds);
+    const double fpre = median_of(prefill + "f32", &Measured::pass_seconds);
+    printf(
+        "64 seqs: %s %.3f s = %.2fx the fastest read, f32 %.3f s; llama.cpp %.3f s (issue 22, "
+        "another CPU): %.2fx llama.cpp\n",
+        other.c_str(), p64, p64 / read_seconds, f64, kLlamaStepSeconds64,
+        kLlamaStepSeconds64 / p64);
+    printf("prefill %lld tokens: %s %.3f s, f32 %.3f s: %s %.2fx faster than f32\n",
+           static_cast<long long>(prefill_tokens), other.c_str(), pre, fpre, other.c_str(),
+           fpre / pre);
+    printf(
+        "issue 22's figures (Intel Xeon, AVX-512 + AMX, f32): 64 seqs %.3f s, prefill %.1f s; "
+        "goals where the CPU multiplies BF16 natively: 64 seqs <= 1.15x the read, prefill >= 4x "
+        "f32, compute-bound passes >= 0.5 of the measured rate\n\n",
+        kIssue22F32Seconds64, kIssue22F32PrefillSeconds);
+    if (compute_only) return 0;
+  }
   printf("%-22s %9s %9s %9s %9s %11s %9s %11s\n", "", "pass s", "/ read", "tok/s", "io wait",
          "cgroup MiB", "VmHWM MiB", "planner MiB");
   for (const Config& c : configs) {
     if (!c.extra.empty() || c.name == sweep[0]) continue;  // the sweep has its own table
+    if (std::find(compute_names.begin(), compute_names.end(), c.name) != compute_names.end()) {
+      continue;  // so has the compute table
+    }
     std::vector<double> pass, tps, io, peak, hwm;
     for (const Measured& m : results[c.name]) {
       pass.push_back(m.pass_seconds);

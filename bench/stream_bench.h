@@ -68,7 +68,11 @@ struct Config {
   int64_t batch = 1;
   bool capped = true;
   bool prefetch = true;
-  std::string extra;  // more engine-stream-run flags (the residency sweep's)
+  std::string extra;            // more engine-stream-run flags (the residency sweep's)
+  std::string compute = "f32";  // --compute-dtype
+  int64_t prompt_tokens = 0;    // 0: the bench's --prompt-tokens
+  int64_t new_tokens = 0;       // 0: the bench's --max-new-tokens
+  bool first_pass = false;      // time the first pass (a prefill) instead of the decode passes
 };
 
 struct Measured {
@@ -81,15 +85,23 @@ struct Measured {
   uint64_t pass_bytes = 0;
   uint64_t pinned_bytes = 0;
   nlohmann::json generated;
+  std::string kernels;          // the timed pass's projection kernels
+  double projection_flops = 0;  // of the timed pass
+  double chosen_rate = 0;       // the chosen kernel's measured FLOP/s at the micro-batch rows
+  nlohmann::json compute;       // engine-stream-run's "compute"
 };
 
 class Bench {
  public:
-  Bench(std::string model_dir, std::string stream_run, int64_t prompt_tokens, int64_t new_tokens)
+  // `state_dir`: where the engine caches its compute measurement (empty:
+  // engine-stream-run's default).
+  Bench(std::string model_dir, std::string stream_run, int64_t prompt_tokens, int64_t new_tokens,
+        std::string state_dir = "")
       : model_dir_(std::move(model_dir)),
         stream_run_(std::move(stream_run)),
         prompt_tokens_(prompt_tokens),
-        new_tokens_(new_tokens) {}
+        new_tokens_(new_tokens),
+        state_dir_(std::move(state_dir)) {}
 
   bool SetUpCgroup(uint64_t cap) {
     fs::create_directories(kCgroup);
@@ -104,10 +116,14 @@ class Bench {
       WriteText(std::string(kCgroup) + "/memory.max_usage_in_bytes", "0");
       command = "sh -c 'echo $$ > " + std::string(kCgroup) + "/tasks && exec \"$0\" \"$@\"' ";
     }
+    const int64_t prompt = c.prompt_tokens > 0 ? c.prompt_tokens : prompt_tokens_;
+    const int64_t fresh = c.new_tokens > 0 ? c.new_tokens : new_tokens_;
     command += stream_run_ + " --model-dir " + model_dir_ + " --batch " + std::to_string(c.batch) +
-               " --prompt-tokens " + std::to_string(prompt_tokens_) + " --max-new-tokens " +
-               std::to_string(new_tokens_) + " --max-context 256" +
-               (c.prefetch ? "" : " --no-prefetch") + c.extra;
+               " --prompt-tokens " + std::to_string(prompt) + " --max-new-tokens " +
+               std::to_string(fresh) + " --max-context " +
+               std::to_string(std::max<int64_t>(256, prompt + fresh)) +
+               (c.prefetch ? "" : " --no-prefetch") + " --compute-dtype " + c.compute +
+               (state_dir_.empty() ? "" : " --state-dir " + state_dir_) + c.extra;
     const std::string out = Capture(command);
     if (out.empty()) {
       std::cerr << "engine_bench: failed: " << command << "\n";
@@ -115,16 +131,34 @@ class Bench {
     }
     nlohmann::json j = nlohmann::json::parse(out);
     std::vector<double> decode, io, compute;
-    for (size_t p = 1; p < j["passes"].size(); ++p) {
+    const size_t first = c.first_pass ? 0 : 1;
+    const size_t last = c.first_pass ? 1 : j["passes"].size();
+    for (size_t p = first; p < last; ++p) {
       decode.push_back(j["passes"][p]["seconds"].get<double>());
       io.push_back(j["passes"][p]["io_seconds"].get<double>());
       compute.push_back(j["passes"][p]["compute_seconds"].get<double>());
+    }
+    const nlohmann::json& timed = j["passes"][first];
+    m->kernels = timed.value("projection_kernels", "");
+    m->projection_flops = timed.value("projection_flops", 0.0);
+    // The measured rate of what ran at this pass's micro-batch rows.
+    const int64_t rows =
+        std::min<int64_t>(timed["tokens"].get<int64_t>(), j["micro_batch_rows"].get<int64_t>());
+    const nlohmann::json& compute_doc = j["compute"];
+    m->compute = compute_doc;
+    if (compute_doc.contains("chosen_flops_per_second")) {
+      const std::vector<int64_t> buckets = compute_doc["rows"];
+      size_t b = 0;
+      while (b + 1 < buckets.size() && buckets[b + 1] <= rows) ++b;
+      m->chosen_rate = compute_doc["chosen_flops_per_second"][b].get<double>();
     }
     m->pass_seconds = Median(decode);
     m->io_seconds = Median(io);
     m->compute_seconds = Median(compute);
     m->pinned_bytes = j["pinned_bytes"].get<uint64_t>();
-    m->tokens_per_second = static_cast<double>(c.batch) / m->pass_seconds;
+    // A prefill pass's tokens are its prompts; a decode pass's one per sequence.
+    m->tokens_per_second =
+        static_cast<double>(c.batch * (c.first_pass ? prompt : 1)) / m->pass_seconds;
     m->pass_bytes = j["passes"].back()["bytes_read"].get<uint64_t>();
     m->vm_hwm_bytes = j["vm_hwm_bytes"].get<double>();
     m->cgroup_peak_bytes =
@@ -138,6 +172,7 @@ class Bench {
   std::string stream_run_;
   int64_t prompt_tokens_;
   int64_t new_tokens_;
+  std::string state_dir_;
 };
 
 // <build>/bin/engine-stream-run, beside this program's <build>/bench/.

@@ -24,6 +24,8 @@ const std::vector<std::string> kStates = {"queued",    "leased", "running",
                                           "succeeded", "failed", "cancelled"};
 const std::vector<std::string> kOutcomes = {"succeeded", "failed", "cancelled"};
 const std::vector<std::string> kModes = {"streaming", "resident"};
+// engine::PassStats::compute_dtype.
+const std::vector<std::string> kComputes = {"f32", "bf16", "mixed", "accelerator"};
 
 constexpr prometheus::MetricType C = prometheus::MetricType::Counter;
 constexpr prometheus::MetricType G = prometheus::MetricType::Gauge;
@@ -92,6 +94,20 @@ std::vector<MetricDef> MakeCatalogue() {
       {kGeneratedTokensTotal, C, "Tokens generated.", mw, {}, W},
       {kKvBudgetBytes, G, "Memory the worker can give to the KV cache.", {"worker"}, {}, W},
       {kKvInUseBytes, G, "KV cache bytes reserved by the sequences in flight.", {"worker"}, {}, W},
+      {kPassesByComputeTotal,
+       C,
+       "Passes by what their projections computed in: f32, bf16, mixed (BF16 at some row "
+       "counts) or accelerator (a GPU, in the weights' dtype).",
+       {"model", "worker", "compute"},
+       {},
+       W},
+      {kProjectionFlopsTotal,
+       C,
+       "FLOPs of the passes' projections (every layer's at the tokens fed, the LM head's at the "
+       "rows it ran); over layer compute seconds, the compute rate reached.",
+       {"model", "worker"},
+       {},
+       W},
       {kJobs, G, "Jobs by state.", {"model", "state"}, {}, S},
       {kJobsSubmittedTotal, C, "Jobs accepted by SubmitJobs.", {"model"}, {}, S},
       {kJobsFinishedTotal,
@@ -165,6 +181,7 @@ const std::vector<std::string>& AllowedLabelValues(std::string_view label) {
   if (label == "state") return kStates;
   if (label == "outcome") return kOutcomes;
   if (label == "mode") return kModes;
+  if (label == "compute") return kComputes;
   return kNoValues;
 }
 

@@ -5,8 +5,8 @@
 //
 // Conventions: names are nightshift_<what>_<unit> in base units (_seconds,
 // _bytes), counters end in _total. Labels are only `model`, `worker` and the
-// fixed enums `state`, `outcome` and `mode` (never job or submission ids, which
-// would grow without bound).
+// fixed enums `state`, `outcome`, `mode` and `compute` (never job or
+// submission ids, which would grow without bound).
 //
 //   auto registry = std::make_shared<prometheus::Registry>();
 //   metrics::CatalogueFamily<prometheus::Histogram> passes(*registry,
@@ -63,6 +63,8 @@ inline constexpr std::string_view kPromptTokensTotal = "nightshift_prompt_tokens
 inline constexpr std::string_view kGeneratedTokensTotal = "nightshift_generated_tokens_total";
 inline constexpr std::string_view kKvBudgetBytes = "nightshift_kv_budget_bytes";
 inline constexpr std::string_view kKvInUseBytes = "nightshift_kv_in_use_bytes";
+inline constexpr std::string_view kPassesByComputeTotal = "nightshift_passes_by_compute_total";
+inline constexpr std::string_view kProjectionFlopsTotal = "nightshift_projection_flops_total";
 // Scheduler: the queue, leases, results and ETAs.
 inline constexpr std::string_view kJobs = "nightshift_jobs";
 inline constexpr std::string_view kJobsSubmittedTotal = "nightshift_jobs_submitted_total";
@@ -83,7 +85,7 @@ const std::vector<MetricDef>& Catalogue();
 // The family named `name`, or nullptr.
 const MetricDef* FindMetric(std::string_view name);
 
-// The values a fixed-enum label may take ("state", "outcome", "mode"); an
+// The values a fixed-enum label may take ("state", "outcome", "mode", "compute"); an
 // empty list for free labels ("model", "worker").
 const std::vector<std::string>& AllowedLabelValues(std::string_view label);
 

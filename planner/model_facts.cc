@@ -65,6 +65,22 @@ int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_
   return (rows + static_cast<int64_t>(slices) - 1) / static_cast<int64_t>(slices);
 }
 
+namespace {
+
+// The LM head: its own tensor, or the embedding's when tied (the largest
+// embedding tensor, as the engine binds it); null when there is neither.
+const checkpoint::TensorInfo* HeadTensor(const checkpoint::Checkpoint& checkpoint) {
+  if (checkpoint.lm_head >= 0) return &checkpoint.tensors[static_cast<size_t>(checkpoint.lm_head)];
+  const checkpoint::TensorInfo* head = nullptr;
+  for (int t : checkpoint.embedding.tensors) {
+    const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
+    if (head == nullptr || info.size > head->size) head = &info;
+  }
+  return head;
+}
+
+}  // namespace
+
 std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint) {
   std::vector<uint64_t> groups;
   uint64_t largest_layer = 0;
@@ -74,17 +90,7 @@ std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoin
     groups.push_back(bytes);
     largest_layer = std::max(largest_layer, bytes);
   }
-  // The LM head: its own tensor, or the embedding's when tied (the largest
-  // embedding tensor, as the engine binds it).
-  const checkpoint::TensorInfo* head = nullptr;
-  if (checkpoint.lm_head >= 0) {
-    head = &checkpoint.tensors[static_cast<size_t>(checkpoint.lm_head)];
-  } else {
-    for (int t : checkpoint.embedding.tensors) {
-      const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
-      if (head == nullptr || info.size > head->size) head = &info;
-    }
-  }
+  const checkpoint::TensorInfo* head = HeadTensor(checkpoint);
   uint64_t norm = 0;  // the head group's other tensors: the final norm (and bias)
   for (int t : checkpoint.head.tensors) {
     if (t != checkpoint.lm_head) norm += checkpoint.tensors[static_cast<size_t>(t)].size;
@@ -246,6 +252,54 @@ uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
 double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second) {
   if (!(read_bytes_per_second > 0)) return 0;
   return static_cast<double>(streamed_bytes) / read_bytes_per_second;
+}
+
+namespace {
+
+bool IsProjectionMatrix(const checkpoint::TensorInfo& t) {
+  return t.shape.size() == 2 &&
+         (t.dtype == checkpoint::DType::kF32 || t.dtype == checkpoint::DType::kF16 ||
+          t.dtype == checkpoint::DType::kBF16);
+}
+
+double MatrixFlops(const checkpoint::TensorInfo& t) {
+  return 2.0 * static_cast<double>(t.shape[0]) * static_cast<double>(t.shape[1]);
+}
+
+}  // namespace
+
+double LayerFlopsPerToken(const checkpoint::Checkpoint& checkpoint) {
+  double flops = 0;
+  for (const checkpoint::TensorGroup& layer : checkpoint.layers) {
+    for (int t : layer.tensors) {
+      const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
+      if (IsProjectionMatrix(info)) flops += MatrixFlops(info);
+    }
+  }
+  return flops;
+}
+
+double HeadFlopsPerRow(const checkpoint::Checkpoint& checkpoint) {
+  // The head StreamedGroupBytes prices.
+  const checkpoint::TensorInfo* head = HeadTensor(checkpoint);
+  return head != nullptr && IsProjectionMatrix(*head) ? MatrixFlops(*head) : 0;
+}
+
+double PassFlops(double layer_flops_per_token, double head_flops_per_row, int64_t tokens,
+                 int64_t logit_rows) {
+  return static_cast<double>(std::max<int64_t>(0, tokens)) * layer_flops_per_token +
+         static_cast<double>(std::max<int64_t>(0, logit_rows)) * head_flops_per_row;
+}
+
+double PassFlops(const checkpoint::Checkpoint& checkpoint, int64_t tokens, int64_t logit_rows) {
+  return PassFlops(LayerFlopsPerToken(checkpoint), HeadFlopsPerRow(checkpoint), tokens, logit_rows);
+}
+
+double PassSecondsWithCompute(uint64_t streamed_bytes, double read_bytes_per_second,
+                              double pass_flops, double flops_per_second) {
+  const double read = PassSeconds(streamed_bytes, read_bytes_per_second);
+  if (!(flops_per_second > 0) || !(pass_flops > 0)) return read;
+  return std::max(read, pass_flops / flops_per_second);
 }
 
 }  // namespace nightshift::planner

@@ -12,7 +12,9 @@
 //                        as one unit (each layer, the head's row slices)
 //   pinned groups        ChoosePinnedGroups: which groups a budget keeps
 //   streamed bytes       StreamedBytesPerPass: what one pass reads
-//   seconds per pass     PassSeconds: streamed bytes / measured bandwidth
+//   seconds per pass     PassSeconds: streamed bytes / measured bandwidth;
+//                        PassSecondsWithCompute: the larger of that and the
+//                        pass's FLOPs (PassFlops) / the measured compute rate
 //
 // libtorch-free; builds in every configuration (ns_model_facts). Every
 // function is pure and thread-safe.
@@ -192,5 +194,31 @@ uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
 // catalogue and --model-dir alike): it prices a nominal disk speed the user
 // names, with or without prefetching, and its figures are the seed's spec.
 double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second);
+
+// FLOPs of one token through every decoder layer's projections: 2 x the
+// elements of each layer's matrices (2-D F32/F16/BF16 tensors; norms and
+// biases are not counted, nor attention's scores, which grow with the
+// context and are a few percent of a pass at these sizes).
+double LayerFlopsPerToken(const checkpoint::Checkpoint& checkpoint);
+// FLOPs of one row through the LM head: 2 x its elements (the embedding's
+// when tied).
+double HeadFlopsPerRow(const checkpoint::Checkpoint& checkpoint);
+// The projection FLOPs of a pass that feeds `tokens` and runs the LM head
+// at `logit_rows`: tokens x layer + logit_rows x head.
+double PassFlops(double layer_flops_per_token, double head_flops_per_row, int64_t tokens,
+                 int64_t logit_rows);
+double PassFlops(const checkpoint::Checkpoint& checkpoint, int64_t tokens, int64_t logit_rows);
+
+// Seconds of a pass that streams `streamed_bytes` at `read_bytes_per_second`
+// and multiplies `pass_flops` at `flops_per_second` (the engine's measured
+// rate of the kernel it runs at the pass's rows, worker/engine/
+// compute_choice.h): max(PassSeconds(streamed_bytes, read_bytes_per_second),
+// pass_flops / flops_per_second). Reads and compute overlap (the loader
+// prefetches the next layer while this one computes), so the slower of the
+// two sets the pass: a compute-bound pass is priced as one. An unknown
+// rate (<= 0) prices the read alone; an unknown bandwidth, the compute alone
+// (0 when both are unknown).
+double PassSecondsWithCompute(uint64_t streamed_bytes, double read_bytes_per_second,
+                              double pass_flops, double flops_per_second);
 
 }  // namespace nightshift::planner

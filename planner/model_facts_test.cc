@@ -98,6 +98,57 @@ TEST(PassSecondsTest, BytesOverBandwidthWithNoEfficiencyFactor) {
   EXPECT_EQ(PassSeconds(1'000'000'000, std::numeric_limits<double>::quiet_NaN()), 0.0);
 }
 
+TEST(PassSecondsWithComputeTest, TheSlowerOfTheReadAndTheCompute) {
+  // 1 GB at 2 GB/s is 0.5 s; 100 GFLOP at 400 GFLOP/s is 0.25 s: I/O-bound.
+  EXPECT_DOUBLE_EQ(PassSecondsWithCompute(1'000'000'000, 2e9, 100e9, 400e9), 0.5);
+  // 1 TFLOP at 400 GFLOP/s is 2.5 s: compute-bound, priced as such.
+  EXPECT_DOUBLE_EQ(PassSecondsWithCompute(1'000'000'000, 2e9, 1e12, 400e9), 2.5);
+  // An unknown rate or no FLOPs: the read alone (PassSeconds).
+  EXPECT_DOUBLE_EQ(PassSecondsWithCompute(1'000'000'000, 2e9, 1e12, 0), 0.5);
+  EXPECT_DOUBLE_EQ(PassSecondsWithCompute(1'000'000'000, 2e9, 0, 400e9), 0.5);
+  EXPECT_DOUBLE_EQ(
+      PassSecondsWithCompute(1'000'000'000, 2e9, 1e12, std::numeric_limits<double>::quiet_NaN()),
+      0.5);
+  // An unknown bandwidth: the compute alone; both unknown: 0.
+  EXPECT_DOUBLE_EQ(PassSecondsWithCompute(1'000'000'000, 0, 1e12, 400e9), 2.5);
+  EXPECT_EQ(PassSecondsWithCompute(1'000'000'000, 0, 1e12, 0), 0.0);
+}
+
+// Two layers of a q [8, 4] F16 and a norm [4], an untied head [10, 4] BF16.
+checkpoint::Checkpoint FlopsCheckpoint() {
+  checkpoint::Checkpoint ckpt;
+  auto tensor = [&](std::string name, checkpoint::DType dtype, std::vector<int64_t> shape) {
+    checkpoint::TensorInfo t;
+    t.name = std::move(name);
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    ckpt.tensors.push_back(t);
+    return static_cast<int>(ckpt.tensors.size() - 1);
+  };
+  for (int l = 0; l < 2; ++l) {
+    checkpoint::TensorGroup layer;
+    layer.kind = checkpoint::TensorGroup::Kind::kLayer;
+    layer.layer = l;
+    layer.tensors = {tensor("q" + std::to_string(l), checkpoint::DType::kF16, {8, 4}),
+                     tensor("norm" + std::to_string(l), checkpoint::DType::kF16, {4})};
+    ckpt.layers.push_back(layer);
+  }
+  ckpt.embedding.tensors = {tensor("embed", checkpoint::DType::kBF16, {10, 4})};
+  ckpt.lm_head = tensor("lm_head", checkpoint::DType::kBF16, {10, 4});
+  ckpt.head.tensors = {ckpt.lm_head};
+  return ckpt;
+}
+
+TEST(PassFlopsTest, TwiceTheMatrixElementsPerTokenAndPerLogitRow) {
+  checkpoint::Checkpoint ckpt = FlopsCheckpoint();
+  EXPECT_DOUBLE_EQ(LayerFlopsPerToken(ckpt), 2.0 * 2 * 8 * 4);  // norms are not counted
+  EXPECT_DOUBLE_EQ(HeadFlopsPerRow(ckpt), 2.0 * 10 * 4);
+  EXPECT_DOUBLE_EQ(PassFlops(ckpt, 3, 1), 3 * 128.0 + 80.0);
+  EXPECT_DOUBLE_EQ(PassFlops(ckpt, 0, 0), 0.0);
+  ckpt.lm_head = -1;  // tied: the embedding is the head
+  EXPECT_DOUBLE_EQ(HeadFlopsPerRow(ckpt), 80.0);
+}
+
 TEST(HeadSliceRowsTest, SlicesNoLargerThanTheLargestLayer) {
   EXPECT_EQ(HeadSliceRows(32000, 131072000, 90185728), 16000);  // bench-1.7b: two slices
   EXPECT_EQ(HeadSliceRows(100, 1000, 1000), 100);               // fits: one slice

@@ -4,6 +4,7 @@
 // Also built into the standalone `nightshift-engine`.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -44,7 +45,21 @@ struct RunFlags {
   std::string kv_dtype = "auto";
   std::string memory_budget;
   std::string host_memory_budget;
+  std::string compute_dtype = "auto";
+  std::string state_dir;
 };
+
+// Where `auto`'s kernel measurement is cached: the worker's default state
+// directory, so `run` and a worker on this machine share it.
+std::string DefaultStateDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/nightshift";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::string(home) + "/.cache/nightshift";
+  }
+  return "/tmp/nightshift-cache";
+}
 
 StatusOr<std::vector<TokenId>> ParseTokenIds(const std::string& text, const std::string& what) {
   NS_ASSIGN_OR_RETURN(std::vector<int64_t> values, ParseIntList(text, what));
@@ -125,6 +140,7 @@ struct RunOutput {
   uint64_t pinned_bytes = 0;
   uint64_t host_pinned_bytes = 0;
   engine::KvDType kv_dtype = engine::KvDType::kAuto;  // as the engine resolved it
+  engine::ComputeChoice compute;
 };
 
 StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> requests) {
@@ -150,10 +166,15 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
     if (!budget.ok()) return budget.status().Prefixed("--host-memory-budget");
     options.host_memory_budget_bytes = *budget;
   }
+  StatusOr<engine::ComputeDType> compute = engine::ParseComputeDType(f.compute_dtype);
+  if (!compute.ok()) return compute.status().Prefixed("--compute-dtype");
+  options.compute_dtype = *compute;
+  options.compute_state_dir = f.state_dir.empty() ? DefaultStateDir() : f.state_dir;
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(f.model_dir, options));
   RunOutput out;
   out.micro_batch_rows = engine->micro_batch_rows();
   out.kv_dtype = engine->kv_dtype();
+  out.compute = engine->compute();
   size_t next = 0;  // prompts join passes in --ids order, as the pass-token budget allows
   while (next < requests.size() || engine->active() > 0) {
     for (; next < requests.size(); ++next) {
@@ -189,6 +210,34 @@ nlohmann::json LabelsJson(const std::vector<engine::LabelScore>& labels) {
   return out;
 }
 
+// The compute choice: what was asked, the kernel per row bucket, and the
+// measurement behind it (seconds of one pass's projections per kernel).
+nlohmann::json ComputeJson(const engine::ComputeChoice& c) {
+  nlohmann::json kernels = nlohmann::json::object();
+  for (size_t b = 0; b < engine::kRowBucketCount; ++b) {
+    kernels[std::to_string(engine::kRowBuckets[b])] = engine::ProjectionKernelName(c.plan[b]);
+  }
+  nlohmann::json doc = {{"requested", engine::ComputeDTypeName(c.requested)},
+                        {"dtype", c.PlanDType()},
+                        {"kernels", kernels},
+                        {"measured", c.measurement.has_value()},
+                        {"cached", c.cached},
+                        {"cache_path", c.cache_path}};
+  if (c.measurement) {
+    nlohmann::json rates = nlohmann::json::object();
+    for (int k = 0; k < engine::kProjectionKernelCount; ++k) {
+      const auto kernel = static_cast<engine::ProjectionKernel>(k);
+      nlohmann::json row = nlohmann::json::array();
+      for (size_t b = 0; b < engine::kRowBucketCount; ++b) {
+        row.push_back(c.measurement->FlopsPerSecond(kernel, b));
+      }
+      rates[engine::ProjectionKernelName(kernel)] = row;
+    }
+    doc["flops_per_second"] = rates;
+  }
+  return doc;
+}
+
 void PrintJson(const RunOutput& out, bool logits) {
   nlohmann::json sequences = nlohmann::json::array();
   for (const SequenceResult& r : out.sequences) {
@@ -205,9 +254,13 @@ void PrintJson(const RunOutput& out, bool logits) {
   }
   nlohmann::json pass_seconds = nlohmann::json::array();
   nlohmann::json pass_bytes = nlohmann::json::array();
+  nlohmann::json pass_compute = nlohmann::json::array();
   for (const PassStats& p : out.passes) {
     pass_seconds.push_back(p.seconds);
     pass_bytes.push_back(p.bytes_read);
+    pass_compute.push_back({{"dtype", p.compute_dtype},
+                            {"kernels", p.projection_kernels},
+                            {"projection_flops", p.projection_flops}});
   }
   nlohmann::json doc = {{"sequences", std::move(sequences)},
                         {"passes", out.passes.size()},
@@ -217,7 +270,9 @@ void PrintJson(const RunOutput& out, bool logits) {
                         {"pinned_bytes", out.pinned_bytes},
                         {"host_pinned_bytes", out.host_pinned_bytes},
                         {"micro_batch_rows", out.micro_batch_rows},
-                        {"kv_dtype", engine::KvDTypeName(out.kv_dtype)}};
+                        {"kv_dtype", engine::KvDTypeName(out.kv_dtype)},
+                        {"compute", ComputeJson(out.compute)},
+                        {"pass_compute", std::move(pass_compute)}};
   std::cout << doc.dump() << "\n";
 }
 
@@ -257,6 +312,12 @@ void PrintText(const RunOutput& out, bool logits) {
     std::cout << ", " << out.host_pinned_bytes << " bytes kept in host memory";
   }
   std::cout << "\n";
+  std::cout << "compute " << engine::ComputeDTypeName(out.compute.requested) << ": "
+            << out.compute.Describe();
+  if (out.compute.measurement) {
+    std::cout << " (measured" << (out.compute.cached ? ", cached" : "") << ")";
+  }
+  std::cout << "\n";
 }
 
 int Run(int argc, char** argv) {
@@ -266,7 +327,7 @@ int Run(int argc, char** argv) {
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
       "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "
       "[--pass-token-budget N] [--memory-budget SIZE] [--host-memory-budget SIZE] "
-      "[--kv-dtype auto|f32|bf16|f16]",
+      "[--kv-dtype auto|f32|bf16|f16] [--compute-dtype auto|f32|bf16] [--state-dir DIR]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -281,7 +342,11 @@ int Run(int argc, char** argv) {
       "and exactly these prompts' KV cache pins layers in memory as stored; passes after the\n"
       "first stream only the rest (on a GPU the budget is GPU memory, and --host-memory-budget\n"
       "keeps more layers in page-locked host memory, copied each pass instead of read). Without\n"
-      "them every pass streams the whole checkpoint.");
+      "them every pass streams the whole checkpoint.\n"
+      "--compute-dtype auto (default) times the projection kernels on this checkpoint's shapes\n"
+      "(float32, and BF16 through oneDNN) once per CPU and shape, caches the figures in\n"
+      "--state-dir, and runs the fastest per row count; F32 checkpoints stay float32. bf16 runs\n"
+      "every projection in BF16 (inputs rounded to BF16, float32 accumulation); f32 never does.");
   flags.String("model-dir", &f.model_dir, "checkpoint directory (config.json, *.safetensors)",
                "DIR");
   flags.StringList("ids", &f.ids, "a prompt as comma-separated token ids", "IDS");
@@ -304,6 +369,12 @@ int Run(int argc, char** argv) {
                "the KV cache's dtype: auto (default: f32 on the CPU, the projections' 16-bit "
                "dtype on a GPU), f32, bf16 or f16 (half the bytes)",
                "DTYPE");
+  flags.String("compute-dtype", &f.compute_dtype,
+               "projections in auto (the fastest measured; default), f32 or bf16", "DTYPE");
+  flags.String("state-dir", &f.state_dir,
+               "where auto's kernel timings are cached (default $XDG_CACHE_HOME/nightshift or "
+               "~/.cache/nightshift, as the worker's)",
+               "DIR");
   flags.Int("pass-token-budget", &f.pass_token_budget,
             "tokens one pass may feed; 0 (default): every prompt in the first pass", "N");
   flags.String("memory-budget", &f.memory_budget,

@@ -45,6 +45,7 @@ struct Flags {
   std::string activation_budget;
   int64_t pass_token_budget = 0;
   std::string kv_dtype = "auto";
+  std::string compute_dtype = "auto";
   std::string device;
   std::string streaming;
   int64_t metrics_port = -1;
@@ -108,6 +109,11 @@ FlagSet MakeFlags(Flags* f) {
                "the KV cache's dtype: auto (default: f32 on the CPU, the projections' 16-bit "
                "dtype on a GPU), f32, bf16 or f16 (half the bytes per token)",
                "DTYPE");
+  flags.String("compute-dtype", &f->compute_dtype,
+               "the CPU's projections: auto (default: per row count, the kernel measured fastest "
+               "on each model's shapes, cached in --state-dir; F32 models stay float32), f32 or "
+               "bf16",
+               "DTYPE");
   flags.String("device", &f->device,
                "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
@@ -121,8 +127,8 @@ FlagSet MakeFlags(Flags* f) {
   flags.Double("read-bandwidth", &f->read_bandwidth,
                "read bandwidth to advertise, skipping the measurement", "BYTES_PER_S");
   flags.String("state-dir", &f->state_dir,
-               "where the measured bandwidth is cached (default $XDG_CACHE_HOME/nightshift or "
-               "~/.cache/nightshift)",
+               "where the measured bandwidth and kernel timings are cached (default "
+               "$XDG_CACHE_HOME/nightshift or ~/.cache/nightshift)",
                "DIR");
   flags.Int("max-batch-jobs", &f->max_batch_jobs,
             "most jobs per batch (0 = the KV budget decides)");
@@ -142,6 +148,10 @@ Status Complete(const FlagSet& flags, Flags* f) {
   }
   if (!engine::ParseKvDType(f->kv_dtype).ok()) {
     return InvalidArgument("--kv-dtype must be auto, f32, bf16 or f16, not '" + f->kv_dtype + "'");
+  }
+  if (!engine::ParseComputeDType(f->compute_dtype).ok()) {
+    return InvalidArgument("--compute-dtype must be auto, f32 or bf16, not '" + f->compute_dtype +
+                           "'");
   }
   if (f->metrics_port < -1 || f->metrics_port > 65535) {
     return InvalidArgument("--metrics-port must be -1..65535");
@@ -186,6 +196,32 @@ StatusOr<std::vector<double>> Bandwidths(const Flags& f) {
     figures.push_back(figure);
   }
   return figures;
+}
+
+// Times the CPU's projection kernels on each model's shapes (cached in the
+// state directory, as Engine::Open's choice is) and prices its advertised
+// seconds per pass with the measured rate (PriceCompute). A model whose
+// kernels cannot be measured keeps the read-only price.
+void PriceComputeOfModels(const Flags& f, engine::ComputeDType compute, Catalog* catalog) {
+  for (ModelEntry& m : catalog->models) {
+    engine::EngineOptions options;
+    options.compute_dtype = compute;
+    options.compute_state_dir = f.state_dir;
+    options.threads = static_cast<int>(f.threads);
+    StatusOr<engine::ComputeChoice> choice = engine::MeasureCompute(m.dir, options);
+    if (!choice.ok()) {
+      LogLine("model " + m.offer.name + ": compute not measured: " + choice.status().ToString());
+      continue;
+    }
+    const int64_t tokens = AdvertPassTokens(m, catalog->kv_budget_bytes);
+    PriceCompute(&m, catalog->kv_budget_bytes, choice->FlopsPerSecond(tokens));
+    std::ostringstream line;
+    line << "model " << m.offer.name << " compute " << engine::ComputeDTypeName(compute) << ": "
+         << choice->Describe() << " (" << (choice->cached ? "cached" : "measured") << "; "
+         << m.compute_flops_per_second / 1e9 << " GFLOP/s at " << tokens << " rows; CPU "
+         << engine::HostCpu().model << ": " << engine::HostCpu().FlagsString() << ")";
+    LogLine(line.str());
+  }
 }
 
 void LogCatalog(const Catalog& catalog) {
@@ -279,6 +315,8 @@ int Run(int argc, char** argv) {
   catalog_options.device = *device == "cpu" ? planner::Device::kCpu : planner::Device::kGpu;
   StatusOr<Catalog> catalog = ScanModelRoots(catalog_options);
   if (!catalog.ok()) return fail(catalog.status());
+  const engine::ComputeDType compute = *engine::ParseComputeDType(f.compute_dtype);  // checked
+  if (*device == "cpu") PriceComputeOfModels(f, compute, &*catalog);
   LogCatalog(*catalog);
 
   auto registry = std::make_shared<prometheus::Registry>();
@@ -301,7 +339,8 @@ int Run(int argc, char** argv) {
 
   const std::string engine_device = *device;
   const int threads = static_cast<int>(f.threads);
-  EngineFactory factory = [engine_device, threads, activation_budget, kv_dtype = *kv_dtype](
+  EngineFactory factory = [engine_device, threads, activation_budget, kv_dtype = *kv_dtype, compute,
+                           state_dir = f.state_dir](
                               const ModelEntry& model,
                               uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
     engine::EngineOptions options;
@@ -314,6 +353,8 @@ int Run(int argc, char** argv) {
     options.host_memory_budget_bytes = model.host_memory_budget_bytes;  // model.host_pinned_bytes
     options.device = engine_device;
     options.threads = threads;
+    options.compute_dtype = compute;
+    options.compute_state_dir = state_dir;  // the choice measured at start, from the cache
     NS_ASSIGN_OR_RETURN(std::unique_ptr<EngineBatchEngine> engine,
                         EngineBatchEngine::Open(model.dir, options));
     return std::unique_ptr<BatchEngine>(std::move(engine));

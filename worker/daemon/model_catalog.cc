@@ -147,6 +147,9 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
       planner::StreamedBytesPerPass(ckpt, entry.pinned_bytes + entry.host_pinned_bytes);
   entry.offer.checkpoint_bytes = static_cast<int64_t>(pass_bytes);
   entry.offer.seconds_per_pass = planner::PassSeconds(pass_bytes, read_bytes_per_second);
+  entry.read_bytes_per_second = read_bytes_per_second;
+  entry.layer_flops_per_token = planner::LayerFlopsPerToken(ckpt);
+  entry.head_flops_per_row = planner::HeadFlopsPerRow(ckpt);
   entry.offer.max_context_tokens = context;
   entry.offer.pass_token_budget = options.pass_token_budget > 0
                                       ? options.pass_token_budget
@@ -250,6 +253,29 @@ const ModelEntry* Catalog::Find(const std::string& name) const {
     if (m.offer.name == name) return &m;
   }
   return nullptr;
+}
+
+int64_t AdvertPassTokens(const ModelEntry& entry, uint64_t kv_budget_bytes) {
+  const uint64_t per_sequence =
+      static_cast<uint64_t>(std::max<int64_t>(0, entry.offer.kv_bytes_per_token)) *
+      static_cast<uint64_t>(std::max<int64_t>(0, entry.offer.max_context_tokens));
+  const int64_t sequences =
+      per_sequence > 0
+          ? static_cast<int64_t>(std::min<uint64_t>(kv_budget_bytes / per_sequence, INT64_MAX))
+          : 1;
+  int64_t tokens = std::max<int64_t>(1, sequences);
+  if (entry.offer.pass_token_budget > 0) tokens = std::min(tokens, entry.offer.pass_token_budget);
+  return tokens;
+}
+
+void PriceCompute(ModelEntry* entry, uint64_t kv_budget_bytes, double flops_per_second) {
+  entry->advert_pass_tokens = AdvertPassTokens(*entry, kv_budget_bytes);
+  entry->compute_flops_per_second = flops_per_second > 0 ? flops_per_second : 0;
+  const double flops = planner::PassFlops(entry->layer_flops_per_token, entry->head_flops_per_row,
+                                          entry->advert_pass_tokens, entry->advert_pass_tokens);
+  entry->offer.seconds_per_pass = planner::PassSecondsWithCompute(
+      static_cast<uint64_t>(std::max<int64_t>(0, entry->offer.checkpoint_bytes)),
+      entry->read_bytes_per_second, flops, entry->compute_flops_per_second);
 }
 
 StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options) {

@@ -94,7 +94,16 @@ struct ModelEntry {
   // and the bytes it keeps, which a pass does not read either.
   uint64_t host_memory_budget_bytes = 0;
   uint64_t host_pinned_bytes = 0;
-  api::ModelOffer offer;                // name, exact figures, tokenizer hash
+  api::ModelOffer offer;  // name, exact figures, tokenizer hash
+  // What prices a pass's compute (PriceCompute): the root's read bandwidth,
+  // the checkpoint's FLOPs (planner::LayerFlopsPerToken, HeadFlopsPerRow),
+  // and once priced, the tokens the advert's pass feeds and the measured
+  // rate at them (0: not measured; seconds_per_pass is then the read alone).
+  double read_bytes_per_second = 0;
+  double layer_flops_per_token = 0;
+  double head_flops_per_row = 0;
+  int64_t advert_pass_tokens = 0;
+  double compute_flops_per_second = 0;
   api::TokenizerFiles tokenizer_files;  // empty when the model has no tokenizer.json
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null when none
 };
@@ -119,6 +128,21 @@ struct Catalog {
 // the roots; NotFound when a root is not a directory. Problems with single
 // checkpoints never fail the scan: they become SkippedModel entries.
 StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options);
+
+// The tokens the advert prices one pass at: a decode pass of as many
+// sequences as `kv_budget_bytes` holds at the model's full context
+// (offer.kv_bytes_per_token x offer.max_context_tokens each), at least 1 and
+// at most the pass-token budget. (The scheduler's measured pass times take
+// over once the model's batches run.)
+int64_t AdvertPassTokens(const ModelEntry& entry, uint64_t kv_budget_bytes);
+
+// Prices entry's offer.seconds_per_pass with compute as well as the read:
+// planner::PassSecondsWithCompute(offer.checkpoint_bytes,
+// read_bytes_per_second, planner::PassFlops of AdvertPassTokens tokens, each
+// also an LM-head row, `flops_per_second`), where `flops_per_second` is the
+// engine's measured rate at those rows (engine::ComputeChoice::
+// FlopsPerSecond); <= 0 leaves the read alone. Records the tokens and the rate.
+void PriceCompute(ModelEntry* entry, uint64_t kv_budget_bytes, double flops_per_second);
 
 // The tokenizer files a scheduler needs from a checkpoint directory
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json,

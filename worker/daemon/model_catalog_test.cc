@@ -105,6 +105,36 @@ TEST(ScanModelRootsTest, AdvertisesValidCheckpointsWithExactFigures) {
   EXPECT_EQ(catalog->kv_budget_bytes, (1ull << 30) - m->footprint_bytes);
 }
 
+TEST(PriceComputeTest, AComputeBoundPassIsPricedAsOne) {
+  TempDir root;
+  MakeStoriesModel(root.path(), "stories");
+  auto catalog = ScanModelRoots(Options(root.path(), 1ull << 30));
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  ModelEntry m = catalog->models[0];
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(m.dir);
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_DOUBLE_EQ(m.layer_flops_per_token, planner::LayerFlopsPerToken(*ckpt));
+  EXPECT_DOUBLE_EQ(m.head_flops_per_row, planner::HeadFlopsPerRow(*ckpt));
+  // Sequences at the full context (512 positions) the KV budget holds: 3.
+  const uint64_t per_sequence = kStoriesKvPerToken * 512;
+  EXPECT_EQ(AdvertPassTokens(m, 3 * per_sequence + 7), 3);
+  EXPECT_EQ(AdvertPassTokens(m, 0), 1);  // at least one
+  m.offer.pass_token_budget = 2;
+  EXPECT_EQ(AdvertPassTokens(m, 3 * per_sequence), 2);  // at most the pass-token budget
+  m.offer.pass_token_budget = 0;
+
+  const double read = kStoriesTensorBytes / 1e9;
+  const double flops = planner::PassFlops(*ckpt, 3, 3);
+  PriceCompute(&m, 3 * per_sequence, flops / read / 4);  // compute takes 4x the read
+  EXPECT_EQ(m.advert_pass_tokens, 3);
+  EXPECT_DOUBLE_EQ(m.offer.seconds_per_pass, 4 * read);
+  PriceCompute(&m, 3 * per_sequence, flops / read * 2);  // half the read: I/O-bound
+  EXPECT_DOUBLE_EQ(m.offer.seconds_per_pass, read);
+  PriceCompute(&m, 3 * per_sequence, 0);  // not measured: the read alone
+  EXPECT_DOUBLE_EQ(m.offer.seconds_per_pass, read);
+  EXPECT_EQ(m.compute_flops_per_second, 0);
+}
+
 // The scheduler sizes batches with the advertised KV bytes per token; the
 // engine admits a sequence by KvBytesFor. They must agree on every device,
 // or a GPU worker would be leased other than the jobs its engine takes.
@@ -121,6 +151,7 @@ TEST(ScanModelRootsTest, AdvertisedKvBytesPerTokenIsWhatTheEngineCharges) {
   engine::SequenceRequest request;
   request.prompt = {1, 2, 3};
   request.max_new_tokens = 3;  // 3 + 3 - 1 cache positions
+  int halved = 0;
   for (const ModelEntry& m : cpu->models) {
     SCOPED_TRACE(m.offer.name);
     engine::EngineOptions options;
@@ -139,12 +170,14 @@ TEST(ScanModelRootsTest, AdvertisedKvBytesPerTokenIsWhatTheEngineCharges) {
     ASSERT_NE(on_gpu, nullptr);
     EXPECT_EQ((*accelerated)->KvBytesFor(request),
               5 * static_cast<uint64_t>(on_gpu->offer.kv_bytes_per_token));
-    if (m.offer.name == "llama-bf16" || m.offer.name == "llama-fp16") {
-      EXPECT_EQ(2 * on_gpu->offer.kv_bytes_per_token, m.offer.kv_bytes_per_token);
-    } else {
-      EXPECT_EQ(on_gpu->offer.kv_bytes_per_token, m.offer.kv_bytes_per_token);
-    }
+    // 16-bit weights, and quantized ones (they dequantise to F16 there), halve it.
+    StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(m.dir);
+    ASSERT_TRUE(ckpt.ok());
+    const bool sixteen_bit = ckpt->config.value("torch_dtype", "float32") != "float32";
+    EXPECT_EQ((sixteen_bit ? 2 : 1) * on_gpu->offer.kv_bytes_per_token, m.offer.kv_bytes_per_token);
+    halved += sixteen_bit;
   }
+  EXPECT_GE(halved, 6);  // llama-bf16, llama-fp16 and the four quantized fixtures
 }
 
 TEST(ScanModelRootsTest, SkipsInvalidAndEscapingCheckpointsWithReasons) {

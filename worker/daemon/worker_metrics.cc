@@ -35,6 +35,8 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry, std
       pass_tokens_(*registry_, names::kPassTokens),
       prompt_tokens_(*registry_, names::kPromptTokensTotal),
       generated_tokens_(*registry_, names::kGeneratedTokensTotal),
+      passes_by_compute_(*registry_, names::kPassesByComputeTotal),
+      projection_flops_(*registry_, names::kProjectionFlopsTotal),
       read_bandwidth_(WorkerGauge(*registry_, names::kReadBandwidthBytesPerSecond, worker_id_)),
       kv_budget_(WorkerGauge(*registry_, names::kKvBudgetBytes, worker_id_)),
       kv_in_use_(WorkerGauge(*registry_, names::kKvInUseBytes, worker_id_)) {}
@@ -62,6 +64,10 @@ void WorkerMetrics::OnPass(const std::string& model, const engine::PassStats& st
   pass_tokens_.With(mw).Observe(static_cast<double>(stats.tokens));
   prompt_tokens_.With(mw).Increment(static_cast<double>(prompt_tokens));
   generated_tokens_.With(mw).Increment(static_cast<double>(generated_tokens));
+  prometheus::Labels mwc = mw;
+  mwc["compute"] = stats.compute_dtype;
+  passes_by_compute_.With(mwc).Increment();
+  projection_flops_.With(mw).Increment(stats.projection_flops);
   SetKvInUse(kv_in_use);
 }
 

@@ -44,7 +44,8 @@ class WorkerMetrics {
   void SetKvInUse(uint64_t bytes);
   // One pass of `model`: duration, load/compute/io-wait seconds, bytes read,
   // throughput, sequences and tokens, the prompt and generated tokens it
-  // accounted, and the KV cache in use after it.
+  // accounted, what its projections computed in and their FLOPs, and the KV
+  // cache in use after it.
   void OnPass(const std::string& model, const engine::PassStats& stats, int64_t prompt_tokens,
               int64_t generated_tokens, uint64_t kv_in_use);
 
@@ -63,6 +64,8 @@ class WorkerMetrics {
   metrics::CatalogueFamily<prometheus::Histogram> pass_tokens_;
   metrics::CatalogueFamily<prometheus::Counter> prompt_tokens_;
   metrics::CatalogueFamily<prometheus::Counter> generated_tokens_;
+  metrics::CatalogueFamily<prometheus::Counter> passes_by_compute_;
+  metrics::CatalogueFamily<prometheus::Counter> projection_flops_;
   prometheus::Gauge& read_bandwidth_;
   prometheus::Gauge& kv_budget_;
   prometheus::Gauge& kv_in_use_;

@@ -52,6 +52,8 @@ TEST(WorkerMetricsTest, FillsTheFamiliesFromPassesAndBudgets) {
   stats.sequences = 3;
   stats.tokens = 20;
   stats.residency = engine::Residency::kResident;
+  stats.compute_dtype = "bf16";
+  stats.projection_flops = 1e9;
   m.OnPass("llama", stats, /*prompt_tokens=*/17, /*generated_tokens=*/3, /*kv_in_use=*/512);
   m.OnPass("llama", stats, 0, 3, 256);
   const std::string text = Scrape(*registry);
@@ -73,6 +75,11 @@ TEST(WorkerMetricsTest, FillsTheFamiliesFromPassesAndBudgets) {
   EXPECT_TRUE(Has(text, "nightshift_pass_tokens_sum" + mw + " 40"));
   EXPECT_TRUE(Has(text, "nightshift_prompt_tokens_total" + mw + " 17"));
   EXPECT_TRUE(Has(text, "nightshift_generated_tokens_total" + mw + " 6"));
+  EXPECT_TRUE(Has(text,
+                  "nightshift_passes_by_compute_total{compute=\"bf16\",model=\"llama\","
+                  "worker=\"w1\"} 2"))
+      << text;
+  EXPECT_TRUE(Has(text, "nightshift_projection_flops_total" + mw + " 2000000000"));
 }
 
 }  // namespace

@@ -18,4 +18,11 @@ namespace nightshift::engine {
 // the rest); F16 subnormals, infinities and NaNs convert exactly.
 void ConvertToFloat(const void* in, checkpoint::DType dtype, int64_t count, float* out);
 
+// Writes `count` BF16 values (the top halves of float32, as uint16) to
+// `out` from `count` elements of `dtype` (F32, BF16 or F16) at `in`, rounding
+// to nearest even as ATen's `.to(kBFloat16)` does (NaNs stay NaN); BF16 is
+// copied. This is how F16 and F32 weights enter BF16 projections, a block
+// at a time.
+void ConvertToBFloat16(const void* in, checkpoint::DType dtype, int64_t count, uint16_t* out);
+
 }  // namespace nightshift::engine

@@ -68,5 +68,60 @@ TEST(ConvertTest, F32IsCopied) {
   EXPECT_EQ(out, in);
 }
 
+// The BF16 nearest to finite `f` by comparing distances in double (ties to
+// the even mantissa), independently of the bit trick under test.
+uint16_t ReferenceBf16(float f) {
+  const uint16_t down = static_cast<uint16_t>(Bits(f) >> 16);
+  const uint16_t up = static_cast<uint16_t>(down + 1);
+  auto value = [](uint16_t b) {
+    const uint32_t bits = static_cast<uint32_t>(b) << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return static_cast<double>(v);
+  };
+  if ((Bits(f) & 0xffff) == 0) return down;
+  const double to_down = std::fabs(static_cast<double>(f) - value(down));
+  const double to_up = std::fabs(value(up) - static_cast<double>(f));
+  if (to_down != to_up) return to_down < to_up ? down : up;
+  return (down & 1) ? up : down;
+}
+
+TEST(ConvertTest, ToBf16RoundsF16ToNearestEvenForEveryPattern) {
+  std::vector<unsigned char> in = AllHalfPatterns(1);
+  std::vector<uint16_t> out(65536);
+  ConvertToBFloat16(in.data() + 1, DType::kF16, 65536, out.data());
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float expected = ReferenceHalf(h);
+    if (std::isnan(expected)) {
+      ASSERT_EQ(out[h] & 0x7f80, 0x7f80) << h;
+      ASSERT_NE(out[h] & 0x7f, 0) << h;  // still a NaN, not an infinity
+    } else {
+      ASSERT_EQ(out[h], ReferenceBf16(expected)) << h;
+    }
+  }
+}
+
+TEST(ConvertTest, ToBf16RoundsF32TiesToEvenAndCopiesBf16) {
+  // BF16 steps by 2^-7 above 1. 1 + 2^-8 is halfway between 1 and 1 + 2^-7:
+  // down to the even mantissa (1.0); 1 + 3 x 2^-8 is halfway between
+  // 1 + 2^-7 and 1 + 2^-6: up to the even one.
+  std::vector<float> in = {
+      1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 1.0f + 0x1p-8f + 0x1p-20f, 3.0e38f, NAN};
+  std::vector<unsigned char> bytes(1 + 4 * in.size());
+  std::memcpy(bytes.data() + 1, in.data(), 4 * in.size());
+  std::vector<uint16_t> out(in.size());
+  ConvertToBFloat16(bytes.data() + 1, DType::kF32, static_cast<int64_t>(in.size()), out.data());
+  EXPECT_EQ(out[0], 0x3f80);  // 1.0
+  EXPECT_EQ(out[1], 0x3f82);  // 1 + 2^-6
+  EXPECT_EQ(out[2], 0xc020);  // -2.5, exact
+  EXPECT_EQ(out[3], 0x3f81);  // just above the tie: up
+  for (size_t i = 0; i + 1 < in.size(); ++i) EXPECT_EQ(out[i], ReferenceBf16(in[i])) << i;
+  EXPECT_NE(out[5] & 0x7f, 0);  // NaN stays NaN
+  std::vector<unsigned char> halves = AllHalfPatterns(1);
+  std::vector<uint16_t> copied(65536);
+  ConvertToBFloat16(halves.data() + 1, DType::kBF16, 65536, copied.data());
+  for (uint32_t h = 0; h < 65536; ++h) ASSERT_EQ(copied[h], h) << h;
+}
+
 }  // namespace
 }  // namespace nightshift::engine

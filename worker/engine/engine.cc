@@ -19,12 +19,14 @@
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/engine/architecture.h"
+#include "worker/engine/compute_measure.h"
 #include "worker/engine/decoder.h"
 #include "worker/engine/device_stager.h"
 #include "worker/engine/kernels.h"
 #include "worker/engine/layer_loader.h"
 #include "worker/engine/mapped_checkpoint.h"
 #include "worker/engine/rope.h"
+#include "worker/engine/small_matmul.h"
 
 namespace nightshift::engine {
 namespace {
@@ -323,6 +325,51 @@ LayerLoaderOptions LoaderOptions(const EngineOptions& options, bool staged) {
   return out;
 }
 
+// The weight shapes a pass multiplies: every layer's matrices and the LM
+// head's slices, each distinct shape once with how often a pass runs it.
+std::vector<ProjectionShape> ProjectionShapes(const ModelTensors& tensors,
+                                              const std::vector<checkpoint::TensorInfo>& head) {
+  std::vector<ProjectionShape> shapes;
+  auto add = [&](const checkpoint::TensorInfo& t) {
+    if (t.shape.size() != 2) return;  // norms and biases
+    for (ProjectionShape& s : shapes) {
+      if (s.out == t.shape[0] && s.in == t.shape[1] && s.dtype == t.dtype) {
+        ++s.per_pass;
+        return;
+      }
+    }
+    shapes.push_back({t.shape[0], t.shape[1], t.dtype, 1});
+  };
+  for (const LayerTensors& layer : tensors.layers) {
+    for (const checkpoint::TensorInfo* t : PresentTensors(layer)) add(*t);
+  }
+  for (const checkpoint::TensorInfo& slice : head) add(slice);
+  return shapes;
+}
+
+// The choice for these shapes; measured when kAuto has 16-bit weights to
+// choose for, or `always_measure`.
+StatusOr<ComputeChoice> ChooseCompute(const std::vector<ProjectionShape>& shapes,
+                                      const EngineOptions& options, bool always_measure) {
+  ComputeChoice choice;
+  choice.requested = options.compute_dtype;
+  const bool all_f32 = std::all_of(shapes.begin(), shapes.end(), [](const ProjectionShape& s) {
+    return s.dtype == checkpoint::DType::kF32;
+  });
+  if (always_measure || (options.compute_dtype == ComputeDType::kAuto && !all_f32)) {
+    NS_ASSIGN_OR_RETURN(MeasuredCompute measured,
+                        MeasureProjections(shapes, {options.compute_state_dir}));
+    choice.measurement = std::move(measured.measurement);
+    choice.cached = measured.cached;
+    choice.cache_path = std::move(measured.cache_path);
+  }
+  choice.plan = ChoosePlan(options.compute_dtype, all_f32, SmallMatmulFast(),
+                           choice.measurement ? &*choice.measurement : nullptr);
+  return choice;
+}
+
+unsigned Cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
 }  // namespace
 
 const char* FinishReasonName(FinishReason reason) {
@@ -367,7 +414,10 @@ StatusOr<KvDType> ParseKvDType(const std::string& name) {
 checkpoint::DType ProjectionDType(const ModelTensors& tensors) {
   if (!tensors.layers.empty()) {
     for (const checkpoint::TensorInfo* weight : tensors.layers.front().weights) {
-      if (weight != nullptr && weight->shape.size() == 2) return weight->dtype;
+      if (weight == nullptr || weight->shape.size() != 2) continue;
+      // A quantized projection multiplies in F16 on the accelerator path
+      // (quant_linear.h), whatever its packed dtype.
+      return weight->quant ? checkpoint::DType::kF16 : weight->dtype;
     }
   }
   return checkpoint::DType::kF32;
@@ -442,6 +492,13 @@ struct Engine::Impl {
   int64_t micro_batch_rows = kMaxMicroBatchRows;
   int64_t max_score_bytes = kMaxAttentionScoreBytes;
 
+  // The projection kernels (EngineOptions::compute_dtype); `plan` is what
+  // host weights carry: null for float32 as before the choice.
+  ComputeChoice compute;
+  const KernelPlan* plan = nullptr;
+  double layer_flops_per_token = 0;  // planner::LayerFlopsPerToken
+  double head_flops_per_row = 0;     // planner::HeadFlopsPerRow
+
   std::vector<std::unique_ptr<Sequence>> active;  // in the order added
   std::vector<SequenceResult> finished;
   SequenceId next_id = 0;
@@ -458,7 +515,9 @@ struct Engine::Impl {
     LayerWeights w;
     size_t next = 0;
     for (size_t i = 0; i < kLayerWeightCount; ++i) {
-      if (layer.weights[i] != nullptr) w[i] = {layer.weights[i], loaded.data[next++], device};
+      if (layer.weights[i] != nullptr) {
+        w[i] = {layer.weights[i], loaded.data[next++], device, plan};
+      }
     }
     return w;
   }
@@ -508,7 +567,36 @@ struct Engine::Impl {
   // micro-batch temporaries, score blocks (both bounded as in
   // planner::ActivationWorkingSetBytes), hidden states and logits.
   uint64_t FirstPassActivationBytes(const PassPlan& plan) const;
+  // The pass's compute figures (PassStats::compute_dtype, projection_kernels, projection_flops).
+  void ReportCompute(PassStats* stats) const;
 };
+
+void Engine::Impl::ReportCompute(PassStats* stats) const {
+  stats->projection_flops = planner::PassFlops(layer_flops_per_token, head_flops_per_row,
+                                               stats->tokens, stats->logit_rows);
+  if (device) {
+    stats->compute_dtype = stats->projection_kernels = "accelerator";
+    return;
+  }
+  // The row counts the projections ran at: full micro-batches, the last
+  // one's remainder, the LM head's rows.
+  std::vector<int64_t> rows = {std::min(stats->tokens, micro_batch_rows),
+                               stats->tokens % micro_batch_rows, stats->logit_rows};
+  bool bf16 = false, f32 = false;
+  std::vector<ProjectionKernel> ran;
+  for (int64_t r : rows) {
+    if (r <= 0) continue;
+    const ProjectionKernel k = compute.KernelFor(r);
+    (IsBf16Kernel(k) ? bf16 : f32) = true;
+    if (std::find(ran.begin(), ran.end(), k) == ran.end()) ran.push_back(k);
+  }
+  std::sort(ran.begin(), ran.end());
+  for (ProjectionKernel k : ran) {
+    stats->projection_kernels += (stats->projection_kernels.empty() ? "" : "+");
+    stats->projection_kernels += ProjectionKernelName(k);
+  }
+  stats->compute_dtype = bf16 && f32 ? "mixed" : (bf16 ? "bf16" : "f32");
+}
 
 uint64_t Engine::Impl::FirstPassActivationBytes(const PassPlan& plan) const {
   const uint64_t tokens = plan.ids.size();
@@ -795,9 +883,10 @@ StatusOr<at::Tensor> Engine::Impl::RunHead(const at::Tensor& hidden,
   const size_t first = static_cast<size_t>(config.num_layers);
   NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(first, stats));
   Clock::time_point start = Clock::now();
-  const Weight norm = {tensors.final_norm, loaded.data[0], device};
-  const Weight norm_bias =
-      tensors.final_norm_bias ? Weight{tensors.final_norm_bias, loaded.data[2], device} : Weight{};
+  const Weight norm = {tensors.final_norm, loaded.data[0], device, nullptr};
+  const Weight norm_bias = tensors.final_norm_bias
+                               ? Weight{tensors.final_norm_bias, loaded.data[2], device, nullptr}
+                               : Weight{};
   const at::Tensor index = at::tensor(rows, at::TensorOptions().dtype(at::kLong));
   at::Tensor last = hidden.index_select(0, index.to(hidden.device()));
   const at::Tensor normed = Norm(last, config.norm, norm, norm_bias, config.norm_eps);
@@ -811,7 +900,7 @@ StatusOr<at::Tensor> Engine::Impl::RunHead(const at::Tensor& hidden,
       start = Clock::now();
     }
     const checkpoint::TensorInfo& slice = head_slices[s];
-    const Weight weight = {&slice, loaded.data[s == 0 ? 1 : 0], device};
+    const Weight weight = {&slice, loaded.data[s == 0 ? 1 : 0], device, plan};
     // On a device the head multiplies in float32: logits rounded to BF16
     // would be off by up to half a BF16 step (0.03 at a logit of 8).
     logits.narrow(1, row, slice.shape[0])
@@ -864,6 +953,7 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   if (stats.index == 0) NS_RETURN_IF_ERROR(FixPassPlan(plan));
   stats.pinned_bytes = pinned_bytes;
   stats.host_pinned_bytes = host_pinned_bytes;
+  ReportCompute(&stats);
   NS_ASSIGN_OR_RETURN(at::Tensor hidden, RunLayers(plan, &stats));
   NS_ASSIGN_OR_RETURN(at::Tensor logits, RunHead(hidden, plan.logit_rows, &stats));
 
@@ -919,8 +1009,20 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
     impl->max_score_bytes = static_cast<int64_t>(std::min<uint64_t>(
         options.activation_budget_bytes, static_cast<uint64_t>(kMaxAttentionScoreBytes)));
   }
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(cores));
+  SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(Cores()));
+  impl->layer_flops_per_token = planner::LayerFlopsPerToken(impl->checkpoint);
+  impl->head_flops_per_row = planner::HeadFlopsPerRow(impl->checkpoint);
+  if (staged) {
+    impl->compute.requested = options.compute_dtype;
+  } else {
+    NS_ASSIGN_OR_RETURN(impl->compute,
+                        ChooseCompute(ProjectionShapes(impl->tensors, impl->head_slices), options,
+                                      /*always_measure=*/false));
+    // Float32 as before unless something was chosen.
+    if (impl->compute.measurement || IsBf16Kernel(impl->compute.plan[0])) {
+      impl->plan = &impl->compute.plan;
+    }
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -1017,5 +1119,25 @@ KvDType Engine::kv_dtype() const { return impl_->options.kv_dtype; }
 uint64_t Engine::pinned_bytes() const { return impl_->pinned_bytes; }
 uint64_t Engine::host_pinned_bytes() const { return impl_->host_pinned_bytes; }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
+const ComputeChoice& Engine::compute() const { return impl_->compute; }
+
+StatusOr<ComputeChoice> MeasureCompute(const std::string& dir, const EngineOptions& options) {
+  NS_RETURN_IF_ERROR(ValidateOptions(options));
+  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint checkpoint, checkpoint::ReadCheckpoint(dir));
+  Status st = Status::Ok();
+  ModelTensors tensors;
+  st = [&]() -> Status {
+    NS_ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(checkpoint.config));
+    NS_ASSIGN_OR_RETURN(const Architecture* arch, FindArchitecture(config.model_type));
+    NS_ASSIGN_OR_RETURN(tensors, BindTensors(*arch, config, checkpoint));
+    return Status::Ok();
+  }();
+  if (!st.ok()) return st.Prefixed(dir);
+  SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(Cores()));
+  return Guarded([&]() -> StatusOr<ComputeChoice> {
+    return ChooseCompute(ProjectionShapes(tensors, HeadSlices(tensors)), options,
+                         /*always_measure=*/true);
+  });
+}
 
 }  // namespace nightshift::engine

@@ -33,8 +33,9 @@
 // the logits in float32.
 //
 // This header is libtorch-free, so callers (the CLI, the worker) compile
-// without ATen. CPU computes in float32. An Engine is not thread-safe: one
-// thread drives it.
+// without ATen. The CPU computes in float32, or runs its projections in BF16
+// where that measured faster (EngineOptions::compute_dtype,
+// compute_choice.h). An Engine is not thread-safe: one thread drives it.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,7 @@
 #include "common/status.h"
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/engine/compute_choice.h"
 #include "worker/engine/model_config.h"
 #include "worker/engine/sampler.h"
 
@@ -129,7 +131,8 @@ StatusOr<KvDType> ParseKvDType(const std::string& name);
 KvDType ResolveKvDType(KvDType requested, bool accelerator_path,
                        checkpoint::DType projection_dtype);
 struct ModelTensors;  // architecture.h
-// The stored dtype of the first decoder layer's first projection weight.
+// The stored dtype of the first decoder layer's first projection weight (F16
+// for a quantized one: its dequantised dtype on the accelerator path).
 checkpoint::DType ProjectionDType(const ModelTensors& tensors);
 
 // How the engine holds the checkpoint's layers.
@@ -176,6 +179,16 @@ struct PassStats {
   // leave them out too.
   uint64_t host_pinned_bytes = 0;
   Residency residency = Residency::kStream;
+  // What the pass's projections ran: "f32", "bf16" or "mixed" (some row
+  // counts in each; see Engine::compute), and the kernels by name
+  // (ProjectionKernelName, '+'-joined: its micro-batches' and the LM head's);
+  // "accelerator" on the accelerator path, which multiplies in the weights'
+  // dtype (MatmulDtype).
+  std::string compute_dtype = "f32";
+  std::string projection_kernels;
+  // FLOPs of the pass's projections: every layer's at the tokens fed, the
+  // LM head's at logit_rows (planner::PassFlops).
+  double projection_flops = 0;
 };
 
 struct EngineOptions {
@@ -257,6 +270,17 @@ struct EngineOptions {
   // projections in BF16; F16 ones in float32, since libtorch's CPU kernels
   // have no F16 matmul), so that path is checked without a GPU.
   bool accelerator_path_on_cpu = false;
+  // What the CPU path's projections compute in (compute_choice.h): kAuto
+  // times the kernels on this model's projection shapes at Open (once per
+  // CPU, thread count and shapes: cached in compute_state_dir, and in the
+  // process) and runs the fastest per row bucket. kBFloat16 runs every
+  // projection of BF16 and F16 weights in BF16; kFloat32 never does. F32
+  // weights stay float32 under all three, as on the accelerator path (see
+  // ChoosePlan). Ignored on the accelerator path.
+  ComputeDType compute_dtype = ComputeDType::kFloat32;
+  // Where kAuto's measurement is cached (compute-<hash>.json); "" keeps it
+  // in this process only.
+  std::string compute_state_dir;
   // Called at the end of every pass, on the thread calling Step, with the
   // figures Step returns (before it returns).
   std::function<void(const PassStats&)> on_pass;
@@ -276,6 +300,14 @@ uint64_t ActivationBytesPerRow(const ModelConfig& config);
 // min(kMaxMicroBatchRows, budget / ActivationBytesPerRow), at least 1.
 // 0 (no budget given): kMaxMicroBatchRows.
 int64_t MicroBatchRows(const ModelConfig& config, uint64_t budget_bytes);
+
+// The compute choice Engine::Open makes for the checkpoint in `dir` under
+// `options` (compute_dtype, compute_state_dir, threads, which it sets
+// process-wide as Open does), except that the projection kernels are
+// always measured (cached as Open's measurement), so that their measured
+// rate prices a pass whatever runs: the worker's advert of seconds per pass.
+// Errors: Open's for the checkpoint, MeasureProjections' (compute_measure.h).
+StatusOr<ComputeChoice> MeasureCompute(const std::string& dir, const EngineOptions& options);
 
 // Whether the linked libtorch was built with CUDA and sees a GPU.
 bool CudaAvailable();
@@ -363,6 +395,9 @@ class Engine {
   uint64_t host_pinned_bytes() const;
   // generation_config.json's eos_token_id when present, else config.json's.
   const std::vector<int64_t>& eos_token_ids() const;
+  // The projection kernels chosen at Open, with the measurement behind them
+  // (kAuto on 16-bit weights only).
+  const ComputeChoice& compute() const;
 
  private:
   struct Impl;

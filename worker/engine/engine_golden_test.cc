@@ -1,8 +1,9 @@
 // The registry-wide test: every architecture in the table has a fixture, and
 // every fixture in tests/data/models runs through the engine to the logits and
 // greedy tokens of an independent float32 reference (golden.json), each
-// prompt alone and all prompts in one batch, on the CPU path and on the
-// accelerator path (which a GPU takes) run on the CPU.
+// prompt alone and all prompts in one batch, on the CPU path, on the
+// accelerator path (which a GPU takes) run on the CPU, and with the CPU's
+// projections in BF16 (--compute-dtype bf16).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -82,8 +83,9 @@ TEST(GoldenRegistryTest, EveryArchitectureHasAFixtureAndEveryFixtureAnArchitectu
 
 struct GoldenCase {
   std::string fixture;
-  bool accelerator = false;  // EngineOptions::accelerator_path_on_cpu
-  bool kv_bf16 = false;      // EngineOptions::kv_dtype BF16
+  bool accelerator = false;   // EngineOptions::accelerator_path_on_cpu
+  bool kv_bf16 = false;       // EngineOptions::kv_dtype BF16
+  bool compute_bf16 = false;  // EngineOptions::compute_dtype BF16
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
@@ -95,6 +97,7 @@ class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
         1;  // shared test cores: a waiting second OpenMP thread costs more than it gives
     options.accelerator_path_on_cpu = c.accelerator;
     if (c.kv_bf16) options.kv_dtype = KvDType::kBFloat16;
+    if (c.compute_bf16) options.compute_dtype = ComputeDType::kBFloat16;
     StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(FixtureDir(c.fixture), options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     engine_ = std::move(opened).value();
@@ -104,13 +107,19 @@ class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
     // float32 on the CPU); greedy tokens must still be the reference's.
     // A 16-bit KV cache (asked for, or --kv-dtype auto on the accelerator
     // path for BF16/F16 weights) rounds every key and value read back: the
-    // same bound.
+    // same bound. So do BF16 projections on the CPU path, which round their
+    // inputs (and F16 weights) to BF16; F32 checkpoints stay float32 there,
+    // to the reference's own tolerance.
+    const std::string stored = testing::FixtureTorchDtype(c.fixture);
+    const bool sixteen_bit = stored == "bfloat16" || stored == "float16";
     const bool kv16 = engine_->kv_dtype() != KvDType::kFloat32;
-    EXPECT_EQ(kv16,
-              c.kv_bf16 || (c.accelerator && testing::FixtureTorchDtype(c.fixture) != "float32"));
-    atol_ = (c.accelerator && testing::FixtureTorchDtype(c.fixture) == "bfloat16") || kv16
+    EXPECT_EQ(kv16, c.kv_bf16 || (c.accelerator && sixteen_bit));
+    atol_ = (c.accelerator && stored == "bfloat16") || kv16 || (c.compute_bf16 && sixteen_bit)
                 ? testing::Bf16ProjectionAtol(golden_)
                 : golden_.atol;
+    if (c.compute_bf16) {
+      EXPECT_STREQ(engine_->compute().PlanDType(), sixteen_bit ? "bf16" : "f32");
+    }
   }
 
   std::unique_ptr<Engine> engine_;
@@ -152,6 +161,7 @@ std::vector<GoldenCase> Cases() {
     cases.push_back({name, true, false});
     cases.push_back({name, false, true});
     cases.push_back({name, true, true});
+    cases.push_back({name, false, false, true});
   }
   return cases;
 }
@@ -162,6 +172,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(Cases()),
                            for (char& c : name)
                              c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            if (info.param.accelerator) name += "_accelerator";
+                           if (info.param.compute_bf16) name += "_compute_bf16";
                            return info.param.kv_bf16 ? name + "_kv_bf16" : name;
                          });
 

@@ -101,34 +101,34 @@ at::Tensor ToFloat(const Weight& w) {
   return out;
 }
 
-at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int64_t block_bytes) {
-  if (w.info->quant) return QuantLinear(x, w, bias, block_bytes);  // quant_linear.h
-  if (w.device) {
-    const at::ScalarType dtype = MatmulDtype(w);
-    at::Tensor y = at::linear(x.to(dtype), WeightAs(w, dtype)).to(x.scalar_type());
-    if (bias) y.add_(WeightAs(bias, x.scalar_type()));
-    return y;
-  }
-  if (IsZeroCopy(w)) return at::linear(x, ToFloat(w), bias ? ToFloat(bias) : at::Tensor());
+namespace {
 
-  const int64_t out_features = w.info->shape[0];
-  const int64_t in_features = w.info->shape[1];
-  if (x.size(0) <= kSmallMatmulMaxRows && SmallMatmulFast()) {
-    const at::Tensor xc = x.contiguous();
-    at::Tensor y = at::empty({x.size(0), out_features}, FloatOptions());
-    ParallelFor(out_features, 64, [&](int64_t begin, int64_t end) {
-      SmallMatmul(xc.data_ptr<float>(), x.size(0), in_features, w.data, w.info->dtype, begin, end,
-                  y.data_ptr<float>(), out_features);
-    });
-    if (bias) y.add_(ToFloat(bias));
-    return y;
-  }
-  const int64_t elem = static_cast<int64_t>(checkpoint::DTypeSize(w.info->dtype));
-  // Blocks of at most block_bytes of float32, and at least two per thread.
+// Blocks of at most `block_bytes` of `elem`-byte values per row of `in`, and
+// at least two per compute thread.
+int64_t BlockRows(int64_t out_features, int64_t in_features, int64_t elem, int64_t block_bytes) {
   const int64_t per_thread = (out_features + 2 * ComputePoolThreads() - 1) /
                              (2 * static_cast<int64_t>(ComputePoolThreads()));
-  const int64_t block =
-      std::clamp<int64_t>(std::min(block_bytes / (in_features * 4), per_thread), 1, out_features);
+  return std::clamp<int64_t>(std::min(block_bytes / (in_features * elem), per_thread), 1,
+                             out_features);
+}
+
+at::Tensor SmallLinear(const at::Tensor& x, const Weight& w) {
+  const int64_t out_features = w.info->shape[0];
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty({x.size(0), out_features}, FloatOptions());
+  ParallelFor(out_features, 64, [&](int64_t begin, int64_t end) {
+    SmallMatmul(xc.data_ptr<float>(), x.size(0), w.info->shape[1], w.data, w.info->dtype, begin,
+                end, y.data_ptr<float>(), out_features);
+  });
+  return y;
+}
+
+at::Tensor GemmLinear(const at::Tensor& x, const Weight& w, int64_t block_bytes) {
+  if (IsZeroCopy(w)) return at::linear(x, ToFloat(w));
+  const int64_t out_features = w.info->shape[0];
+  const int64_t in_features = w.info->shape[1];
+  const int64_t elem = static_cast<int64_t>(checkpoint::DTypeSize(w.info->dtype));
+  const int64_t block = BlockRows(out_features, in_features, 4, block_bytes);
   const int64_t blocks = (out_features + block - 1) / block;
   // y^T = W x^T, block by block: each block of weight rows fills contiguous
   // rows of y^T. The compute threads share the blocks, each converting into
@@ -146,7 +146,104 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
       at::mm_out(out_rows, scratch.narrow(0, 0, n), xt);
     }
   });
-  at::Tensor y = yt.t().contiguous();
+  return yt.t().contiguous();
+}
+
+// The calling thread's BF16 conversion block, as ConversionScratch.
+at::Tensor Bf16Scratch(int64_t rows, int64_t columns) {
+  thread_local std::vector<uint16_t> buffer;
+  const size_t values = static_cast<size_t>(rows * columns);
+  if (buffer.size() < values) buffer.resize(values);
+  return at::from_blob(buffer.data(), {rows, columns}, at::TensorOptions().dtype(at::kBFloat16));
+}
+
+// ATen's intra-op threads are a per-thread OpenMP setting: a compute pool
+// thread would otherwise run oneDNN on every core, on top of its siblings.
+void OneAtenThreadHere() {
+  thread_local bool set = false;
+  if (!set) {
+    at::set_num_threads(1);
+    set = true;
+  }
+}
+
+// What the accelerator path does on a device, on the CPU: x rounded to
+// BF16, the product in BF16 (oneDNN, accumulating in float32), widened back.
+// Each compute thread multiplies its own blocks of weight rows: BF16 weights
+// in place (when 2-byte aligned), others converted to BF16 first.
+at::Tensor Bf16Linear(const at::Tensor& x, const Weight& w, int64_t block_bytes) {
+  const int64_t out_features = w.info->shape[0];
+  const int64_t in_features = w.info->shape[1];
+  const int64_t elem = static_cast<int64_t>(checkpoint::DTypeSize(w.info->dtype));
+  const bool in_place =
+      w.info->dtype == DType::kBF16 && reinterpret_cast<uintptr_t>(w.data) % alignof(uint16_t) == 0;
+  const int64_t threads = ComputePoolThreads();
+  const int64_t block = in_place ? (out_features + threads - 1) / threads
+                                 : BlockRows(out_features, in_features, 2, block_bytes);
+  const int64_t blocks = (out_features + block - 1) / block;
+  const at::Tensor xb = x.to(at::kBFloat16).contiguous();
+  // y^T in BF16, as GemmLinear: contiguous rows per block.
+  at::Tensor yt = at::empty({out_features, x.size(0)}, xb.options());
+  const at::Tensor xt = xb.t();
+  ParallelFor(blocks, 1, [&](int64_t first, int64_t last) {
+    OneAtenThreadHere();
+    at::Tensor scratch = in_place ? at::Tensor() : Bf16Scratch(block, in_features);
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t row = b * block;
+      const int64_t n = std::min(block, out_features - row);
+      const unsigned char* data = w.data + row * in_features * elem;
+      at::Tensor weights;
+      if (in_place) {
+        weights = at::from_blob(const_cast<unsigned char*>(data), {n, in_features},
+                                at::TensorOptions().dtype(at::kBFloat16));
+      } else {
+        ConvertToBFloat16(data, w.info->dtype, n * in_features,
+                          static_cast<uint16_t*>(scratch.data_ptr()));
+        weights = scratch.narrow(0, 0, n);
+      }
+      at::Tensor out_rows = yt.narrow(0, row, n);
+      at::mm_out(out_rows, weights, xt);
+    }
+  });
+  return yt.t().to(at::kFloat).contiguous();
+}
+
+}  // namespace
+
+at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int64_t block_bytes) {
+  if (w.info->quant) return QuantLinear(x, w, bias, block_bytes);  // quant_linear.h
+  if (w.device) {
+    const at::ScalarType dtype = MatmulDtype(w);
+    at::Tensor y = at::linear(x.to(dtype), WeightAs(w, dtype)).to(x.scalar_type());
+    if (bias) y.add_(WeightAs(bias, x.scalar_type()));
+    return y;
+  }
+  const int64_t rows = x.size(0);
+  const ProjectionKernel* kernel = w.plan ? &(*w.plan)[RowBucket(rows)] : nullptr;
+  // F32 weights stay float32 under BF16, as on the accelerator path
+  // (MatmulDtype): the float32 path as without a plan.
+  if (kernel && *kernel == ProjectionKernel::kBf16Gemm && w.info->dtype == DType::kF32) {
+    kernel = nullptr;
+  }
+  at::Tensor y;
+  if (kernel == nullptr) {
+    // Float32 as before the plans: zero-copy weights straight to the GEMM.
+    if (IsZeroCopy(w)) return at::linear(x, ToFloat(w), bias ? ToFloat(bias) : at::Tensor());
+    y = rows <= kSmallMatmulMaxRows && SmallMatmulFast() ? SmallLinear(x, w)
+                                                         : GemmLinear(x, w, block_bytes);
+  } else {
+    switch (*kernel) {
+      case ProjectionKernel::kBf16Gemm:
+        y = Bf16Linear(x, w, block_bytes);
+        break;
+      case ProjectionKernel::kF32Small:
+        y = SmallLinear(x, w);  // plain loops where the CPU lacks AVX2/FMA/F16C
+        break;
+      case ProjectionKernel::kF32Gemm:
+        y = GemmLinear(x, w, block_bytes);
+        break;
+    }
+  }
   if (bias) y.add_(ToFloat(bias));
   return y;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/engine/compute_choice.h"
 #include "worker/engine/model_config.h"
 
 namespace nightshift::engine {
@@ -32,6 +33,11 @@ struct Weight {
   // device's memory (the engine's accelerator path, see engine.h), and the
   // kernels run ATen's generic operators on views of it.
   std::optional<at::Device> device;
+  // Host weights only: the kernel each row bucket of a projection runs
+  // (compute_choice.h; the engine's choice, which outlives the weight). Null:
+  // float32, the small-batch kernel up to kSmallMatmulMaxRows rows when the
+  // CPU has it, else converted blocks and a GEMM.
+  const KernelPlan* plan = nullptr;
 
   explicit operator bool() const { return info != nullptr; }
 };
@@ -59,10 +65,15 @@ at::Tensor ToFloat(const Weight& weight);
 at::ScalarType MatmulDtype(const Weight& weight);
 
 // x [T, in] times weight [out, in] transposed, plus bias [out] when given:
-// [T, out] in x's dtype. In host memory, BF16/F16 (and unaligned F32) weights
-// are converted a block of rows (about `block_bytes` of float32) at a time
-// into a scratch buffer; on a device, x is cast to MatmulDtype and the
-// product (accumulated in float32 by the BLAS) cast back before the bias.
+// [T, out] in x's dtype. In host memory, the kernel of weight.plan for T rows
+// (compute_choice.h): float32 ones read an aligned F32 weight in place and
+// convert BF16/F16 (and unaligned F32) weights a block of rows (about
+// `block_bytes` of float32) at a time into a scratch buffer, or widen them
+// in registers (the small-batch kernel); the BF16 kernel rounds x to BF16
+// and multiplies BF16 weights in place (others converted to BF16 in blocks
+// of about `block_bytes`) through ATen, as a device does. On a device, x is
+// cast to MatmulDtype and the product (accumulated in float32 by the BLAS)
+// cast back before the bias. The bias is added in float32 on every path.
 inline constexpr int64_t kConvertBlockBytes = 4 << 20;
 at::Tensor Linear(const at::Tensor& x, const Weight& weight, const Weight& bias = {},
                   int64_t block_bytes = kConvertBlockBytes);

@@ -53,8 +53,10 @@ struct Outcome {
 // Runs `binary args` under a 120 s timeout, capturing stdout and stderr.
 Outcome RunBinary(const std::string& binary, const std::string& args) {
   TempDir tmp;
-  const std::string command = "timeout 120 " + testutil::BinPath(binary) + " " + args + " >" +
-                              tmp.file("out") + " 2>" + tmp.file("err");
+  // auto's kernel timings are cached in the temporary directory, not $HOME.
+  const std::string command = "XDG_CACHE_HOME=" + tmp.path() + " timeout 120 " +
+                              testutil::BinPath(binary) + " " + args + " >" + tmp.file("out") +
+                              " 2>" + tmp.file("err");
   int status = std::system(command.c_str());
   Outcome o;
   if (WIFEXITED(status)) o.exit_code = WEXITSTATUS(status);
@@ -113,6 +115,68 @@ INSTANTIATE_TEST_SUITE_P(Binaries, RunCommandTest,
                            return info.param == "nightshift" ? std::string("nightshift")
                                                              : std::string("nightshift_engine");
                          });
+
+// --compute-dtype: auto measures a BF16 checkpoint once into --state-dir and
+// the next run reads the same choice back; bf16 says so per pass and stays
+// within the BF16 bound with the reference's tokens; F32 stays float32.
+TEST(RunCommandTest, ComputeDtypeIsMeasuredOnceCachedAndReported) {
+  TempDir state;
+  const Golden golden = LoadGolden("llama-bf16");
+  const std::string base = "run --model-dir " + FixtureDir("llama-bf16") +
+                           IdsFlags({golden.prompts[0]}) + " --max-new-tokens " +
+                           std::to_string(golden.greedy[0].size()) + " --logits --json";
+  std::vector<json> autos;
+  for (int run = 0; run < 2; ++run) {
+    Outcome o = RunBinary("nightshift-engine", base + " --state-dir " + state.path());
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    autos.push_back(json::parse(o.out));
+  }
+  const json& first = autos[0]["compute"];
+  EXPECT_EQ(first["requested"], "auto");
+  EXPECT_TRUE(first["measured"].get<bool>());
+  EXPECT_FALSE(first["cached"].get<bool>());
+  EXPECT_TRUE(fs::exists(first["cache_path"].get<std::string>()));
+  EXPECT_TRUE(autos[1]["compute"]["cached"].get<bool>());  // stable across runs: read back
+  EXPECT_EQ(autos[1]["compute"]["kernels"], first["kernels"]);
+  EXPECT_EQ(autos[1]["compute"]["flops_per_second"], first["flops_per_second"]);
+  ASSERT_EQ(autos[0]["pass_compute"].size(), golden.greedy[0].size());
+  for (const json& pass : autos[0]["pass_compute"]) {
+    EXPECT_TRUE(pass["dtype"] == "f32" || pass["dtype"] == "bf16" || pass["dtype"] == "mixed");
+    EXPECT_GT(pass["projection_flops"].get<double>(), 0);
+  }
+
+  Outcome bf16 = RunBinary("nightshift-engine", base + " --compute-dtype bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  json doc = json::parse(bf16.out);
+  EXPECT_EQ(doc["compute"]["dtype"], "bf16");
+  EXPECT_FALSE(doc["compute"]["measured"].get<bool>());  // nothing to choose: not timed
+  for (const json& pass : doc["pass_compute"]) {
+    EXPECT_EQ(pass["dtype"], "bf16");
+    EXPECT_EQ(pass["kernels"], "bf16-gemm");
+  }
+  const json& s = doc["sequences"][0];
+  EXPECT_EQ(s["generated_ids"].get<std::vector<TokenId>>(), golden.greedy[0]);
+  EXPECT_LE(MaxAbsDiff(s["last_logits"].get<std::vector<float>>(), golden.last_logits[0]),
+            testing::Bf16ProjectionAtol(golden));
+
+  Outcome f32 = RunBinary("nightshift-engine", "run --model-dir " + FixtureDir("stories260k") +
+                                                   " --ids 1,2 --max-new-tokens 2 --json "
+                                                   "--compute-dtype bf16");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  EXPECT_EQ(json::parse(f32.out)["compute"]["dtype"], "f32");
+
+  Outcome text = RunBinary("nightshift-engine", "run --model-dir " + FixtureDir("llama-bf16") +
+                                                    " --ids 1,2 --max-new-tokens 1 "
+                                                    "--compute-dtype bf16");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("compute bf16: bf16-gemm from 1 row\n"));
+
+  Outcome bad = RunBinary("nightshift-engine", "run --model-dir " + FixtureDir("llama-bf16") +
+                                                   " --ids 1 --compute-dtype fp8");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_THAT(bad.err,
+              HasSubstr("--compute-dtype: compute dtype 'fp8': expected auto, f32 or bf16"));
+}
 
 TEST(RunCommandTest, LogitsOnlyWhenAskedAndStopIds) {
   Golden golden = LoadGolden("mistral");

@@ -8,9 +8,12 @@
 //   {"generated": [[ids]...], "last_logits": [[...]...] (with --logits),
 //    "passes": [{"seconds", "bytes_read", "io_seconds", "load_seconds",
 //                "compute_seconds", "sequences", "tokens", "kv_bytes", "pinned_bytes",
-//                "host_pinned_bytes"}...],
+//                "host_pinned_bytes", "compute_dtype", "projection_kernels",
+//                "projection_flops"}...],
 //    "micro_batch_rows", "pinned_bytes", "host_pinned_bytes", "rss_after_open_bytes",
-//    "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds"}
+//    "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds",
+//    "compute": {"requested", "dtype", "plan", "cached", "rows": [...],
+//                "flops_per_second": {kernel: [per row bucket]}, "chosen_flops_per_second": [...]}}
 // peak_rss_growth_bytes is the peak RSS after Open (and the optional warm-up
 // run) minus the RSS then; the peak is reset with /proc/self/clear_refs so it
 // is this run's.
@@ -70,12 +73,40 @@ nlohmann::json PassJson(const PassStats& p) {
           {"tokens", p.tokens},
           {"kv_bytes", p.kv_bytes},
           {"pinned_bytes", p.pinned_bytes},
-          {"host_pinned_bytes", p.host_pinned_bytes}};
+          {"host_pinned_bytes", p.host_pinned_bytes},
+          {"compute_dtype", p.compute_dtype},
+          {"projection_kernels", p.projection_kernels},
+          {"projection_flops", p.projection_flops}};
+}
+
+// The compute choice and, when measured, every kernel's rate per row bucket.
+nlohmann::json ComputeJson(const ComputeChoice& c) {
+  nlohmann::json out = {{"requested", ComputeDTypeName(c.requested)},
+                        {"dtype", c.PlanDType()},
+                        {"plan", c.Describe()},
+                        {"cached", c.cached},
+                        {"rows", std::vector<int64_t>(kRowBuckets.begin(), kRowBuckets.end())}};
+  if (!c.measurement) return out;
+  nlohmann::json rates = nlohmann::json::object();
+  for (int k = 0; k < kProjectionKernelCount; ++k) {
+    const auto kernel = static_cast<ProjectionKernel>(k);
+    std::vector<double> row;
+    for (size_t b = 0; b < kRowBucketCount; ++b) {
+      row.push_back(c.measurement->FlopsPerSecond(kernel, b));
+    }
+    rates[ProjectionKernelName(kernel)] = row;
+  }
+  std::vector<double> chosen;
+  for (int64_t rows : kRowBuckets) chosen.push_back(c.FlopsPerSecond(rows));
+  out["flops_per_second"] = rates;
+  out["chosen_flops_per_second"] = chosen;
+  return out;
 }
 
 int Run(int argc, char** argv) {
   std::string dir, warm_up_dir, residency = "streaming", device = "cpu", activation_budget;
-  std::string memory_budget, host_memory_budget, pin_placement = "spread";
+  std::string memory_budget, host_memory_budget, pin_placement = "spread", compute_dtype = "f32",
+                                                 state_dir;
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
   int64_t labels = 0;
   bool prefetch = true, logits = false, accelerator_path = false;
@@ -104,6 +135,10 @@ int Run(int argc, char** argv) {
                "the accelerator path's host tier (EngineOptions::host_memory_budget_bytes)",
                "SIZE");
   flags.String("pin-placement", &pin_placement, "spread (default), head or tail", "WORD");
+  flags.String("compute-dtype", &compute_dtype, "projections in auto, f32 (default) or bf16",
+               "DTYPE");
+  flags.String("state-dir", &state_dir, "where auto's kernel timings are cached (default: none)",
+               "DIR");
   flags.Bool("accelerator-path-on-cpu", &accelerator_path,
              "run the CPU through the accelerator path (tests)");
   Status parsed = flags.Parse(argc, argv);
@@ -149,6 +184,13 @@ int Run(int argc, char** argv) {
     return 2;
   }
   options.pin_placement = *placement;
+  StatusOr<ComputeDType> compute = ParseComputeDType(compute_dtype);
+  if (!compute.ok()) {
+    std::cerr << "engine-stream-run: --compute-dtype: " << compute.status().ToString() << "\n";
+    return 2;
+  }
+  options.compute_dtype = *compute;
+  options.compute_state_dir = state_dir;
   if (!warm_up_dir.empty()) {
     Status warmed = WarmUp(warm_up_dir, options);
     if (!warmed.ok()) {
@@ -211,6 +253,7 @@ int Run(int argc, char** argv) {
   out["micro_batch_rows"] = (*engine)->micro_batch_rows();
   out["pinned_bytes"] = (*engine)->pinned_bytes();
   out["host_pinned_bytes"] = (*engine)->host_pinned_bytes();
+  out["compute"] = ComputeJson((*engine)->compute());
   out["rss_after_open_bytes"] = rss_after_open;
   out["vm_hwm_bytes"] = hwm;
   out["peak_rss_growth_bytes"] = hwm > rss_after_open ? hwm - rss_after_open : 0;

@@ -1,0 +1,161 @@
+// How the CPU path multiplies its projections, chosen by measurement.
+//
+// A projection (Linear, kernels.h) on host weights can run one of three
+// kernels: the small-batch kernel that widens each weight to float32 in
+// registers (small_matmul.h), blocks of weights converted to float32 for
+// OpenBLAS's GEMM (today's path beyond 32 rows), or BF16 through ATen
+// (oneDNN): activations rounded to BF16 at the projection's input, weights as
+// stored when BF16 (F16 and F32 ones converted to BF16 a block at a time),
+// float32 accumulation, the product rounded to BF16 and widened back, as the
+// accelerator path does on a GPU (F32 weights stay float32, as there). Norms, attention, softmax,
+// the KV cache and the logits stay float32 whatever runs.
+//
+// Which is fastest depends on the CPU: where it multiplies BF16 natively
+// (AVX512-BF16, AMX) oneDNN's BF16 GEMM is several times float32's; on an
+// AVX2-only CPU it is ~10x slower. So the engine times every kernel on the
+// model's projection shapes at each row bucket (ComputeMeasurement, by
+// MeasureProjections in compute_measure.h) and `auto` picks, per bucket, the
+// kernel that took the least time; the measurement is cached in a state
+// directory per CPU, thread count, libtorch and shapes (ComputeCachePath),
+// so the choice is the same on every run.
+//
+// libtorch-free pure functions and plain types (the cache file's I/O
+// aside); thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/checkpoint/checkpoint.h"
+
+namespace nightshift::engine {
+
+// What the projections compute in (--compute-dtype).
+enum class ComputeDType {
+  kAuto,      // the fastest measured kernel per row bucket; float32 for F32 checkpoints
+  kFloat32,   // float32 throughout (the engine's behaviour before BF16 compute)
+  kBFloat16,  // BF16 projections at every row count for BF16 and F16 weights
+};
+// "auto", "f32" or "bf16".
+const char* ComputeDTypeName(ComputeDType dtype);
+// "auto", "f32" / "float32" or "bf16" / "bfloat16"; InvalidArgument otherwise.
+StatusOr<ComputeDType> ParseComputeDType(const std::string& name);
+
+enum class ProjectionKernel {
+  kF32Small = 0,  // SmallMatmul: weights widened in registers, float32 rows of x
+  kF32Gemm = 1,   // weights converted to float32 in blocks (a view when F32), OpenBLAS
+  kBf16Gemm = 2,  // x rounded to BF16, BF16 weights (F16 converted in blocks), oneDNN;
+                  // F32 weights run float32 instead
+};
+inline constexpr int kProjectionKernelCount = 3;
+// "f32-small", "f32-gemm" or "bf16-gemm".
+const char* ProjectionKernelName(ProjectionKernel kernel);
+bool IsBf16Kernel(ProjectionKernel kernel);
+
+// The row counts the kernels are timed at; a projection of R rows uses the
+// choice of the largest bucket <= R (the last one beyond it).
+inline constexpr std::array<int64_t, 9> kRowBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+inline constexpr size_t kRowBucketCount = kRowBuckets.size();
+// The bucket index for `rows` (>= 1; 0 for anything less).
+size_t RowBucket(int64_t rows);
+
+// One kernel per row bucket.
+using KernelPlan = std::array<ProjectionKernel, kRowBucketCount>;
+
+// Float32 as the engine ran before BF16 compute: the small-batch kernel up
+// to kSmallMatmulMaxRows rows when the CPU has AVX2, FMA and F16C
+// (`small_fast`), converted blocks and a GEMM beyond.
+KernelPlan Float32Plan(bool small_fast);
+// BF16 at every bucket.
+KernelPlan Bf16Plan();
+
+// A weight matrix shape the projections of one pass multiply, and how many
+// times a pass multiplies it (layers x uses per layer; head slices).
+struct ProjectionShape {
+  int64_t out = 0;
+  int64_t in = 0;
+  checkpoint::DType dtype = checkpoint::DType::kF32;
+  int64_t per_pass = 1;
+  bool operator==(const ProjectionShape& o) const {
+    return out == o.out && in == o.in && dtype == o.dtype && per_pass == o.per_pass;
+  }
+};
+// The FLOPs of one row through every shape, once per use: 2 x sum(out x in
+// x per_pass).
+double FlopsPerRow(const std::vector<ProjectionShape>& shapes);
+
+// Seconds one pass's projections took at each bucket's rows with each
+// kernel: per shape the fastest of a few timed runs, x per_pass, summed.
+// Negative: that kernel was not timed at that bucket (the small-batch kernel
+// beyond 64 rows, or on a CPU without AVX2/FMA/F16C).
+struct ComputeMeasurement {
+  std::string key;  // what the figures hold for (ComputeMeasurementKey)
+  std::array<std::array<double, kRowBucketCount>, kProjectionKernelCount> seconds{};
+  double flops_per_row = 0;  // FlopsPerRow of the shapes timed
+
+  double Seconds(ProjectionKernel kernel, size_t bucket) const {
+    return seconds[static_cast<size_t>(kernel)][bucket];
+  }
+  // FLOP/s of `kernel` at `bucket`'s rows; 0 when not timed.
+  double FlopsPerSecond(ProjectionKernel kernel, size_t bucket) const;
+};
+
+// The key a measurement is valid for: the CPU's model and flags, the
+// compute threads, the libtorch version and every shape.
+std::string ComputeMeasurementKey(const std::vector<ProjectionShape>& shapes, int threads,
+                                  const std::string& torch_version);
+
+// The plan for `requested`. F32 weights (`all_f32`) stay float32 whatever
+// is asked (Float32Plan), as on the accelerator path, which multiplies only
+// 16-bit weights in 16 bits: rounding an F32 model's weights to BF16 moved
+// the stories260k fixture's logits 12 BF16 steps (the bound is 4) and turned
+// its greedy rollout. Otherwise kFloat32 -> Float32Plan; kBFloat16 ->
+// Bf16Plan; kAuto -> per bucket the kernel with the least measured seconds
+// (ties to float32), so a BF16 kernel is chosen only where it measured
+// faster than every float32 one; Float32Plan without a measurement.
+KernelPlan ChoosePlan(ComputeDType requested, bool all_f32, bool small_fast,
+                      const ComputeMeasurement* measurement);
+
+// What the engine runs and why, for reports.
+struct ComputeChoice {
+  ComputeDType requested = ComputeDType::kFloat32;
+  KernelPlan plan{};
+  std::optional<ComputeMeasurement> measurement;  // when measured (or read from the cache)
+  bool cached = false;                            // measurement read from the cache file
+  std::string cache_path;                         // where it was read or written; "" if nowhere
+
+  ProjectionKernel KernelFor(int64_t rows) const { return plan[RowBucket(rows)]; }
+  // "f32" when every bucket runs a float32 kernel, "bf16" when every bucket
+  // runs BF16, else "mixed".
+  const char* PlanDType() const;
+  // The measured FLOP/s of the kernel chosen for `rows`; 0 without a
+  // measurement.
+  double FlopsPerSecond(int64_t rows) const;
+  // Each kernel from the rows where it starts, e.g. "bf16-gemm from 1 row" or
+  // "f32-small from 1 row, bf16-gemm from 4 rows".
+  std::string Describe() const;
+};
+
+// The cache file for `key` in `state_dir`: compute-<hash of key>.json.
+std::string ComputeCachePath(const std::string& state_dir, const std::string& key);
+// The measurement in `path` when it exists, parses and holds `key`;
+// nullopt otherwise (a missing or stale file is measured again).
+std::optional<ComputeMeasurement> ReadComputeCache(const std::string& path, const std::string& key);
+// Writes `m` to `path` (creating its directory), through a temporary file
+// renamed into place. Unavailable when it cannot be written.
+Status WriteComputeCache(const std::string& path, const ComputeMeasurement& m);
+
+// This CPU, read with cpuid at run time.
+struct CpuInfo {
+  std::string model;               // the brand string, e.g. "AMD EPYC 9R45"
+  std::vector<std::string> flags;  // of avx2 fma f16c avx512f avx512bw avx512_bf16 amx_bf16 ...
+  bool Has(const std::string& flag) const;
+  std::string FlagsString() const;  // space-separated
+};
+const CpuInfo& HostCpu();
+
+}  // namespace nightshift::engine

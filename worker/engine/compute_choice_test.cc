@@ -1,0 +1,165 @@
+#include "worker/engine/compute_choice.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "worker/checkpoint/test_util.h"
+
+namespace nightshift::engine {
+namespace {
+
+using K = ProjectionKernel;
+
+ComputeMeasurement Measured(const std::array<double, kRowBucketCount>& small,
+                            const std::array<double, kRowBucketCount>& gemm,
+                            const std::array<double, kRowBucketCount>& bf16) {
+  ComputeMeasurement m;
+  m.key = "test";
+  m.flops_per_row = 1e9;
+  m.seconds[static_cast<size_t>(K::kF32Small)] = small;
+  m.seconds[static_cast<size_t>(K::kF32Gemm)] = gemm;
+  m.seconds[static_cast<size_t>(K::kBf16Gemm)] = bf16;
+  return m;
+}
+
+TEST(ComputeChoiceTest, ParsesTheThreeDtypes) {
+  EXPECT_EQ(ParseComputeDType("auto").value(), ComputeDType::kAuto);
+  EXPECT_EQ(ParseComputeDType("f32").value(), ComputeDType::kFloat32);
+  EXPECT_EQ(ParseComputeDType("float32").value(), ComputeDType::kFloat32);
+  EXPECT_EQ(ParseComputeDType("bf16").value(), ComputeDType::kBFloat16);
+  EXPECT_EQ(ParseComputeDType("bfloat16").value(), ComputeDType::kBFloat16);
+  StatusOr<ComputeDType> bad = ParseComputeDType("fp8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "compute dtype 'fp8': expected auto, f32 or bf16");
+  for (ComputeDType d : {ComputeDType::kAuto, ComputeDType::kFloat32, ComputeDType::kBFloat16}) {
+    EXPECT_EQ(ParseComputeDType(ComputeDTypeName(d)).value(), d);
+  }
+}
+
+TEST(ComputeChoiceTest, RowsFallInTheLargestBucketAtOrBelowThem) {
+  EXPECT_EQ(RowBucket(0), 0u);
+  EXPECT_EQ(RowBucket(1), 0u);
+  EXPECT_EQ(RowBucket(3), 1u);   // 2
+  EXPECT_EQ(RowBucket(16), 4u);  // 16
+  EXPECT_EQ(RowBucket(17), 4u);
+  EXPECT_EQ(RowBucket(256), kRowBucketCount - 1);
+  EXPECT_EQ(RowBucket(5000), kRowBucketCount - 1);
+}
+
+TEST(ComputeChoiceTest, Float32PlanIsTheSmallKernelUpTo32RowsWhenTheCpuHasIt) {
+  KernelPlan fast = Float32Plan(true);
+  EXPECT_EQ(fast[RowBucket(32)], K::kF32Small);
+  EXPECT_EQ(fast[RowBucket(64)], K::kF32Gemm);
+  for (K k : Float32Plan(false)) EXPECT_EQ(k, K::kF32Gemm);
+  for (K k : Bf16Plan()) EXPECT_EQ(k, K::kBf16Gemm);
+}
+
+TEST(ComputeChoiceTest, AutoTakesTheFastestKernelPerBucketAndTiesStayFloat32) {
+  // bf16 slower at 1 and 2 rows, tied at 4, faster beyond; the small kernel
+  // untimed beyond 64 rows (-1).
+  const ComputeMeasurement m = Measured({1, 2, 3, 4, 5, 6, 7, -1, -1}, {2, 3, 4, 5, 6, 7, 8, 9, 10},
+                                        {1.5, 2.5, 3, 1, 1, 1, 1, 1, 1});
+  const KernelPlan plan = ChoosePlan(ComputeDType::kAuto, false, true, &m);
+  EXPECT_EQ(plan[0], K::kF32Small);
+  EXPECT_EQ(plan[1], K::kF32Small);
+  EXPECT_EQ(plan[2], K::kF32Small);  // a tie keeps float32
+  for (size_t b = 3; b < kRowBucketCount; ++b) EXPECT_EQ(plan[b], K::kBf16Gemm) << b;
+  ComputeChoice choice;
+  choice.plan = plan;
+  choice.measurement = m;
+  EXPECT_STREQ(choice.PlanDType(), "mixed");
+  EXPECT_EQ(choice.Describe(), "f32-small from 1 row, bf16-gemm from 8 rows");
+  EXPECT_DOUBLE_EQ(choice.FlopsPerSecond(1), 1e9 / 1.0);    // f32-small, 1 row in 1 s
+  EXPECT_DOUBLE_EQ(choice.FlopsPerSecond(300), 1e9 * 256);  // bf16-gemm, 256 rows in 1 s
+  // Without the small kernel (no AVX2), the GEMM is float32's figure.
+  const KernelPlan no_small = ChoosePlan(ComputeDType::kAuto, false, false, &m);
+  EXPECT_EQ(no_small[0], K::kBf16Gemm);  // 1.5 s beats the GEMM's 2
+  EXPECT_EQ(no_small[2], K::kBf16Gemm);  // 3 s beats 4
+}
+
+TEST(ComputeChoiceTest, AutoNeverPicksAKernelSlowerThanFloat32) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> seconds(0.1, 10);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::array<double, kRowBucketCount> small, gemm, bf16;
+    for (size_t b = 0; b < kRowBucketCount; ++b) {
+      small[b] = b >= 7 ? -1 : seconds(rng);
+      gemm[b] = seconds(rng);
+      bf16[b] = seconds(rng);
+    }
+    const ComputeMeasurement m = Measured(small, gemm, bf16);
+    const KernelPlan plan = ChoosePlan(ComputeDType::kAuto, false, true, &m);
+    for (size_t b = 0; b < kRowBucketCount; ++b) {
+      const double chosen = m.Seconds(plan[b], b);
+      EXPECT_GT(chosen, 0);
+      EXPECT_LE(chosen, gemm[b]);
+      const double fastest_f32 = small[b] > 0 ? std::min(small[b], gemm[b]) : gemm[b];
+      EXPECT_LE(chosen, fastest_f32);
+      if (IsBf16Kernel(plan[b])) {
+        EXPECT_LT(chosen, fastest_f32);
+      }
+    }
+  }
+}
+
+TEST(ComputeChoiceTest, Float32WeightsStayFloat32AndAutoWithoutAMeasurementToo) {
+  const ComputeMeasurement fast_bf16 = Measured(
+      {9, 9, 9, 9, 9, 9, 9, -1, -1}, {9, 9, 9, 9, 9, 9, 9, 9, 9}, {1, 1, 1, 1, 1, 1, 1, 1, 1});
+  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, /*all_f32=*/true, true, &fast_bf16), Float32Plan(true));
+  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, false, true, nullptr), Float32Plan(true));
+  EXPECT_EQ(ChoosePlan(ComputeDType::kFloat32, false, true, &fast_bf16), Float32Plan(true));
+  EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, /*all_f32=*/true, true, nullptr),
+            Float32Plan(true));
+  EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, false, true, nullptr), Bf16Plan());
+  ComputeChoice choice;
+  choice.plan = Bf16Plan();
+  EXPECT_STREQ(choice.PlanDType(), "bf16");
+  EXPECT_EQ(choice.FlopsPerSecond(16), 0);  // not measured
+  choice.plan = Float32Plan(false);
+  EXPECT_STREQ(choice.PlanDType(), "f32");
+}
+
+TEST(ComputeChoiceTest, TheCacheKeepsAMeasurementForItsKeyOnly) {
+  checkpoint::testing::TempDir dir;
+  std::vector<ProjectionShape> shapes = {{5632, 2048, checkpoint::DType::kF16, 32},
+                                         {2048, 2048, checkpoint::DType::kF16, 32}};
+  EXPECT_DOUBLE_EQ(FlopsPerRow(shapes), 2.0 * (5632.0 * 2048 * 32 + 2048.0 * 2048 * 32));
+  const std::string key = ComputeMeasurementKey(shapes, 2, "1.13.0");
+  EXPECT_NE(key, ComputeMeasurementKey(shapes, 1, "1.13.0"));  // threads matter
+  shapes[1].dtype = checkpoint::DType::kBF16;
+  EXPECT_NE(key, ComputeMeasurementKey(shapes, 2, "1.13.0"));  // so do the shapes
+  EXPECT_NE(key.find(HostCpu().model), std::string::npos);     // and the CPU
+  const std::string path = ComputeCachePath(dir.path(), key);
+  EXPECT_EQ(ComputeCachePath(dir.path(), key), path);
+  EXPECT_FALSE(ReadComputeCache(path, key));  // nothing yet
+
+  ComputeMeasurement m = Measured({1, 2, 3, 4, 5, 6, 7, -1, -1}, {2, 3, 4, 5, 6, 7, 8, 9, 10},
+                                  {0.5, 0.25, 3, 1, 1, 1, 1, 1, 0.125});
+  m.key = key;
+  ASSERT_TRUE(WriteComputeCache(path, m).ok());
+  std::optional<ComputeMeasurement> read = ReadComputeCache(path, key);
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->seconds, m.seconds);
+  EXPECT_EQ(read->flops_per_row, m.flops_per_row);
+  EXPECT_FALSE(ReadComputeCache(path, key + " other"));  // a stale file is not used
+  std::ofstream(path) << "{not json";
+  EXPECT_FALSE(ReadComputeCache(path, key));
+}
+
+TEST(ComputeChoiceTest, CpuFlagsAreWhatTheCompilerSeesAtRunTime) {
+  const CpuInfo& cpu = HostCpu();
+  EXPECT_FALSE(cpu.model.empty());
+#if defined(__x86_64__)
+  EXPECT_EQ(cpu.Has("avx2"), static_cast<bool>(__builtin_cpu_supports("avx2")));
+  EXPECT_EQ(cpu.Has("fma"), static_cast<bool>(__builtin_cpu_supports("fma")));
+  EXPECT_EQ(cpu.Has("avx512f"), static_cast<bool>(__builtin_cpu_supports("avx512f")));
+  EXPECT_EQ(cpu.Has("avx512bw"), static_cast<bool>(__builtin_cpu_supports("avx512bw")));
+#endif
+  EXPECT_EQ(cpu.FlagsString().find("  "), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nightshift::engine
