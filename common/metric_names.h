@@ -5,8 +5,8 @@
 //
 // Conventions: names are nightshift_<what>_<unit> in base units (_seconds,
 // _bytes), counters end in _total. Labels are only `model`, `worker` and the
-// fixed enums `state`, `outcome` and `mode` (never job or submission ids, which
-// would grow without bound).
+// fixed enums `state`, `outcome`, `mode` and `progress` (never job or
+// submission ids, which would grow without bound).
 //
 //   auto registry = std::make_shared<prometheus::Registry>();
 //   metrics::CatalogueFamily<prometheus::Histogram> passes(*registry,
@@ -75,6 +75,7 @@ inline constexpr std::string_view kResultsRefusedTotal = "nightshift_results_ref
 inline constexpr std::string_view kWorkersAttached = "nightshift_workers_attached";
 inline constexpr std::string_view kSubmissionEtaSeconds = "nightshift_submission_eta_seconds";
 inline constexpr std::string_view kSubmitDurationSeconds = "nightshift_submit_duration_seconds";
+inline constexpr std::string_view kEtaRelativeErrorRatio = "nightshift_eta_relative_error_ratio";
 }  // namespace names
 
 // Every family, in a fixed order. Never empty; names are unique.
@@ -83,7 +84,8 @@ const std::vector<MetricDef>& Catalogue();
 // The family named `name`, or nullptr.
 const MetricDef* FindMetric(std::string_view name);
 
-// The values a fixed-enum label may take ("state", "outcome", "mode"); an
+// The values a fixed-enum label may take ("state", "outcome", "mode",
+// "progress": the percent of a submission's jobs done); an
 // empty list for free labels ("model", "worker").
 const std::vector<std::string>& AllowedLabelValues(std::string_view label);
 
