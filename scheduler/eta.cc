@@ -160,7 +160,7 @@ class Player {
     for (size_t i = 0; i < sims_.size(); ++i) {
       WorkerSlot slot;
       slot.info = s.workers[i].info;
-      slots_.push_back(std::move(slot));
+      snapshot_.workers.push_back(std::move(slot));
     }
   }
 
@@ -196,21 +196,24 @@ class Player {
   // only another worker could hold is not rejected). Returns the jobs it takes.
   std::vector<EtaJob> Take(Sim& sim, double now) {
     const size_t me = Index(sim);
-    Snapshot snapshot;
+    const int32_t max_jobs = sim.worker->info.max_batch_jobs;
+    if (max_jobs > 0 && static_cast<int64_t>(sim.batch.size()) >= max_jobs) return {};
+    Snapshot& snapshot = snapshot_;  // reused: its workers are set up once
+    snapshot.queue.clear();
     for (size_t i = head_;
          i < queue_.size() && static_cast<int>(snapshot.queue.size()) < s_.schedule_window; ++i) {
       if (!taken_[i]) snapshot.queue.push_back(*queue_[i]);
     }
     if (snapshot.queue.empty()) return {};
     for (size_t i = 0; i < sims_.size(); ++i) {
-      WorkerSlot& slot = slots_[i];
+      WorkerSlot& slot = snapshot.workers[i];
       slot.info.connected = i == me;
       slot.batch_id = sims_[i].batch.empty() ? 0 : 1;
       slot.batch_model = s_.model;
       slot.batch_jobs = static_cast<int32_t>(sims_[i].batch.size());
       slot.wants_top_up = false;
     }
-    WorkerSlot& slot = slots_[me];
+    WorkerSlot& slot = snapshot.workers[me];
     if (!sim.batch.empty()) {
       int64_t kv = 0;
       for (const EtaJob& j : sim.batch) kv += j.kv_tokens;
@@ -224,7 +227,6 @@ class Player {
       slot.wants_top_up = slot.free_kv_bytes > 0 || slot.free_pass_tokens > 0;
       if (!slot.wants_top_up) return {};
     }
-    snapshot.workers = slots_;
     const Plan plan = Schedule(snapshot);
     for (const Rejection& r : plan.rejections) {
       MarkTaken(r.job_id);
@@ -317,7 +319,7 @@ class Player {
   size_t head_ = 0;
   int64_t queued_left_ = 0;
   std::vector<Sim> sims_;
-  std::vector<WorkerSlot> slots_;
+  Snapshot snapshot_;  // what Take hands Schedule: every worker, the head of the queue
   EtaForecast forecast_;
 };
 

@@ -121,7 +121,7 @@ struct EtaSnapshot {
   // starts the next pass as soon as it reported the last one).
   bool top_ups_join_late = true;
   // Queued jobs handed to Schedule at each boundary (the head of the queue).
-  int schedule_window = 256;
+  int schedule_window = 64;
   // A bound on the boundaries played out; the jobs left then are unknown.
   int64_t max_boundaries = 1'000'000;
 };

@@ -23,22 +23,10 @@ namespace nightshift::scheduler {
 namespace {
 
 using testing::TempDir;
+using testing::TinyTokenizer;
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
 constexpr int64_t kKvBytesPerToken = 1000;
-
-TokenizerFiles TinyTokenizer() {
-  const std::string dir = testutil::DataPath("scheduler/tiny-model/");
-  TokenizerFiles files;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::ifstream in(dir + name);
-    std::stringstream text;
-    text << in.rdbuf();
-    files.files[name] = text.str();
-  }
-  files.eos_ids = {256};
-  return files;
-}
 
 struct WorkerShape {
   std::string id;

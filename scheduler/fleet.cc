@@ -156,6 +156,18 @@ bool Fleet::Measured(const LiveWorker& worker, const std::string& model) const {
   return measured != worker.pass_times.end() && measured->second.count() > 0;
 }
 
+BatchStatus Fleet::View(const LiveBatch& batch, int64_t jobs) const {
+  BatchStatus view = batch.View(jobs);
+  const LiveWorker* worker = FindWorker(batch.worker_id);
+  if (worker != nullptr && Measured(*worker, batch.model)) {
+    view.eta_seconds_per_pass =
+        SecondsPerPass(*worker, batch.model, static_cast<int64_t>(batch.jobs.size()));
+    view.eta_passes_measured = std::min<int64_t>(worker->pass_times.at(batch.model).count(),
+                                                 static_cast<int64_t>(PassTimes::kWindow));
+  }
+  return view;
+}
+
 double Fleet::BusySeconds(const LiveWorker& worker) const {
   auto it = batches_.find(worker.batch_id);
   if (it == batches_.end()) return 0;

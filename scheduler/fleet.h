@@ -63,6 +63,8 @@ struct BatchStatus {
   double last_pass_seconds = 0;
   int32_t sequences = 0;
   int64_t jobs = 0;  // live jobs in the batch (of the submission, for a submission's view)
+  double eta_seconds_per_pass = 0;  // a decode pass of it, as the ETA prices it; 0: not measured
+  int64_t eta_passes_measured = 0;  // the measured passes of its worker that figure rests on
 };
 
 // A batch under lease and the progress its worker reported.
@@ -161,6 +163,9 @@ class Fleet {
   bool Measured(const LiveWorker& worker, const std::string& model) const;
   // Seconds until `worker`'s active batch finishes its longest job; 0 = idle.
   double BusySeconds(const LiveWorker& worker) const;
+  // `batch` as clients see it, counting `jobs` of its jobs, with the
+  // measured seconds per pass its ETA rests on.
+  BatchStatus View(const LiveBatch& batch, int64_t jobs) const;
 
  private:
   std::map<std::string, std::unique_ptr<LiveWorker>> workers_;

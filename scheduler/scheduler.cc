@@ -215,7 +215,7 @@ StatusOr<SubmissionStatus> Scheduler::StatusLocked(int64_t id) {
   for (const auto& [batch_id, batch] : fleet_.batches()) {
     int64_t mine = 0;
     for (const auto& [job_id, job] : batch->jobs) mine += job.submission_id == id ? 1 : 0;
-    if (mine > 0) status.batches.push_back(batch->View(mine));
+    if (mine > 0) status.batches.push_back(fleet_.View(*batch, mine));
   }
   return status;
 }
@@ -286,7 +286,7 @@ StatusOr<std::vector<WorkerStatus>> Scheduler::ListWorkers() {
     }
     status.draining = w->draining;
     if (const LiveBatch* b = fleet_.FindBatch(w->batch_id)) {
-      status.batch = b->View(static_cast<int64_t>(b->jobs.size()));
+      status.batch = fleet_.View(*b, static_cast<int64_t>(b->jobs.size()));
     }
     out.push_back(std::move(status));
   }

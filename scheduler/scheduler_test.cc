@@ -14,6 +14,7 @@ namespace {
 
 using testing::Offer;
 using testing::TempDir;
+using testing::TinyTokenizer;
 using testing::TokenJob;
 using testing::Worker;
 
@@ -43,19 +44,6 @@ class FakeWatcher : public SubmissionWatcher {
   void OnUpdate(const SubmissionUpdate& update) override { updates.push_back(update); }
   std::vector<SubmissionUpdate> updates;
 };
-
-TokenizerFiles TinyTokenizer() {
-  const std::string dir = testutil::DataPath("scheduler/tiny-model/");
-  TokenizerFiles files;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::ifstream in(dir + name);
-    std::stringstream text;
-    text << in.rdbuf();
-    files.files[name] = text.str();
-  }
-  files.eos_ids = {256};
-  return files;
-}
 
 class SchedulerTest : public ::testing::Test {
  protected:
