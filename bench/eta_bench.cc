@@ -3,14 +3,16 @@
 // generated checkpoint (`--streaming always`, `--max-batch-jobs 8`).
 //
 // One submission of 32 greedy completions (max_tokens 8, 16 or 24) and 16
-// two-label classifications; `nightshift status SUBMISSION --json` is run
-// every second until the submission is done. For every sample taken from 5%
-// to 90% of the run's wall time, the error is |ETA - actually left| /
-// actually left; the figure is the median of those, per run, then the median
-// over runs. Samples without `eta_seconds` while jobs remain are counted.
+// two-label classifications; its ETA is sampled every second with
+// GetSubmission (what `nightshift status` calls) until it is done, while
+// `nightshift status SUBMISSION --json` runs back to back beside it (each
+// run without `eta_seconds` while jobs remain is counted). For every sample
+// taken from 5% to 90% of the run's wall time, the error is |ETA - actually
+// left| / actually left; the figure is the median of those, per run, then the
+// median over runs.
 // Done with one worker, then two workers sharing the queue.
 //
-//   eta_bench [--runs N] [--workers 1,2] [--dir DIR] [--hidden H] [--layers L]
+//   eta_bench [--runs N] [--workers 1,2] [--dir DIR] [--hidden H] [--layers L] [--verbose]
 //
 // Needs build/bin/{nightshift,nightshift-scheduler,nightshift-worker} (or
 // $NIGHTSHIFT_BIN_DIR). Prints figures measured in this run; no thresholds.
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -84,18 +87,25 @@ struct RunFigures {
   double median_abs_error = NAN;
   double median_signed_error = NAN;
   int judged = 0;
-  int missing = 0;  // samples without an ETA while jobs remained
+  int missing = 0;                       // samples without an ETA while jobs remained
+  int cli_samples = 0, cli_missing = 0;  // of `nightshift status --json`, while jobs remained
   double first_eta = NAN;
   std::string seconds_per_pass;  // advertised -> measured, per worker
 };
 
 class Bench {
  public:
-  Bench(std::string dir, int hidden, int layers)
-      : dir_(std::move(dir)), hidden_(hidden), layers_(layers) {}
+  Bench(std::string dir, int hidden, int layers, bool verbose)
+      : dir_(std::move(dir)),
+        models_(dir_ + "/models-" + std::to_string(hidden) + "x" + std::to_string(layers)),
+        hidden_(hidden),
+        layers_(layers),
+        verbose_(verbose) {}
+
+  const std::string& models() const { return models_; }
 
   bool MakeCheckpoint() {
-    const std::string model = dir_ + "/models/" + kModel;
+    const std::string model = models_ + "/" + kModel;
     if (std::filesystem::exists(model + "/config.json")) return true;
     const std::string tokenizer = testutil::SourcePath("tests/data/tokenizers/mistral7b");
     const std::string out = Output({BinPath("nightshift"),
@@ -145,7 +155,7 @@ class Bench {
       const std::string id = "w" + std::to_string(w + 1);
       worker_processes.push_back(Process::Start(
           {BinPath("nightshift-worker"), "--scheduler", address, "--id", id, "--model-root",
-           dir_ + "/models", "--device", "cpu", "--threads", "1", "--streaming", "always",
+           models_, "--device", "cpu", "--threads", "1", "--streaming", "always",
            "--max-batch-jobs", "8", "--state-dir", dir_ + "/worker-state"},
           run_dir + "/" + id + ".log"));
       if (worker_processes.back() == nullptr) return Fail("cannot start a worker");
@@ -193,35 +203,46 @@ class Bench {
       if (!status.ok()) return Fail("SubmitJobs: " + status.error_message());
     }
     const std::string id = std::to_string(reply.submission_id());
-    std::vector<Sample> samples;
-    double finish = 0;
-    double next_sample = 0;
-    while (finish == 0 && Seconds(start) < 900) {
-      if (Seconds(start) >= next_sample) {
-        Sample s;
-        s.at = Seconds(start);
+    // `nightshift status --json`, run back to back beside the sampling: each
+    // run must carry eta_seconds while jobs remain.
+    std::atomic<bool> stop{false};
+    std::atomic<int> cli_samples{0}, cli_missing{0};
+    std::thread cli([&] {
+      while (!stop) {
         const std::string json =
             Output({BinPath("nightshift"), "status", id, "--json", "--scheduler", address},
                    run_dir + "/status.log");
         const auto parsed = nlohmann::json::parse(json, nullptr, false);
-        if (parsed.is_object()) {
-          s.done = parsed.value("done", false);
-          s.has_eta = parsed.contains("eta_seconds");
-          if (s.has_eta) s.eta = parsed["eta_seconds"].get<double>();
-          samples.push_back(s);
-        }
-        next_sample += 1.0;
+        if (!parsed.is_object() || parsed.value("done", false)) continue;
+        ++cli_samples;
+        if (!parsed.contains("eta_seconds")) ++cli_missing;
       }
+    });
+    // The samples: GetSubmission (what `status` calls) every second.
+    std::vector<Sample> samples;
+    double finish = 0;
+    double next_sample = 0;
+    while (Seconds(start) < 900) {
       grpc::ClientContext context;
       v1::GetSubmissionRequest get;
       get.set_submission_id(reply.submission_id());
       v1::Submission submission;
-      if (stub->GetSubmission(&context, get, &submission).ok() && submission.done()) {
-        finish = Seconds(start);
+      const double at = Seconds(start);
+      if (!stub->GetSubmission(&context, get, &submission).ok()) continue;
+      if (submission.done()) {
+        finish = at;
         break;
+      }
+      if (at >= next_sample) {
+        samples.push_back({at, submission.has_eta_seconds(), submission.eta_seconds(), false});
+        next_sample += 1.0;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    stop = true;
+    cli.join();
+    figures->cli_samples = cli_samples;
+    figures->cli_missing = cli_missing;
     if (finish == 0) return Fail("the submission did not finish in 900 s");
     figures->wall = finish;
     std::vector<double> abs_errors, signed_errors;
@@ -232,8 +253,9 @@ class Bench {
         continue;
       }
       if (std::isnan(figures->first_eta)) figures->first_eta = s.eta;
-      if (s.at < 0.05 * finish || s.at > 0.9 * finish) continue;
       const double left = finish - s.at;
+      if (verbose_) std::printf("  %6.1f s: ETA %6.1f s, left %6.1f s\n", s.at, s.eta, left);
+      if (s.at < 0.05 * finish || s.at > 0.9 * finish) continue;
       abs_errors.push_back(std::abs(s.eta - left) / left);
       signed_errors.push_back((s.eta - left) / left);
     }
@@ -264,14 +286,17 @@ class Bench {
   }
 
   std::string dir_;
+  std::string models_;  // the model root: the checkpoint of this shape
   int hidden_;
   int layers_;
+  bool verbose_;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t runs = 3, hidden = 1536, layers = 12;
+  int64_t runs = 3, hidden = 1024, layers = 12;
+  bool verbose = false;
   std::string workers_list = "1,2", dir;
   nightshift::FlagSet flags(
       "eta_bench [--runs N] [--workers 1,2] [--dir DIR] [--hidden H] [--layers L]",
@@ -282,8 +307,9 @@ int main(int argc, char** argv) {
                "LIST");
   flags.String("dir", &dir, "scratch directory; the checkpoint is kept there (default: a temp dir)",
                "DIR");
-  flags.Int("hidden", &hidden, "hidden size of the generated llama checkpoint (default 1536)", "H");
+  flags.Int("hidden", &hidden, "hidden size of the generated llama checkpoint (default 1024)", "H");
   flags.Int("layers", &layers, "its layers (default 12)", "L");
+  flags.Bool("verbose", &verbose, "print every sample");
   nightshift::Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::printf("%s", flags.Help().c_str());
@@ -299,10 +325,10 @@ int main(int argc, char** argv) {
   }
   if (dir.empty()) dir = (std::filesystem::temp_directory_path() / "nightshift-eta-bench").string();
   std::filesystem::create_directories(dir);
-  Bench bench(dir, static_cast<int>(hidden), static_cast<int>(layers));
+  Bench bench(dir, static_cast<int>(hidden), static_cast<int>(layers), verbose);
   if (!bench.MakeCheckpoint()) return 1;
-  std::printf("eta_bench on %s; checkpoint %s/models/%s (llama, hidden %lld, %lld layers, F16)\n",
-              CpuModel().c_str(), dir.c_str(), kModel, static_cast<long long>(hidden),
+  std::printf("eta_bench on %s; checkpoint %s/%s (llama, hidden %lld, %lld layers, F16)\n",
+              CpuModel().c_str(), bench.models().c_str(), kModel, static_cast<long long>(hidden),
               static_cast<long long>(layers));
   std::vector<int> counts;
   for (size_t at = 0; at < workers_list.size();) {
@@ -321,9 +347,10 @@ int main(int argc, char** argv) {
       if (!bench.Run(workers, run, &f)) return 1;
       std::printf(
           "%d worker(s) run %d: %.1f s, first ETA %.1f s, median |error| %.1f%% (signed %+.1f%%) "
-          "over %d samples, %d without an ETA; %s\n",
+          "over %d samples, %d without an ETA; status --json: %d of %d without eta_seconds; %s\n",
           workers, run + 1, f.wall, f.first_eta, 100 * f.median_abs_error,
-          100 * f.median_signed_error, f.judged, f.missing, f.seconds_per_pass.c_str());
+          100 * f.median_signed_error, f.judged, f.missing, f.cli_missing, f.cli_samples,
+          f.seconds_per_pass.c_str());
       std::fflush(stdout);
       errors.push_back(f.median_abs_error);
     }
