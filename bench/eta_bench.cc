@@ -5,7 +5,7 @@
 // One submission of 32 greedy completions (max_tokens 8, 16 or 24) and 16
 // two-label classifications; its ETA is sampled every second with
 // GetSubmission (what `nightshift status` calls) until it is done, while
-// `nightshift status SUBMISSION --json` runs back to back beside it (each
+// `nightshift status SUBMISSION --json` runs every second beside it (each
 // run without `eta_seconds` while jobs remain is counted). For every sample
 // taken from 5% to 90% of the run's wall time, the error is |ETA - actually
 // left| / actually left; the figure is the median of those, per run, then the
@@ -203,12 +203,14 @@ class Bench {
       if (!status.ok()) return Fail("SubmitJobs: " + status.error_message());
     }
     const std::string id = std::to_string(reply.submission_id());
-    // `nightshift status --json`, run back to back beside the sampling: each
-    // run must carry eta_seconds while jobs remain.
+    // `nightshift status --json`, run every second (or back to back when a
+    // run takes longer) beside the sampling: each run must carry eta_seconds
+    // while jobs remain.
     std::atomic<bool> stop{false};
     std::atomic<int> cli_samples{0}, cli_missing{0};
     std::thread cli([&] {
-      while (!stop) {
+      for (auto next = SteadyClock::now(); !stop; next += std::chrono::seconds(1)) {
+        std::this_thread::sleep_until(next);  // at most once a second: it costs CPU too
         const std::string json =
             Output({BinPath("nightshift"), "status", id, "--json", "--scheduler", address},
                    run_dir + "/status.log");
