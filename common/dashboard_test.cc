@@ -219,7 +219,8 @@ TEST(DashboardTest, EveryPanelQueryNamesOnlyExportedMetrics) {
        {names::kPassDurationSeconds, names::kCheckpointReadBytesTotal,
         names::kReadBandwidthBytesPerSecond, names::kGeneratedTokensTotal, names::kPassSequences,
         names::kJobs, names::kSubmissionEtaSeconds, names::kLeaseExpirationsTotal,
-        names::kJobRetriesTotal, names::kKvInUseBytes, names::kKvBudgetBytes}) {
+        names::kJobRetriesTotal, names::kKvInUseBytes, names::kKvBudgetBytes,
+        names::kEtaRelativeErrorRatio}) {
     EXPECT_EQ(used.count(std::string(name)), 1u) << "no panel shows " << name;
   }
 }

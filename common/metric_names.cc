@@ -16,6 +16,10 @@ const std::vector<double> kJobBuckets = {1,    5,    10,    30,    60,    300,  
 const std::vector<double> kSequenceBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 const std::vector<double> kTokenBuckets = {1,    4,     16,    64,     256,    1024,
                                            4096, 16384, 65536, 262144, 1048576};
+// Signed relative error of an ETA: (shown - actual) / actual; below -1 cannot
+// happen (an ETA is never negative), above +1 falls in +Inf.
+const std::vector<double> kRelativeErrorBuckets = {-1,   -0.5, -0.25, -0.15, -0.1, -0.05, 0,
+                                                   0.05, 0.1,  0.15,  0.25,  0.5,  1};
 const std::vector<double> kRpcBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                          0.25,  0.5,    1,     2.5,  5,     10};
 
@@ -26,6 +30,8 @@ const std::vector<std::string> kOutcomes = {"succeeded", "failed", "cancelled"};
 const std::vector<std::string> kModes = {"streaming", "resident"};
 // engine::PassStats::compute_dtype.
 const std::vector<std::string> kComputes = {"f32", "bf16", "mixed", "accelerator"};
+// scheduler/eta_tracker.h's kEtaMilestones.
+const std::vector<std::string> kProgress = {"10", "25", "50", "75", "90"};
 
 constexpr prometheus::MetricType C = prometheus::MetricType::Counter;
 constexpr prometheus::MetricType G = prometheus::MetricType::Gauge;
@@ -160,6 +166,13 @@ std::vector<MetricDef> MakeCatalogue() {
        {},
        kRpcBuckets,
        S},
+      {kEtaRelativeErrorRatio,
+       H,
+       "Signed relative error (shown - actual) / actual of the ETA a submission showed when "
+       "`progress` percent of its jobs were done, observed when it ends.",
+       {"progress"},
+       kRelativeErrorBuckets,
+       S},
   };
 }
 
@@ -182,6 +195,7 @@ const std::vector<std::string>& AllowedLabelValues(std::string_view label) {
   if (label == "outcome") return kOutcomes;
   if (label == "mode") return kModes;
   if (label == "compute") return kComputes;
+  if (label == "progress") return kProgress;
   return kNoValues;
 }
 

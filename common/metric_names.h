@@ -5,7 +5,7 @@
 //
 // Conventions: names are nightshift_<what>_<unit> in base units (_seconds,
 // _bytes), counters end in _total. Labels are only `model`, `worker` and the
-// fixed enums `state`, `outcome`, `mode` and `compute` (never job or
+// fixed enums `state`, `outcome`, `mode`, `compute` and `progress` (never job or
 // submission ids, which would grow without bound).
 //
 //   auto registry = std::make_shared<prometheus::Registry>();
@@ -77,6 +77,7 @@ inline constexpr std::string_view kResultsRefusedTotal = "nightshift_results_ref
 inline constexpr std::string_view kWorkersAttached = "nightshift_workers_attached";
 inline constexpr std::string_view kSubmissionEtaSeconds = "nightshift_submission_eta_seconds";
 inline constexpr std::string_view kSubmitDurationSeconds = "nightshift_submit_duration_seconds";
+inline constexpr std::string_view kEtaRelativeErrorRatio = "nightshift_eta_relative_error_ratio";
 }  // namespace names
 
 // Every family, in a fixed order. Never empty; names are unique.
@@ -85,7 +86,8 @@ const std::vector<MetricDef>& Catalogue();
 // The family named `name`, or nullptr.
 const MetricDef* FindMetric(std::string_view name);
 
-// The values a fixed-enum label may take ("state", "outcome", "mode", "compute"); an
+// The values a fixed-enum label may take ("state", "outcome", "mode", "compute",
+// "progress": the percent of a submission's jobs done); an
 // empty list for free labels ("model", "worker").
 const std::vector<std::string>& AllowedLabelValues(std::string_view label);
 

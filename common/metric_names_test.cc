@@ -30,8 +30,8 @@ bool StartsWith(std::string_view s, std::string_view prefix) {
 
 TEST(CatalogueTest, NamesFollowTheConventions) {
   std::set<std::string_view> seen;
-  const std::set<std::string> allowed_labels = {"model",   "worker", "state",
-                                                "outcome", "mode",   "compute"};
+  const std::set<std::string> allowed_labels = {"model", "worker",  "state",   "outcome",
+                                                "mode",  "compute", "progress"};
   for (const MetricDef& def : Catalogue()) {
     SCOPED_TRACE(std::string(def.name));
     EXPECT_TRUE(seen.insert(def.name).second) << "duplicate name";

@@ -2,89 +2,258 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 namespace nightshift::scheduler {
 namespace {
 
 using Times = std::vector<std::optional<double>>;
 
-EtaWorker W(const std::string& id, double spp, int64_t budget_tokens, double busy = 0,
-            int32_t max_jobs = 0) {
-  return {id, spp, budget_tokens * 10, 10, max_jobs, busy};
-}
-
 TEST(EtaTest, SmoothingStartsAtTheFirstSampleThenMovesPartWay) {
   EXPECT_DOUBLE_EQ(SmoothSecondsPerPass(0, 4.0), 4.0);
   EXPECT_DOUBLE_EQ(SmoothSecondsPerPass(4.0, 2.0), 4.0 + 0.3 * (2.0 - 4.0));
-  double s = 0;
-  for (int i = 0; i < 50; ++i) s = SmoothSecondsPerPass(s, 3.0);
-  EXPECT_NEAR(s, 3.0, 1e-9);
 }
 
-TEST(EtaTest, RunningJobIsItsPassesLeftTimesSecondsPerPass) {
-  EXPECT_EQ(RunningJobSeconds(10, 1.5), 15.0);
-  EXPECT_EQ(RunningJobSeconds(0, 1.5), 0.0);
-  EXPECT_EQ(RunningJobSeconds(-3, 1.5), 0.0);
-  EXPECT_FALSE(RunningJobSeconds(10, 0).has_value());
+TEST(PassTimesTest, ThePriorUntilAPassIsMeasuredThenTheMeasuredPasses) {
+  PassTimes t;
+  EXPECT_EQ(t.Cost(2.0).base_seconds, 2.0);
+  EXPECT_FALSE(PassTimes().Cost(0).known());
+  t.Add(1.0, 4);
+  EXPECT_DOUBLE_EQ(t.Cost(2.0).base_seconds, 1.0);  // faster than the prior: the pass
+  EXPECT_DOUBLE_EQ(t.Cost(0).base_seconds, 1.0);    // no prior: the pass alone
+  // Slower than the prior: the prior is the base, the excess its 4 tokens'.
+  EXPECT_DOUBLE_EQ(t.Cost(0.6).base_seconds, 0.6);
+  EXPECT_DOUBLE_EQ(t.Cost(0.6).seconds_per_token, 0.1);
+  t.Add(1.0, 4);
+  EXPECT_DOUBLE_EQ(t.Cost(2.0).base_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(t.Cost(2.0).seconds_per_token, 0);
+  PassTimes two;  // two passes of different tokens: the line through them
+  two.Add(2.0, 100);
+  two.Add(1.1, 10);
+  EXPECT_NEAR(two.Cost(5.0).seconds_per_token, 0.01, 1e-12);
+  EXPECT_NEAR(two.Cost(5.0).base_seconds, 1.0, 1e-12);
+  EXPECT_EQ(t.count(), 2);
+  t.Add(-1, 4);  // not a time
+  EXPECT_EQ(t.count(), 2);
 }
 
-struct QueueCase {
+TEST(PassTimesTest, OneSlowPassMovesNothing) {
+  PassTimes t;
+  for (double s : {1.0, 1.02, 0.98, 6.0, 1.0}) t.Add(s, 8);
+  const PassCost c = t.Cost(3.0);
+  EXPECT_DOUBLE_EQ(c.seconds_per_token, 0);  // every pass fed 8 tokens: no slope to see
+  EXPECT_DOUBLE_EQ(c.base_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(t.MedianSeconds(), 1.0);
+}
+
+TEST(PassTimesTest, PrefillHeavyPassesArePricedApartWhereTheyCostMore) {
+  PassTimes t;
+  // 1 s a pass plus 10 ms a token fed: prefills of 100 tokens, decodes of 4, one slow decode.
+  for (int64_t tokens : {100, 4, 4, 100, 4, 4}) t.Add(1.0 + 0.01 * tokens, tokens);
+  t.Add(3.0, 4);
+  const PassCost c = t.Cost(0.5);
+  EXPECT_NEAR(c.seconds_per_token, 0.01, 1e-9);
+  EXPECT_NEAR(c.base_seconds, 1.0, 1e-9);
+  EXPECT_NEAR(c.Seconds(100), 2.0, 1e-9);
+  EXPECT_NEAR(c.Seconds(4), 1.04, 1e-9);
+  // A streamed pass bound by the read: prefill costs nothing extra, one price.
+  PassTimes io;
+  for (int64_t tokens : {100, 4, 4, 100, 4}) io.Add(2.0, tokens);
+  EXPECT_DOUBLE_EQ(io.Cost(1.0).seconds_per_token, 0);
+  EXPECT_DOUBLE_EQ(io.Cost(1.0).base_seconds, 2.0);
+}
+
+TEST(PassTimesTest, KeepsOnlyTheRecentWindow) {
+  PassTimes t;
+  for (size_t i = 0; i < PassTimes::kWindow; ++i) t.Add(5.0, 1);
+  for (size_t i = 0; i < PassTimes::kWindow; ++i) t.Add(1.0, 1);
+  EXPECT_DOUBLE_EQ(t.Cost(0).base_seconds, 1.0);
+}
+
+TEST(EtaTest, ExpectedPassesShortenWithTheStopHazard) {
+  EXPECT_EQ(ExpectedPasses(16, 0), 16);
+  EXPECT_EQ(ExpectedPasses(1, 0.5), 1);
+  EXPECT_EQ(ExpectedPasses(0, 0.5), 0);
+  EXPECT_EQ(ExpectedPasses(16, 1), 1);
+  // Sum of 0.9^k for k < 16 = (1 - 0.9^16) / 0.1 = 8.15.
+  EXPECT_EQ(ExpectedPasses(16, 0.1), 8);
+  EXPECT_EQ(ExpectedPasses(3, 0.01), 3);
+}
+
+// ---------------------------------------------------------------- Forecast
+
+constexpr int64_t kKvBytesPerToken = 10;
+
+// A worker of `model` "m": one pass costs `base` s (+ per_token a token fed).
+EtaWorker W(const std::string& id, double base, int64_t kv_budget_tokens, int32_t max_jobs = 0,
+            int64_t pass_token_budget = 0, double per_token = 0) {
+  EtaWorker w;
+  w.info.id = id;
+  w.info.connected = true;
+  w.info.kv_budget_bytes = kv_budget_tokens * kKvBytesPerToken;
+  w.info.max_batch_jobs = max_jobs;
+  ModelOffer offer;
+  offer.name = "m";
+  offer.kv_bytes_per_token = kKvBytesPerToken;
+  offer.pass_token_budget = pass_token_budget;
+  w.info.models.push_back(offer);
+  w.cost = {base, per_token};
+  return w;
+}
+
+// A queued generation job: a prompt of `prompt` tokens, `passes` new tokens
+// (1 with labels: a classification of prompt + labels tokens).
+QueuedJob Q(int64_t id, int64_t prompt, int64_t passes, int64_t submission = 1) {
+  QueuedJob q;
+  q.id = id;
+  q.submission_id = submission;
+  q.model = "m";
+  q.passes = passes;
+  q.kv_tokens = passes > 1 ? prompt + passes - 1 : prompt;
+  return q;
+}
+
+struct ForecastCase {
   const char* name;
   std::vector<EtaWorker> workers;
-  std::vector<EtaJob> queue;  // {kv_tokens, passes}
-  Times expected;
+  std::vector<QueuedJob> queue;
+  bool late = true;
+  std::map<int64_t, std::optional<double>> expected;  // job id -> seconds
 };
 
-const QueueCase kQueueCases[] = {
-    {"one worker, batches of two by KV budget",
-     {W("w", 2.0, 20)},
-     {{10, 5}, {10, 5}, {10, 5}},
-     {10.0, 10.0, 20.0}},
-    {"a busy worker starts after its current batch", {W("w", 2.0, 20, 6.0)}, {{10, 5}}, {16.0}},
-    {"the earliest-free worker takes the next batch",
-     {W("fast", 1.0, 10), W("slow", 2.0, 10)},
-     {{10, 4}, {10, 4}, {10, 4}},
-     {4.0, 8.0, 8.0}},
-    {"a batch lasts as long as its longest job",
+EtaWorker Busy(EtaWorker w, double pass_left, std::vector<EtaJob> batch) {
+  w.pass_left = pass_left;
+  w.batch = std::move(batch);
+  return w;
+}
+
+EtaWorker Later(EtaWorker w, double start_at) {
+  w.start_at = start_at;
+  return w;
+}
+
+EtaWorker Unknown(EtaWorker w) {
+  w.cost = {};
+  return w;
+}
+
+const ForecastCase kForecastCases[] = {
+    {"a KV-bound worker runs two at a time, the third when they end",
      {W("w", 1.0, 20)},
-     {{10, 2}, {10, 10}, {10, 3}},
-     {2.0, 10.0, 13.0}},
-    {"classification needs one pass", {W("w", 5.0, 100)}, {{30, 1}, {30, 1}}, {5.0, 5.0}},
-    {"the job limit cuts batches", {W("w", 1.0, 1000, 0, 1)}, {{1, 2}, {1, 2}}, {2.0, 4.0}},
-    {"workers of unknown speed take no work",
-     {W("unknown", 0, 100), W("known", 1.0, 100)},
-     {{10, 3}},
-     {3.0}},
-    {"no worker with a known speed: unknown", {W("unknown", 0, 100)}, {{10, 3}}, {std::nullopt}},
-    {"a job that fits nowhere, and all behind it, are unknown",
-     {W("w", 1.0, 50)},
-     {{10, 1}, {60, 1}, {10, 1}},
-     {1.0, std::nullopt, std::nullopt}},
-    {"an empty queue", {W("w", 1.0, 50)}, {}, {}},
+     {Q(1, 6, 5), Q(2, 6, 5), Q(3, 6, 5)},  // 10 positions each
+     true,
+     {{1, 5.0}, {2, 5.0}, {3, 10.0}}},
+    {"a job joins at the boundary after the one where room freed (the top-up lag)",
+     {W("w", 1.0, 1000, 2)},
+     {Q(1, 4, 2), Q(2, 4, 5), Q(3, 4, 3)},
+     true,
+     {{1, 2.0}, {2, 5.0}, {3, 6.0}}},
+    {"without the lag it rides the very next pass",
+     {W("w", 1.0, 1000, 2)},
+     {Q(1, 4, 2), Q(2, 4, 5), Q(3, 4, 3)},
+     false,
+     {{1, 2.0}, {2, 5.0}, {3, 5.0}}},
+    {"classifications take one pass, as many as the pass's tokens allow",
+     {W("w", 2.0, 1000, 0, 10)},
+     {Q(1, 6, 1), Q(2, 6, 1), Q(3, 3, 1)},  // 6 + 6 > 10: the second waits
+     true,
+     {{1, 2.0}, {3, 2.0}, {2, 4.0}}},
+    {"a pass costs more for the tokens it feeds",
+     {W("w", 1.0, 1000, 0, 0, 0.1)},
+     {Q(1, 10, 3)},  // 1 + 10 x 0.1, then 1.1 twice
+     true,
+     {{1, 2.0 + 1.1 + 1.1}}},
+    {"two workers share the queue, each at its pace",
+     {W("fast", 1.0, 1000, 1), W("slow", 2.0, 1000, 1)},
+     {Q(1, 4, 4), Q(2, 4, 4), Q(3, 4, 4)},
+     true,
+     {{1, 4.0}, {2, 8.0}, {3, 8.0}}},
+    {"a worker that starts later takes its share from then",
+     {W("now", 1.0, 1000, 1), Later(W("later", 1.0, 1000, 1), 3.0)},
+     {Q(1, 4, 4), Q(2, 4, 4), Q(3, 4, 4)},
+     true,
+     {{1, 4.0}, {2, 7.0}, {3, 8.0}}},
+    {"a running batch finishes its pass in flight, then the rest",
+     {Busy(W("w", 1.0, 20), 0.5, {{7, 2, 10, 4, 3, true, true}})},
+     {Q(1, 10, 2)},  // 11 positions: more than job 7 leaves, until it ends
+     true,
+     {{7, 2.5}, {1, 4.5}}},
+    {"a top-up leased before the pass in flight joins after it",
+     {Busy(W("w", 1.0, 1000), 0.5, {{7, 2, 10, 4, 3, true, true}, {8, 2, 10, 4, 2, false, false}})},
+     {},
+     true,
+     {{7, 2.5}, {8, 2.5}}},
+    {"a worker of unknown speed takes nothing: unknown",
+     {Unknown(W("w", 1.0, 100))},
+     {Q(1, 4, 3)},
+     true,
+     {{1, std::nullopt}}},
+    {"a job no worker can ever hold fails at once; the rest go on",
+     {W("w", 1.0, 20)},
+     {Q(1, 6, 5), Q(2, 40, 5), Q(3, 6, 5)},
+     true,
+     {{1, 5.0}, {2, 0.0}, {3, 5.0}}},
+    {"a job only the other worker holds is not rejected",
+     {W("small", 1.0, 20), W("big", 3.0, 100)},
+     {Q(1, 40, 2)},
+     true,
+     {{1, 6.0}}},
 };
 
-class QueueFinishTest : public ::testing::TestWithParam<QueueCase> {};
+class ForecastTest : public ::testing::TestWithParam<ForecastCase> {};
 
-TEST_P(QueueFinishTest, PlaysTheQueueOut) {
-  const QueueCase& c = GetParam();
-  const Times times = QueueFinishTimes(c.workers, c.queue);
-  ASSERT_EQ(times.size(), c.expected.size());
-  for (size_t i = 0; i < times.size(); ++i) {
-    SCOPED_TRACE("job " + std::to_string(i));
-    ASSERT_EQ(times[i].has_value(), c.expected[i].has_value());
-    if (times[i]) {
-      EXPECT_DOUBLE_EQ(*times[i], *c.expected[i]);
+TEST_P(ForecastTest, PlaysTheModelsWorkOut) {
+  const ForecastCase& c = GetParam();
+  EtaSnapshot snapshot;
+  snapshot.model = "m";
+  snapshot.workers = c.workers;
+  snapshot.queue = c.queue;
+  snapshot.top_ups_join_late = c.late;
+  const EtaForecast forecast = Forecast(snapshot);
+  ASSERT_EQ(forecast.jobs.size(), c.expected.size());
+  for (const auto& [job, expected] : c.expected) {
+    SCOPED_TRACE("job " + std::to_string(job));
+    ASSERT_EQ(forecast.jobs.count(job), 1u);
+    const std::optional<double>& got = forecast.jobs.at(job);
+    ASSERT_EQ(got.has_value(), expected.has_value());
+    if (got) {
+      EXPECT_NEAR(*got, *expected, 1e-9);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Table, QueueFinishTest, ::testing::ValuesIn(kQueueCases),
-                         [](const ::testing::TestParamInfo<QueueCase>& info) {
+INSTANTIATE_TEST_SUITE_P(Table, ForecastTest, ::testing::ValuesIn(kForecastCases),
+                         [](const ::testing::TestParamInfo<ForecastCase>& info) {
                            std::string name;
                            for (const char* p = info.param.name; *p != 0; ++p) {
                              name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
                            }
                            return name;
                          });
+
+TEST(ForecastTest, ASubmissionFinishesWithItsLastJobAndIsUnknownWithAnUnknownOne) {
+  EtaSnapshot snapshot;
+  snapshot.model = "m";
+  snapshot.workers = {W("w", 1.0, 1000, 1)};
+  snapshot.queue = {Q(1, 4, 3, 10), Q(2, 4, 2, 11), Q(3, 4, 4, 10)};
+  const EtaForecast f = Forecast(snapshot);
+  // Dispatch order: the older submission's jobs first.
+  EXPECT_EQ(f.submissions.at(10), 3.0 + 4.0);
+  EXPECT_EQ(f.submissions.at(11), 3.0 + 4.0 + 2.0);
+  snapshot.workers = {Unknown(W("w", 1.0, 1000, 1))};
+  EXPECT_FALSE(Forecast(snapshot).submissions.at(10).has_value());
+}
+
+TEST(ForecastTest, EarlyStopsShortenTheJobsOfTheirSubmission) {
+  EtaSnapshot snapshot;
+  snapshot.model = "m";
+  snapshot.workers = {W("w", 1.0, 1000, 1)};
+  snapshot.queue = {Q(1, 4, 16, 10), Q(2, 4, 16, 11)};
+  snapshot.stop_hazards[10] = 0.1;  // ExpectedPasses(16, 0.1) = 8
+  const EtaForecast f = Forecast(snapshot);
+  EXPECT_EQ(f.jobs.at(1), 8.0);
+  EXPECT_EQ(f.jobs.at(2), 8.0 + 16.0);
+}
 
 }  // namespace
 }  // namespace nightshift::scheduler

@@ -44,6 +44,11 @@ void EventMetrics::LostLeases(const std::vector<JobChange>& changes, const Fleet
   }
 }
 
+void EventMetrics::EtaErrors(const std::vector<EtaError>& errors) {
+  if (metrics_ == nullptr) return;
+  for (const EtaError& e : errors) metrics_->EtaError(e.progress, e.ratio);
+}
+
 void EventMetrics::Refused(const std::string& worker_id, const std::vector<JobResult>& results,
                            const std::vector<ResultOutcome>& outcomes) {
   if (metrics_ == nullptr) return;

@@ -1,7 +1,7 @@
 // The scheduler's events as metrics: jobs submitted, leased for the first
-// time, finished, leases lost, results refused. Turns the core's job changes
-// into SchedulerMetrics calls, looking up what a change does not carry (a
-// job's model and times) in the store.
+// time, finished, leases lost, results refused, the errors of the ETAs shown. Turns the core's job
+// changes into SchedulerMetrics calls, looking up what a change does not carry (a job's model and
+// times) in the store.
 //
 // Every method is a no-op without metrics. Thread-safety: as the Fleet it
 // reads (the Scheduler calls it with its mutex held); SchedulerMetrics and
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/eta_tracker.h"
 #include "scheduler/fleet.h"
 #include "scheduler/store.h"
 
@@ -33,6 +34,8 @@ class EventMetrics {
   // Batches of `fleet` whose lease was lost, and their jobs queued again.
   // Call before the fleet forgets them.
   void LostLeases(const std::vector<JobChange>& changes, const Fleet& fleet);
+  // The errors of the ETAs a submission that just ended showed.
+  void EtaErrors(const std::vector<EtaError>& errors);
   // Results of `worker_id` the store refused (duplicates and late ones).
   void Refused(const std::string& worker_id, const std::vector<JobResult>& results,
                const std::vector<ResultOutcome>& outcomes);

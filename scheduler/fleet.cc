@@ -7,8 +7,19 @@
 namespace nightshift::scheduler {
 
 int64_t LiveBatch::PassesLeft(const JobProgress& job) const {
-  const int64_t done = std::max(job.generated, passes_done - job.joined_at_pass);
-  return std::max<int64_t>(0, job.passes_needed - done);
+  return std::max<int64_t>(0, job.passes_needed - job.generated);
+}
+
+LiveBatch::JobProgress ProgressOf(const Job& job, int64_t joined_at_pass) {
+  QueuedJob q;
+  q.kv_tokens = job.kv_tokens;
+  q.passes = PassesNeeded(job.spec);
+  return {job.submission_id,      q.passes,       0, joined_at_pass, false,
+          q.reserved_kv_tokens(), q.pass_tokens()};
+}
+
+bool LiveBatch::JoinsNextBoundary(const JobProgress& job) const {
+  return !job.reported && passes_done > 0 && job.joined_at_pass >= passes_done;
 }
 
 BatchStatus LiveBatch::View(int64_t jobs) const {
@@ -119,11 +130,7 @@ int64_t Fleet::MaxContext(const std::string& model) const {
   return context;
 }
 
-double Fleet::SecondsPerPass(const LiveWorker& worker, const std::string& model) const {
-  auto measured = worker.measured_seconds_per_pass.find(model);
-  if (measured != worker.measured_seconds_per_pass.end() && measured->second > 0) {
-    return measured->second;
-  }
+double Fleet::PriorSecondsPerPass(const LiveWorker& worker, const std::string& model) const {
   const ModelOffer* offer = FindModel(worker.info, model);
   if (offer == nullptr) return 0;
   if (offer->seconds_per_pass > 0) return offer->seconds_per_pass;
@@ -132,10 +139,33 @@ double Fleet::SecondsPerPass(const LiveWorker& worker, const std::string& model)
                               worker.info.read_bytes_per_second);
 }
 
-double Fleet::BatchSecondsPerPass(const LiveBatch& batch) const {
-  if (batch.seconds_per_pass > 0) return batch.seconds_per_pass;
+PassCost Fleet::Cost(const LiveWorker& worker, const std::string& model) const {
+  const double prior = PriorSecondsPerPass(worker, model);
+  auto measured = worker.pass_times.find(model);
+  if (measured == worker.pass_times.end()) return PassTimes().Cost(prior);
+  return measured->second.Cost(prior);
+}
+
+double Fleet::SecondsPerPass(const LiveWorker& worker, const std::string& model,
+                             int64_t jobs) const {
+  return Cost(worker, model).Seconds(jobs);
+}
+
+bool Fleet::Measured(const LiveWorker& worker, const std::string& model) const {
+  auto measured = worker.pass_times.find(model);
+  return measured != worker.pass_times.end() && measured->second.count() > 0;
+}
+
+BatchStatus Fleet::View(const LiveBatch& batch, int64_t jobs) const {
+  BatchStatus view = batch.View(jobs);
   const LiveWorker* worker = FindWorker(batch.worker_id);
-  return worker != nullptr ? SecondsPerPass(*worker, batch.model) : 0;
+  if (worker != nullptr && Measured(*worker, batch.model)) {
+    view.eta_seconds_per_pass =
+        SecondsPerPass(*worker, batch.model, static_cast<int64_t>(batch.jobs.size()));
+    view.eta_passes_measured = std::min<int64_t>(worker->pass_times.at(batch.model).count(),
+                                                 static_cast<int64_t>(PassTimes::kWindow));
+  }
+  return view;
 }
 
 double Fleet::BusySeconds(const LiveWorker& worker) const {
@@ -144,18 +174,8 @@ double Fleet::BusySeconds(const LiveWorker& worker) const {
   const LiveBatch& batch = *it->second;
   int64_t longest = 0;
   for (const auto& [id, job] : batch.jobs) longest = std::max(longest, batch.PassesLeft(job));
-  return static_cast<double>(longest) * BatchSecondsPerPass(batch);
-}
-
-std::vector<EtaWorker> Fleet::EtaWorkers(const std::string& model) const {
-  std::vector<EtaWorker> eta_workers;
-  for (const auto& [id, w] : workers_) {
-    const ModelOffer* offer = FindModel(w->info, model);
-    if (offer == nullptr || !w->info.connected || w->draining) continue;
-    eta_workers.push_back({id, SecondsPerPass(*w, model), w->info.kv_budget_bytes,
-                           offer->kv_bytes_per_token, w->info.max_batch_jobs, BusySeconds(*w)});
-  }
-  return eta_workers;
+  return static_cast<double>(longest) *
+         SecondsPerPass(worker, batch.model, static_cast<int64_t>(batch.jobs.size()));
 }
 
 }  // namespace nightshift::scheduler

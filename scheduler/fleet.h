@@ -63,6 +63,8 @@ struct BatchStatus {
   double last_pass_seconds = 0;
   int32_t sequences = 0;
   int64_t jobs = 0;  // live jobs in the batch (of the submission, for a submission's view)
+  double eta_seconds_per_pass = 0;  // a decode pass of it, as the ETA prices it; 0: not measured
+  int64_t eta_passes_measured = 0;  // the measured passes of its worker that figure rests on
 };
 
 // A batch under lease and the progress its worker reported.
@@ -71,7 +73,10 @@ struct LiveBatch {
     int64_t submission_id = 0;
     int64_t passes_needed = 1;
     int64_t generated = 0;       // tokens generated so far, as the worker reports
-    int64_t joined_at_pass = 0;  // the batch's passes_done when the job joined
+    int64_t joined_at_pass = 0;  // the batch's passes_done when the job was leased
+    bool reported = false;       // a pass report named it (it rode a pass)
+    int64_t kv_tokens = 0;       // KV positions it reserves (QueuedJob::reserved_kv_tokens)
+    int64_t pass_tokens = 0;     // tokens it feeds in its first pass (QueuedJob::pass_tokens)
   };
   int64_t id = 0;
   std::string worker_id;
@@ -85,21 +90,30 @@ struct LiveBatch {
   int64_t free_kv_bytes = 0;
   int64_t free_pass_tokens = 0;  // of the model's pass-token budget, at the last boundary
   bool wants_top_up = false;
+  int64_t pass_started_ms = 0;  // when its pass in flight began (its lease, or the last report)
 
-  // Passes `job` still needs: the larger of the tokens it generated and the
-  // passes it rode, taken from what it needs.
+  // Passes `job` still needs: what it needs less the tokens it generated (one
+  // a pass). Passes since its lease do not count: a top-up joins at the
+  // worker's next boundary, a pass or more after it was sent.
   int64_t PassesLeft(const JobProgress& job) const;
+  // Whether `job` waits for the next boundary: leased as a top-up since the
+  // last report (the worker is in a pass without it).
+  bool JoinsNextBoundary(const JobProgress& job) const;
   // The batch as clients see it, counting `jobs` of its jobs.
   BatchStatus View(int64_t jobs) const;
 };
+
+// The progress record of `job` leased into a batch that had run
+// `joined_at_pass` passes.
+LiveBatch::JobProgress ProgressOf(const Job& job, int64_t joined_at_pass);
 
 // A worker the scheduler knows, attached or not.
 struct LiveWorker {
   WorkerInfo info;  // info.connected: it has a live stream
   WorkerLink* link = nullptr;
   bool draining = false;
-  int64_t batch_id = 0;                                     // its active batch; 0 = idle
-  std::map<std::string, double> measured_seconds_per_pass;  // by model, smoothed
+  int64_t batch_id = 0;                         // its active batch; 0 = idle
+  std::map<std::string, PassTimes> pass_times;  // by model: its measured passes
 };
 
 class Fleet {
@@ -135,16 +149,23 @@ class Fleet {
   // The smallest context any worker offers for `model`; 0 = unknown.
   int64_t MaxContext(const std::string& model) const;
 
-  // Seconds per pass of `model` on `worker`: measured (smoothed) once it ran
-  // a pass of it, else the worker's advertised figure, else the planner's
-  // PassSeconds of what it advertised; 0 = unknown.
-  double SecondsPerPass(const LiveWorker& worker, const std::string& model) const;
-  // The batch's own smoothed figure once it ran a pass, else its worker's.
-  double BatchSecondsPerPass(const LiveBatch& batch) const;
+  // Seconds per pass of `model` on `worker` before any pass is measured: the
+  // worker's advertised figure, else the planner's PassSeconds of what it
+  // advertised; 0 = unknown.
+  double PriorSecondsPerPass(const LiveWorker& worker, const std::string& model) const;
+  // What a pass of `model` costs on `worker`: PassTimes::Cost of its measured
+  // passes on the prior.
+  PassCost Cost(const LiveWorker& worker, const std::string& model) const;
+  // A decode pass of `model` on `worker` (one token per job, `jobs` jobs):
+  // measured once it ran one, else the prior; 0 = unknown.
+  double SecondsPerPass(const LiveWorker& worker, const std::string& model, int64_t jobs = 1) const;
+  // Whether `worker` ran a pass of `model`.
+  bool Measured(const LiveWorker& worker, const std::string& model) const;
   // Seconds until `worker`'s active batch finishes its longest job; 0 = idle.
   double BusySeconds(const LiveWorker& worker) const;
-  // The connected, not draining workers serving `model`, for QueueFinishTimes.
-  std::vector<EtaWorker> EtaWorkers(const std::string& model) const;
+  // `batch` as clients see it, counting `jobs` of its jobs, with the
+  // measured seconds per pass its ETA rests on.
+  BatchStatus View(const LiveBatch& batch, int64_t jobs) const;
 
  private:
   std::map<std::string, std::unique_ptr<LiveWorker>> workers_;

@@ -23,8 +23,10 @@ TEST(FleetTest, SecondsPerPassPrefersMeasuredThenAdvertisedThenThePlanners) {
   EXPECT_EQ(fleet.SecondsPerPass(w, "m"), 1.5);  // advertised
   w.info.models[0].seconds_per_pass = 0;
   EXPECT_EQ(fleet.SecondsPerPass(w, "m"), 0.5);  // planner::PassSeconds: 1 GB / 2 GB/s
-  w.measured_seconds_per_pass["m"] = 0.7;
-  EXPECT_EQ(fleet.SecondsPerPass(w, "m"), 0.7);  // measured
+  w.pass_times["m"].Add(0.7, 1);
+  EXPECT_DOUBLE_EQ(fleet.SecondsPerPass(w, "m"), 0.7);  // measured
+  EXPECT_TRUE(fleet.Measured(w, "m"));
+  EXPECT_FALSE(fleet.Measured(w, "other"));
   EXPECT_EQ(fleet.SecondsPerPass(w, "other"), 0.0);
 }
 
@@ -49,12 +51,17 @@ TEST(FleetTest, ForgetDropsLeftJobsAndEmptyBatchesAndNamesTheCancelled) {
   EXPECT_EQ(fleet.FindWorker("w1")->batch_id, 0);
 }
 
-TEST(FleetTest, PassesLeftCountTheLargerOfTokensAndPassesRidden) {
+TEST(FleetTest, PassesLeftCountTheTokensGeneratedNotThePassesSinceTheLease) {
   LiveBatch batch;
   batch.passes_done = 5;
-  EXPECT_EQ(batch.PassesLeft({1, 8, 2, 1}), 4);  // rode 4 passes, generated 2
-  EXPECT_EQ(batch.PassesLeft({1, 8, 6, 4}), 2);  // rode 1 pass, generated 6
+  EXPECT_EQ(batch.PassesLeft({1, 8, 2, 1}), 6);  // generated 2 (a top-up joins late)
+  EXPECT_EQ(batch.PassesLeft({1, 8, 6, 4}), 2);
   EXPECT_EQ(batch.PassesLeft({1, 3, 9, 0}), 0);
+  // Leased at this boundary and not yet in a report: it joins at the next one.
+  EXPECT_TRUE(batch.JoinsNextBoundary({1, 8, 0, 5}));
+  EXPECT_FALSE(batch.JoinsNextBoundary({1, 8, 0, 4}));  // a report came since: it rides
+  LiveBatch fresh;                                      // a new batch's jobs ride its first pass
+  EXPECT_FALSE(fresh.JoinsNextBoundary({1, 8, 0, 0}));
 }
 
 class RecordingWatcher : public SubmissionWatcher {

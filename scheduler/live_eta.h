@@ -1,20 +1,35 @@
-// ETAs of the live state: how long until a submission's jobs, or a model's,
-// are all finished, from the fleet's running batches (their jobs' passes left
-// at their batch's pace) and the queue read from the store played out over the
-// workers in dispatch order (scheduler/eta.h's QueueFinishTimes).
+// ETAs of the live state: the fleet's running batches and the queue read from
+// the store, turned into one model's EtaSnapshot and played out by Forecast
+// (scheduler/eta.h) the way the workers run them.
 //
 // Thread-safety: reads `fleet` and `store`; the caller holds the Scheduler's
 // mutex (the fleet's guard). The store serialises its own reads.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
+#include "scheduler/eta.h"
 #include "scheduler/fleet.h"
 #include "scheduler/store.h"
 
 namespace nightshift::scheduler {
+
+// What a live ETA needs besides the fleet and the store.
+struct EtaContext {
+  int64_t now_ms = 0;
+  int eta_window = 100'000;  // queued jobs per model played out
+  // Per submission, how its finished generation jobs stopped (the running
+  // jobs' tokens are added from the fleet); nullptr: none.
+  const std::map<int64_t, StopStats>* stops = nullptr;
+};
+
+// `model`'s running batches and its first `eta_window` queued jobs, with the
+// workers serving it. Fails when the queue cannot be read.
+StatusOr<EtaSnapshot> ModelSnapshot(const Fleet& fleet, Store& store, const std::string& model,
+                                    const EtaContext& context);
 
 // Seconds until every job of `submission` is finished: 0 when it is done;
 // unknown (nullopt) while it is open, while jobs wait for a tokenizer
@@ -22,12 +37,12 @@ namespace nightshift::scheduler {
 // a queued job lies beyond the first `eta_window` jobs of its model's queue,
 // or when the queue cannot be read.
 std::optional<double> SubmissionEta(const Fleet& fleet, Store& store, const Submission& submission,
-                                    int64_t waiting_for_tokenizer, int eta_window);
+                                    int64_t waiting_for_tokenizer, const EtaContext& context);
 
 // The latest finish time among `model`'s jobs in batches and in the queue;
 // unknown when it has none, when one has no worker with a known speed, or
 // when its queue is unreadable or longer than `eta_window`.
 std::optional<double> ModelEta(const Fleet& fleet, Store& store, const std::string& model,
-                               int eta_window);
+                               const EtaContext& context);
 
 }  // namespace nightshift::scheduler

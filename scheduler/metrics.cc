@@ -16,6 +16,7 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry)
       results_refused_(registry, names::kResultsRefusedTotal),
       jobs_(registry, names::kJobs),
       etas_(registry, names::kSubmissionEtaSeconds),
+      eta_errors_(registry, names::kEtaRelativeErrorRatio),
       workers_attached_(
           metrics::CatalogueFamily<prometheus::Gauge>(registry, names::kWorkersAttached).With({})),
       submit_seconds_(
@@ -50,6 +51,10 @@ void SchedulerMetrics::ResultRefused(const std::string& model, const std::string
 }
 
 void SchedulerMetrics::SubmitAnswered(double seconds) { submit_seconds_.Observe(seconds); }
+
+void SchedulerMetrics::EtaError(const std::string& progress, double ratio) {
+  eta_errors_.With({{"progress", progress}}).Observe(ratio);
+}
 
 void SchedulerMetrics::SetWorkersAttached(int64_t workers) {
   workers_attached_.Set(static_cast<double>(workers));

@@ -11,7 +11,7 @@
 //   ... at each scrape: metrics.SetJobCounts(counter->Count()), SetWorkersAttached,
 //   SetEtas(scheduler.Gauges().eta_seconds) ...
 //
-// Labels are only the catalogue's: model, worker, state, outcome (never job or
+// Labels are only the catalogue's: model, worker, state, outcome, progress (never job or
 // submission ids).
 //
 // Thread-safety: every method of SchedulerMetrics may be called from any
@@ -78,6 +78,9 @@ class SchedulerMetrics {
   void ResultRefused(const std::string& model, const std::string& worker);
   // One SubmitJobs call was answered (whatever its outcome) in `seconds`.
   void SubmitAnswered(double seconds);
+  // A submission ended; the ETA it showed at `progress` percent done was off
+  // by `ratio` ((shown - actual) / actual).
+  void EtaError(const std::string& progress, double ratio);
 
   // ---- gauges, refreshed at each scrape
 
@@ -100,6 +103,7 @@ class SchedulerMetrics {
   metrics::CatalogueFamily<prometheus::Counter> results_refused_;
   metrics::CatalogueFamily<prometheus::Gauge> jobs_;
   metrics::CatalogueFamily<prometheus::Gauge> etas_;
+  metrics::CatalogueFamily<prometheus::Histogram> eta_errors_;
   prometheus::Gauge& workers_attached_;
   prometheus::Histogram& submit_seconds_;
 

@@ -166,6 +166,7 @@ TEST_F(SchedulerMetricsTest, ExportsEverySchedulerFamilyOfTheCatalogueAndNothing
   metrics_.SetWorkersAttached(1);
   metrics_.SetJobCounts({{"m", JobState::kQueued, 1}});
   metrics_.SetEtas({{"m", 5}});
+  metrics_.EtaError("50", 0.1);
   exported = Exported(*registry_);
   for (const metrics::MetricDef& def : metrics::Catalogue()) {
     const auto it = exported.find(std::string(def.name));
@@ -291,9 +292,10 @@ TEST_F(SchedulerMetricsTest, GaugesGiveAttachedWorkersAndEachModelsEta) {
   EXPECT_EQ(gauges.workers_attached, 1);
   ASSERT_EQ(gauges.eta_seconds.size(), 1u);
   EXPECT_DOUBLE_EQ(gauges.eta_seconds.at("m"), 8 * 1.5);
-  // Queued behind the running batch: its 8 passes, then 4 more.
+  // Queued beside the running batch: it tops it up at its first boundary,
+  // joins at the second and ends (after 2 + 4 passes) before it: still 8 passes.
   auto queued = Submit({TokenJob("c", "m", 4, 4)});
-  EXPECT_DOUBLE_EQ(scheduler_->Gauges().eta_seconds.at("m"), (8 + 4) * 1.5);
+  EXPECT_DOUBLE_EQ(scheduler_->Gauges().eta_seconds.at("m"), 8 * 1.5);
   // The first is cancelled: the second runs at once.
   ASSERT_TRUE(scheduler_->CancelSubmission(reply.submission_id).ok());
   EXPECT_DOUBLE_EQ(scheduler_->Gauges().eta_seconds.at("m"), 4 * 1.5);

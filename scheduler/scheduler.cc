@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/utf8.h"
 #include "planner/model_facts.h"
@@ -52,9 +53,8 @@ Status Scheduler::Start() {
   NS_ASSIGN_OR_RETURN(std::vector<Lease> leases, store_->ActiveBatches());
   for (const Lease& lease : leases) {
     LiveBatch& batch = fleet_.Batch(lease.batch_id, lease.worker_id, lease.model);
-    for (const Job& job : lease.jobs) {
-      batch.jobs[job.id] = {job.submission_id, PassesNeeded(job.spec), 0, 0};
-    }
+    for (const Job& job : lease.jobs) batch.jobs[job.id] = ProgressOf(job, 0);
+    batch.pass_started_ms = clock_->NowMs();
     if (LiveWorker* worker = fleet_.FindWorker(lease.worker_id)) worker->batch_id = lease.batch_id;
   }
   return Status::Ok();
@@ -215,7 +215,7 @@ StatusOr<SubmissionStatus> Scheduler::StatusLocked(int64_t id) {
   for (const auto& [batch_id, batch] : fleet_.batches()) {
     int64_t mine = 0;
     for (const auto& [job_id, job] : batch->jobs) mine += job.submission_id == id ? 1 : 0;
-    if (mine > 0) status.batches.push_back(batch->View(mine));
+    if (mine > 0) status.batches.push_back(fleet_.View(*batch, mine));
   }
   return status;
 }
@@ -280,10 +280,13 @@ StatusOr<std::vector<WorkerStatus>> Scheduler::ListWorkers() {
   for (const auto& [id, w] : fleet_.workers()) {
     WorkerStatus status;
     status.info = w->info;
-    status.measured_seconds_per_pass = w->measured_seconds_per_pass;
+    for (const auto& [model, passes] : w->pass_times) {
+      if (fleet_.Measured(*w, model))
+        status.measured_seconds_per_pass[model] = passes.MedianSeconds();
+    }
     status.draining = w->draining;
     if (const LiveBatch* b = fleet_.FindBatch(w->batch_id)) {
-      status.batch = b->View(static_cast<int64_t>(b->jobs.size()));
+      status.batch = fleet_.View(*b, static_cast<int64_t>(b->jobs.size()));
     }
     out.push_back(std::move(status));
   }
@@ -299,7 +302,6 @@ StatusOr<Estimate> Scheduler::EstimateModel(const std::string& model, int64_t jo
   Estimate estimate;
   estimate.model = model;
   const int64_t kv_tokens = planner::ReservedKvPositions(prompt_tokens, max_new_tokens, {});
-  std::vector<EtaWorker> eta_workers;
   for (const auto& [id, w] : fleet_.workers()) {
     const ModelOffer* offer = FindModel(w->info, model);
     if (offer == nullptr) continue;
@@ -308,35 +310,32 @@ StatusOr<Estimate> Scheduler::EstimateModel(const std::string& model, int64_t jo
     e.connected = w->info.connected;
     e.offer = *offer;
     e.seconds_per_pass = fleet_.SecondsPerPass(*w, model);
-    e.measured = w->measured_seconds_per_pass.count(model) != 0;
+    e.measured = fleet_.Measured(*w, model);
     e.jobs_per_batch = JobsPerBatch(w->info, *offer, kv_tokens, prompt_tokens);
     if (w->info.max_batch_jobs > 0) {
       e.jobs_per_batch = std::min<int64_t>(e.jobs_per_batch, w->info.max_batch_jobs);
     }
     estimate.workers.push_back(e);
-    if (w->info.connected && !w->draining) {
-      eta_workers.push_back({id, e.seconds_per_pass, w->info.kv_budget_bytes,
-                             offer->kv_bytes_per_token, w->info.max_batch_jobs,
-                             fleet_.BusySeconds(*w), offer->pass_token_budget});
-    }
   }
   if (estimate.workers.empty()) return NotFound("no known worker serves " + model);
-  NS_ASSIGN_OR_RETURN(std::vector<QueuedJob> queue, store_->QueuedJobs(model, options_.eta_window));
-  estimate.queued_ahead = static_cast<int64_t>(queue.size());
-  std::vector<EtaJob> eta_queue;
-  for (const QueuedJob& q : queue) eta_queue.push_back(EtaJobOf(q));
-  for (int64_t i = 0; i < jobs; ++i)
-    eta_queue.push_back({kv_tokens, max_new_tokens, prompt_tokens});
-  const auto finish = QueueFinishTimes(eta_workers, eta_queue);
-  std::optional<double> worst = 0.0;
-  for (size_t i = queue.size(); i < finish.size(); ++i) {
-    if (!finish[i]) {
-      worst.reset();
-      break;
-    }
-    worst = std::max(*worst, *finish[i]);
+  NS_ASSIGN_OR_RETURN(EtaSnapshot snapshot,
+                      ModelSnapshot(fleet_, *store_, model, EtaContextLocked()));
+  estimate.queued_ahead = static_cast<int64_t>(snapshot.queue.size());
+  // The asked jobs, as a submission behind every queued one.
+  constexpr int64_t kAsked = std::numeric_limits<int64_t>::max();
+  for (int64_t i = 0; i < jobs; ++i) {
+    QueuedJob q;
+    q.id = kAsked - jobs + i;
+    q.submission_id = kAsked;
+    q.model = model;
+    q.priority = std::numeric_limits<int32_t>::min();
+    q.kv_tokens = planner::KvPositions(prompt_tokens, max_new_tokens, {});
+    q.passes = std::max<int64_t>(1, max_new_tokens);
+    snapshot.queue.push_back(std::move(q));
   }
-  estimate.seconds = worst;
+  const EtaForecast forecast = Forecast(snapshot);
+  auto asked = forecast.submissions.find(kAsked);
+  if (asked != forecast.submissions.end()) estimate.seconds = asked->second;
   return estimate;
 }
 
@@ -460,20 +459,34 @@ Status Scheduler::Progress(const std::string& worker_id, int64_t session,
   if (found == nullptr)
     return Internal("batch " + std::to_string(progress.batch_id) + " has no runtime state");
   LiveBatch& batch = *found;
+  // Top-ups leased since the last report reached the worker during this pass
+  // and join at its next boundary: the room it reports does not count them yet.
+  int64_t pending_kv_tokens = 0, pending_pass_tokens = 0;
+  for (const auto& [job_id, job] : batch.jobs) {
+    if (!batch.JoinsNextBoundary(job) || progress.generated.count(job_id) != 0) continue;
+    pending_kv_tokens += job.kv_tokens;
+    pending_pass_tokens += job.pass_tokens;
+  }
+  const ModelOffer* offer = FindModel(worker.info, batch.model);
+  const int64_t kv_bytes_per_token = offer != nullptr ? offer->kv_bytes_per_token : 0;
   batch.passes_done = std::max(batch.passes_done, progress.pass_index + 1);
   batch.last_pass_seconds = progress.seconds;
   batch.seconds_per_pass = SmoothSecondsPerPass(batch.seconds_per_pass, progress.seconds);
   batch.sequences = progress.sequences;
   batch.mode = progress.mode;
-  batch.free_kv_bytes = progress.free_kv_bytes;
-  batch.free_pass_tokens = progress.free_pass_tokens;
-  batch.wants_top_up = progress.want_top_up;
+  batch.free_kv_bytes =
+      std::max<int64_t>(0, progress.free_kv_bytes - pending_kv_tokens * kv_bytes_per_token);
+  batch.free_pass_tokens = std::max<int64_t>(0, progress.free_pass_tokens - pending_pass_tokens);
+  batch.wants_top_up =
+      progress.want_top_up && (batch.free_kv_bytes > 0 || batch.free_pass_tokens > 0);
+  batch.pass_started_ms = clock_->NowMs();  // the worker starts its next pass at once
   for (const auto& [job_id, generated] : progress.generated) {
     auto job = batch.jobs.find(job_id);
-    if (job != batch.jobs.end()) job->second.generated = generated;
+    if (job == batch.jobs.end()) continue;
+    job->second.generated = generated;
+    job->second.reported = true;
   }
-  double& measured = worker.measured_seconds_per_pass[batch.model];
-  measured = SmoothSecondsPerPass(measured, progress.seconds);
+  worker.pass_times[batch.model].Add(progress.seconds, progress.tokens);
   std::set<int64_t> submissions;
   for (const auto& [job_id, job] : batch.jobs) submissions.insert(job.submission_id);
   for (int64_t submission : submissions) {
@@ -483,7 +496,7 @@ Status Scheduler::Progress(const std::string& worker_id, int64_t session,
     }
     NotifySubmission(submission, std::move(mine));
   }
-  if (progress.want_top_up) ScheduleLocked(false);
+  if (batch.wants_top_up) ScheduleLocked(false);
   return Status::Ok();
 }
 
@@ -498,7 +511,14 @@ StatusOr<std::vector<Status>> Scheduler::Results(const std::string& worker_id, i
                                                  std::vector<JobResult> results) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
-  for (JobResult& result : results) result.worker_id = worker_id;
+  for (JobResult& result : results) {
+    result.worker_id = worker_id;
+    LiveBatch* batch = fleet_.FindBatch(result.batch_id);
+    if (batch == nullptr) continue;
+    auto job = batch->jobs.find(result.job_id);
+    if (job != batch->jobs.end())
+      eta_tracker_.JobFinished(job->second.submission_id, job->second.passes_needed, result);
+  }
   NS_ASSIGN_OR_RETURN(std::vector<ResultOutcome> outcomes, store_->InsertResults(results));
   events_.Refused(worker_id, results, outcomes);
   std::vector<Status> statuses;
@@ -597,13 +617,14 @@ void Scheduler::ApplyAssignment(const Assignment& assignment) {
                                             assignment.job_ids, options_.lease_ms);
   if (!lease.ok()) return;  // the jobs moved meanwhile (cancelled); the next round retries
   LiveBatch& batch = fleet_.Batch(lease->batch_id, worker.info.id, assignment.model);
+  if (!top_up) batch.pass_started_ms = clock_->NowMs();
   batch.wants_top_up = false;
   batch.free_kv_bytes = std::max<int64_t>(0, batch.free_kv_bytes - assignment.kv_bytes);
   batch.free_pass_tokens = std::max<int64_t>(0, batch.free_pass_tokens - assignment.pass_tokens);
   worker.batch_id = lease->batch_id;
   std::vector<JobChange> changes;
   for (const Job& job : lease->jobs) {
-    batch.jobs[job.id] = {job.submission_id, PassesNeeded(job.spec), 0, batch.passes_done};
+    batch.jobs[job.id] = ProgressOf(job, batch.passes_done);
     events_.Leased(job);
     changes.push_back({job.id, job.submission_id, JobState::kQueued, JobState::kLeased,
                        lease->batch_id, worker.info.id, ""});
@@ -637,8 +658,23 @@ void Scheduler::Forget(const std::vector<JobChange>& changes) {
 void Scheduler::Notify(const std::vector<JobChange>& changes) {
   events_.Finished(changes);
   std::map<int64_t, std::vector<JobChange>> by_submission;
-  for (const JobChange& change : changes) by_submission[change.submission_id].push_back(change);
+  std::set<int64_t> finishing;
+  for (const JobChange& change : changes) {
+    by_submission[change.submission_id].push_back(change);
+    if (IsTerminal(change.to)) finishing.insert(change.submission_id);
+  }
+  for (int64_t submission : finishing) TrackEta(submission);
   for (auto& [submission, mine] : by_submission) NotifySubmission(submission, std::move(mine));
+}
+
+void Scheduler::TrackEta(int64_t submission_id) {
+  auto status = StatusLocked(submission_id);
+  if (!status.ok()) return;
+  const Submission& s = status->submission;
+  const int64_t now_ms = clock_->NowMs();
+  eta_tracker_.Progress(s.id, s.counts.total() - s.counts.unfinished(), s.counts.total(), now_ms,
+                        [&] { return EtaLocked(*status); });
+  if (s.done()) events_.EtaErrors(eta_tracker_.Ended(s.id, now_ms));
 }
 
 void Scheduler::NotifySubmission(int64_t submission_id, std::vector<JobChange> changes) {
@@ -648,9 +684,13 @@ void Scheduler::NotifySubmission(int64_t submission_id, std::vector<JobChange> c
   watchers_.Notify(*status, changes, clock_->NowMs(), [&] { return EtaLocked(*status); });
 }
 
+EtaContext Scheduler::EtaContextLocked() {
+  return {clock_->NowMs(), options_.eta_window, &eta_tracker_.stops()};
+}
+
 std::optional<double> Scheduler::EtaLocked(const SubmissionStatus& status) {
   return SubmissionEta(fleet_, *store_, status.submission, status.waiting_for_tokenizer,
-                       options_.eta_window);
+                       EtaContextLocked());
 }
 
 LiveGauges Scheduler::Gauges() {
@@ -663,7 +703,7 @@ LiveGauges Scheduler::Gauges() {
   }
   for (const auto& [id, batch] : fleet_.batches()) models.insert(batch->model);
   for (const std::string& model : models) {
-    if (auto eta = ModelEta(fleet_, *store_, model, options_.eta_window)) {
+    if (auto eta = ModelEta(fleet_, *store_, model, EtaContextLocked())) {
       gauges.eta_seconds[model] = *eta;
     }
   }

@@ -32,8 +32,10 @@
 
 #include "common/status.h"
 #include "scheduler/clock.h"
+#include "scheduler/eta_tracker.h"
 #include "scheduler/event_metrics.h"
 #include "scheduler/fleet.h"
+#include "scheduler/live_eta.h"
 #include "scheduler/policy.h"
 #include "scheduler/prompt_encoder.h"
 #include "scheduler/store.h"
@@ -69,7 +71,7 @@ struct SubmitReply {
 struct WorkerStatus {
   WorkerInfo info;
   std::optional<BatchStatus> batch;
-  std::map<std::string, double> measured_seconds_per_pass;  // by model, smoothed
+  std::map<std::string, double> measured_seconds_per_pass;  // by model: median of recent passes
   bool draining = false;
 };
 
@@ -220,7 +222,11 @@ class Scheduler {
   void Notify(const std::vector<JobChange>& changes);
   void NotifySubmission(int64_t submission_id, std::vector<JobChange> changes);
   StatusOr<SubmissionStatus> StatusLocked(int64_t id);
+  EtaContext EtaContextLocked();
   std::optional<double> EtaLocked(const SubmissionStatus& status);
+  // Keeps the ETA shown as `submission_id` passes a milestone, and observes
+  // their errors when it ends.
+  void TrackEta(int64_t submission_id);
 
   Store* store_;
   Clock* clock_;
@@ -231,6 +237,7 @@ class Scheduler {
   std::mutex mu_;
   Fleet fleet_;
   Watchers watchers_;
+  EtaTracker eta_tracker_;
 };
 
 }  // namespace nightshift::scheduler

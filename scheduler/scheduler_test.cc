@@ -14,6 +14,7 @@ namespace {
 
 using testing::Offer;
 using testing::TempDir;
+using testing::TinyTokenizer;
 using testing::TokenJob;
 using testing::Worker;
 
@@ -43,19 +44,6 @@ class FakeWatcher : public SubmissionWatcher {
   void OnUpdate(const SubmissionUpdate& update) override { updates.push_back(update); }
   std::vector<SubmissionUpdate> updates;
 };
-
-TokenizerFiles TinyTokenizer() {
-  const std::string dir = testutil::DataPath("scheduler/tiny-model/");
-  TokenizerFiles files;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::ifstream in(dir + name);
-    std::stringstream text;
-    text << in.rdbuf();
-    files.files[name] = text.str();
-  }
-  files.eos_ids = {256};
-  return files;
-}
 
 class SchedulerTest : public ::testing::Test {
  protected:
@@ -544,12 +532,15 @@ TEST_F(SchedulerTest, EtaUsesTheAdvertisedSpeedThenTheMeasuredOne) {
   pass.generated[reply.job_ids[0]] = 1;
   ASSERT_TRUE(scheduler_->Progress("w1", session, pass).ok());
   auto after = scheduler_->GetSubmission(reply.submission_id);
+  // The measured pass (4 s, longer than the advert) keeps the advert as a
+  // pass's base and charges the rest to the tokens it fed (none here: all of it).
   EXPECT_DOUBLE_EQ(*after->eta_seconds, 4 * 4.0);
-  // Queued work behind a busy worker waits for it: 4 passes left x 4 s, then 5 x 4 s.
+  // A queued job tops the batch up at its next boundary (4 s) and joins at the
+  // one after (8 s, the worker is in its next pass by then): 5 passes of 4 s.
   auto second = Submit({TokenJob("b", "m", 4, 5)});
   auto queued = scheduler_->GetSubmission(second.submission_id);
   ASSERT_TRUE(queued->eta_seconds.has_value());
-  EXPECT_DOUBLE_EQ(*queued->eta_seconds, 16.0 + 20.0);
+  EXPECT_DOUBLE_EQ(*queued->eta_seconds, 8.0 + 5 * 4.0);
   // Unknown while jobs wait for a tokenizer.
   auto waiting = Submit({TokenJob("c", "unknown-model")});
   EXPECT_FALSE(scheduler_->GetSubmission(waiting.submission_id)->eta_seconds.has_value());

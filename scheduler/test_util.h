@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "scheduler/types.h"
+#include "tests/testing/paths.h"
 #include "tests/testing/temp_dir.h"
 
 namespace nightshift::scheduler::testing {
@@ -23,6 +24,17 @@ inline JobSpec TokenJob(const std::string& custom_id, const std::string& model,
   spec.max_new_tokens = max_new_tokens;
   spec.priority = priority;
   return spec;
+}
+
+// The tiny byte-level tokenizer of tests/data/scheduler/tiny-model (EOS 256).
+inline TokenizerFiles TinyTokenizer() {
+  const std::string dir = testutil::DataPath("scheduler/tiny-model/");
+  TokenizerFiles files;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    files.files[name] = testutil::ReadFile(dir + name);
+  }
+  files.eos_ids = {256};
+  return files;
 }
 
 inline TokenisedPrompt TokensOf(const JobSpec& spec) {

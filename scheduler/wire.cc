@@ -100,6 +100,8 @@ void ToProto(const BatchStatus& b, v1::BatchProgress* out) {
   out->set_last_pass_seconds(b.last_pass_seconds);
   out->set_sequences(b.sequences);
   out->set_jobs(b.jobs);
+  out->set_eta_seconds_per_pass(b.eta_seconds_per_pass);
+  out->set_eta_passes_measured(b.eta_passes_measured);
 }
 
 void ToProto(const SubmissionStatus& status, v1::Submission* out) {

@@ -20,9 +20,15 @@ std::string Eta(const v1::Submission& s, int64_t now_ms, bool utc) {
          FormatClock(now_ms + static_cast<int64_t>(eta * 1000), now_ms, utc) + ")";
 }
 
+// The batch's pass and its seconds per pass: the figure the ETA rests on
+// once its worker's passes are measured ("measured"), else the batch's own.
 std::string Pass(const v1::BatchProgress& b, const char* separator) {
   std::string text = "pass " + std::to_string(b.passes_done());
-  if (b.seconds_per_pass() > 0) text += separator + Printf("%.2f s/pass", b.seconds_per_pass());
+  if (b.eta_seconds_per_pass() > 0) {
+    text += separator + Printf("%.2f s/pass measured", b.eta_seconds_per_pass());
+  } else if (b.seconds_per_pass() > 0) {
+    text += separator + Printf("%.2f s/pass", b.seconds_per_pass());
+  }
   return text;
 }
 

@@ -1,7 +1,8 @@
 // Rendering a submission's progress for `nightshift watch`: a one-line bar
 // redrawn in place on a terminal, or one plain line per event otherwise.
-// Jobs done/total, each running batch's current pass and seconds per pass,
-// and the ETA as a duration and a clock time.
+// Jobs done/total, each running batch's current pass and seconds per pass
+// (once its worker's passes are measured, the figure the ETA rests on, marked
+// "measured"), and the ETA as a duration and a clock time.
 //
 // Pure (the current time is an argument) and thread-safe.
 #pragma once

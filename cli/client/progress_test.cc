@@ -55,6 +55,17 @@ TEST(ProgressTest, PlainLine) {
             "queued; ETA ?");
 }
 
+TEST(ProgressTest, TheMeasuredSecondsPerPassTheEtaRestsOnAreShownOnceThere) {
+  v1::Submission s = Running();
+  s.mutable_batches(0)->set_eta_seconds_per_pass(1.96);
+  s.mutable_batches(0)->set_eta_passes_measured(7);
+  EXPECT_EQ(RenderProgressLine(s, kNowMs, true),
+            "submission 3: 12/40 done (11 succeeded, 1 failed, 0 cancelled), 2 running, 26 "
+            "queued; ETA 5m20s (22:18); batch 4 on w1: pass 7, 1.96 s/pass measured");
+  EXPECT_NE(RenderProgressBar(s, 200, kNowMs, true).find("w1: pass 7 1.96 s/pass measured"),
+            std::string::npos);
+}
+
 TEST(ProgressTest, BarFillsByFinishedJobsAndFitsTheWidth) {
   const std::string bar = RenderProgressBar(Running(), 200, kNowMs, true);
   EXPECT_EQ(bar,

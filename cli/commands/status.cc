@@ -33,7 +33,9 @@ int RunStatus(int argc, char** argv) {
   int64_t job_id = 0;
   bool json = false, utc = false;
   FlagSet flags("nightshift status (SUBMISSION | --job ID) [--json] [--utc]",
-                std::string("Shows a submission (job counts, ETA, running batches) or one job.\n") +
+                std::string("Shows a submission (job counts, ETA as a duration and a clock time, "
+                            "running batches with the measured seconds per pass the ETA rests "
+                            "on) or one job.\n") +
                     kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &connection);
   flags.Int("job", &job_id, "show this job instead of a submission", "ID");

@@ -1,8 +1,9 @@
 // `nightshift watch SUBMISSION`: follows a submission until it is done.
 //
 // On a terminal a one-line progress bar is redrawn in place (jobs done/total,
-// each running batch's pass and seconds per pass, the ETA as a duration and a
-// clock time); otherwise one plain line per change. Ends with the outcome
+// each running batch's pass and seconds per pass, marked "measured" once it is
+// the figure the ETA rests on, the ETA as a duration and a clock time);
+// otherwise one plain line per change. Ends with the outcome
 // line and exits 0 when every job succeeded, 1 when any failed or was
 // cancelled (or the stream broke).
 #if NIGHTSHIFT_HAVE_CLI_CLIENT

@@ -135,7 +135,8 @@ std::string MetricsCluster::StartFakeWorker(const std::string& id) {
                            "--model", kModel, "--pass-seconds", "0.02"});
 }
 
-std::string MetricsCluster::RunJobs(int jobs, int max_new_tokens, double timeout_seconds) {
+std::string MetricsCluster::RunJobs(int jobs, int max_new_tokens, double timeout_seconds,
+                                    bool staggered) {
   auto channel = api::Connect({address_, "", false, ""});
   if (!channel.ok()) return channel.status().message();
   auto stub = v1::JobService::NewStub(*channel);
@@ -146,7 +147,7 @@ std::string MetricsCluster::RunJobs(int jobs, int max_new_tokens, double timeout
     job->set_model(kModel);
     job->set_url("/v1/completions");
     for (int id : {1, 403 + i, 407}) job->mutable_token_ids()->add_ids(id);
-    job->set_max_new_tokens(max_new_tokens);
+    job->set_max_new_tokens(max_new_tokens + (staggered ? i : 0));
   }
   v1::SubmitJobsResponse reply;
   {

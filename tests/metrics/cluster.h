@@ -56,10 +56,11 @@ class MetricsCluster {
   // Starts nightshift-fake-worker `id` advertising stories260k. "" or why.
   std::string StartFakeWorker(const std::string& id);
 
-  // Submits `jobs` generation jobs (token-id prompts, `max_new_tokens` each)
-  // and waits until the submission is done. "" when every job succeeded,
-  // else why.
-  std::string RunJobs(int jobs, int max_new_tokens, double timeout_seconds);
+  // Submits `jobs` generation jobs (token-id prompts, `max_new_tokens` each,
+  // or with `staggered` max_new_tokens + i for job i, so they finish one
+  // after another) and waits until the submission is done. "" when every job
+  // succeeded, else why.
+  std::string RunJobs(int jobs, int max_new_tokens, double timeout_seconds, bool staggered = false);
 
   const std::string& address() const { return address_; }
   int scheduler_metrics_port() const { return scheduler_metrics_port_; }
