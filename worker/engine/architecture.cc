@@ -32,23 +32,6 @@ struct Slot {
   bool projection = false;  // a decoder layer's matrix (may be quantized)
 };
 
-bool IsProjection(LayerWeight role) {
-  switch (role) {
-    case LayerWeight::kQ:
-    case LayerWeight::kK:
-    case LayerWeight::kV:
-    case LayerWeight::kQkv:
-    case LayerWeight::kO:
-    case LayerWeight::kGate:
-    case LayerWeight::kUp:
-    case LayerWeight::kGateUp:
-    case LayerWeight::kDown:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // `quantized_ok`: the slot is a projection, which may be stored quantized
 // (checkpoint/quantization.h; its parts were checked when read).
 Status CheckTensor(const TensorInfo& tensor, const std::vector<int64_t>& shape, bool quantized_ok) {
@@ -325,6 +308,23 @@ TensorNames LlamaStyleTensorNames() {
   set(LayerWeight::kDownBias, "mlp.down_proj.bias");
   n.ignored_suffixes = {".inv_freq"};
   return n;
+}
+
+bool IsProjection(LayerWeight role) {
+  switch (role) {
+    case LayerWeight::kQ:
+    case LayerWeight::kK:
+    case LayerWeight::kV:
+    case LayerWeight::kQkv:
+    case LayerWeight::kO:
+    case LayerWeight::kGate:
+    case LayerWeight::kUp:
+    case LayerWeight::kGateUp:
+    case LayerWeight::kDown:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace nightshift::engine

@@ -91,6 +91,10 @@ std::vector<int64_t> ExpectedShape(const ModelConfig& config, LayerWeight role);
 
 // A checkpoint's tensors, bound to their roles. Pointers point into the
 // Checkpoint passed to BindTensors, which must outlive this.
+// True for a decoder layer's matrices (the projections, which may be
+// quantized), false for its norms and biases.
+bool IsProjection(LayerWeight role);
+
 struct LayerTensors {
   std::array<const checkpoint::TensorInfo*, kLayerWeightCount> weights{};  // nullptr: absent
   uint64_t bytes = 0;

@@ -36,6 +36,14 @@ at::Tensor ConversionScratch(int64_t rows, int64_t columns) {
   return at::from_blob(buffer.data(), {rows, columns}, FloatOptions());
 }
 
+}  // namespace
+
+at::ScalarType MatmulDtype(const Weight& w) {
+  if (w.info->dtype == DType::kBF16) return at::kBFloat16;
+  if (w.info->dtype == DType::kF16 && w.device && w.device->is_cuda()) return at::kHalf;
+  return at::kFloat;
+}
+
 at::ScalarType ScalarTypeOf(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -44,18 +52,15 @@ at::ScalarType ScalarTypeOf(DType dtype) {
       return at::kHalf;
     case DType::kBF16:
       return at::kBFloat16;
+    case DType::kI32:
+      return at::kInt;
+    case DType::kF8E4M3:
+    case DType::kU8:
+      return at::kByte;  // FP8 has no libtorch 1.13 type: its bytes, decoded by quant_linear
     default:
       throw std::invalid_argument(std::string("no kernels for ") + checkpoint::DTypeName(dtype) +
-                                  " weights");
+                                  " tensors");
   }
-}
-
-}  // namespace
-
-at::ScalarType MatmulDtype(const Weight& w) {
-  if (w.info->dtype == DType::kBF16) return at::kBFloat16;
-  if (w.info->dtype == DType::kF16 && w.device && w.device->is_cuda()) return at::kHalf;
-  return at::kFloat;
 }
 
 at::Tensor WeightAs(const Weight& w, at::ScalarType dtype) {

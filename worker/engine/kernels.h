@@ -42,6 +42,11 @@ struct Weight {
   explicit operator bool() const { return info != nullptr; }
 };
 
+// The ATen type of a stored dtype: F32, F16, BF16, I32 (packed int4), and
+// the raw bytes (kByte) of F8_E4M3 and U8. Throws std::invalid_argument for
+// others.
+at::ScalarType ScalarTypeOf(checkpoint::DType dtype);
+
 // The weight as a `dtype` tensor of its stored shape. On a device: a view of
 // its memory, converted when its dtype differs (and first copied to aligned
 // memory when its address is not a multiple of its element size, which

@@ -31,25 +31,6 @@ void ThrowIfError(const Status& status) {
   if (!status.ok()) throw std::invalid_argument(status.message());
 }
 
-at::ScalarType ScalarTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return at::kFloat;
-    case DType::kF16:
-      return at::kHalf;
-    case DType::kBF16:
-      return at::kBFloat16;
-    case DType::kI32:
-      return at::kInt;
-    case DType::kF8E4M3:
-    case DType::kU8:
-      return at::kByte;
-    default:
-      throw std::invalid_argument(std::string("no quantized kernels for ") +
-                                  checkpoint::DTypeName(dtype) + " parts");
-  }
-}
-
 // Part `k` of a device weight as a tensor of its stored dtype and shape, a
 // view of the staged bytes (copied to aligned memory first when they are
 // not aligned to the element size).

@@ -192,23 +192,6 @@ PlannedTensor Planned(std::string name, std::vector<int64_t> shape, Init init, u
   return t;
 }
 
-bool IsProjection(LayerWeight role) {
-  switch (role) {
-    case LayerWeight::kQ:
-    case LayerWeight::kK:
-    case LayerWeight::kV:
-    case LayerWeight::kQkv:
-    case LayerWeight::kO:
-    case LayerWeight::kGate:
-    case LayerWeight::kUp:
-    case LayerWeight::kGateUp:
-    case LayerWeight::kDown:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Every tensor the engine expects for `config`, in checkpoint order; with
 // `quantize`, each projection as its quantized parts (InvalidArgument when
 // one does not pack).
