@@ -100,6 +100,13 @@ std::vector<MetricDef> MakeCatalogue() {
       {kGeneratedTokensTotal, C, "Tokens generated.", mw, {}, W},
       {kKvBudgetBytes, G, "Memory the worker can give to the KV cache.", {"worker"}, {}, W},
       {kKvInUseBytes, G, "KV cache bytes reserved by the sequences in flight.", {"worker"}, {}, W},
+      {kPinnedBytes,
+       G,
+       "Checkpoint bytes kept in memory across passes (partial residency: the pinned groups, "
+       "and a GPU's host tier), as of the model's last pass; a pass streams the rest.",
+       mw,
+       {},
+       W},
       {kPassesByComputeTotal,
        C,
        "Passes by what their projections computed in: f32, bf16, mixed (BF16 at some row "

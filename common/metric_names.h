@@ -63,6 +63,7 @@ inline constexpr std::string_view kPromptTokensTotal = "nightshift_prompt_tokens
 inline constexpr std::string_view kGeneratedTokensTotal = "nightshift_generated_tokens_total";
 inline constexpr std::string_view kKvBudgetBytes = "nightshift_kv_budget_bytes";
 inline constexpr std::string_view kKvInUseBytes = "nightshift_kv_in_use_bytes";
+inline constexpr std::string_view kPinnedBytes = "nightshift_pinned_bytes";
 inline constexpr std::string_view kPassesByComputeTotal = "nightshift_passes_by_compute_total";
 inline constexpr std::string_view kProjectionFlopsTotal = "nightshift_projection_flops_total";
 // Scheduler: the queue, leases, results and ETAs.

@@ -451,5 +451,90 @@ TEST(BatchEndToEndTest, LongClassificationsFillPassesUpToThePassTokenBudget) {
   if (HasFailure()) std::cerr << cluster.Logs();
 }
 
+// The value of the series of `name` whose labels contain `labels` in the
+// Prometheus text `metrics`; -1 when there is none.
+double Sample(const std::string& metrics, const std::string& name, const std::string& labels) {
+  for (size_t at = metrics.find(name + "{"); at != std::string::npos;
+       at = metrics.find(name + "{", at + 1)) {
+    const size_t end = metrics.find('}', at);
+    if (metrics.substr(at, end - at).find(labels) == std::string::npos) continue;
+    return std::stod(metrics.substr(end + 2));
+  }
+  return -1;
+}
+
+// The adaptive split: a worker given a memory budget and no --kv-budget
+// streams a model that does not fit resident, and keeps KV only for the jobs
+// in flight, pinning layers in the rest. With two short completions in
+// flight every layer is pinned after the first pass, so their 8 passes read
+// little more than one pass's layers (`--streaming always` reads 8 times
+// that), with the tokens of `nightshift run`.
+TEST(BatchEndToEndTest, AWorkerWithoutAKvBudgetPinsWhatTheJobsInFlightLeave) {
+  TempDir dir;
+  const std::string root = dir.file("models");
+  ModelShape shape = LlamaMini();
+  shape.hidden = 512;
+  shape.layers = 8;
+  shape.heads = 8;
+  shape.kv_heads = 4;
+  shape.intermediate = 1536;
+  const std::string model = "llama-512";
+  ASSERT_EQ(MakeCheckpoint(shape, root + "/" + model), "");  // 240 MB, float32
+
+  Cluster cluster(dir.path());
+  ASSERT_EQ(cluster.StartScheduler(/*lease_seconds=*/20), "");
+  // Resident it needs ~510 MB with the runtime allowance: streamed at 450 MiB.
+  Process* worker =
+      cluster.StartWorker("w1", {root}, {"--memory-budget", "450MiB", "--metrics-port", "0"});
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(cluster.WaitForWorker("w1", {model}, 60)) << cluster.Logs();
+  EXPECT_NE(worker->Log().find("pins as the jobs in flight leave room"), std::string::npos)
+      << worker->Log();
+  const json workers = cluster.Workers();
+  const json& advert = workers["workers"][0]["models"][0];
+  const double checkpoint_bytes = static_cast<double>(Int(advert["checkpoint_bytes"]));
+  ASSERT_GT(checkpoint_bytes, 200e6) << advert;
+  const int port = testutil::WaitForLogPort(*worker, "metrics listening on ", 10);
+  ASSERT_GT(port, 0) << cluster.Logs();
+
+  std::vector<Job> jobs;
+  for (int i = 0; i < 2; ++i) {
+    Job job;
+    job.spec.custom_id = "story-" + std::to_string(i);
+    job.spec.model = model;
+    job.spec.prompt_text = "Once upon a time, story " + std::to_string(i);
+    job.spec.max_new_tokens = 8;
+    job.spec.sampling.temperature = 0;
+    job.line = CompletionLine(job.spec.custom_id, model, job.spec.prompt_text, 8);
+    jobs.push_back(std::move(job));
+  }
+  Reference reference(root, dir.path());
+  Outcome watch;
+  const int64_t id =
+      SubmitAndRunDirectly(cluster, jobs, dir.file("stories.jsonl"), reference, &watch);
+  ASSERT_GT(id, 0) << cluster.last_error();
+
+  const std::string metrics = metrics::testing::HttpGet(port, "/metrics").body();
+  const std::string series = "model=\"" + model + "\"";
+  const double passes = Sample(metrics, "nightshift_pass_duration_seconds_count", series);
+  const double pinned = Sample(metrics, "nightshift_pinned_bytes", series);
+  const double read = Sample(metrics, "nightshift_checkpoint_read_bytes_total", series);
+  EXPECT_GE(passes, 8) << metrics;
+  // Every streamed group (the checkpoint less its embedding, read by rows).
+  EXPECT_GT(pinned, 0.6 * checkpoint_bytes) << metrics;
+  EXPECT_LT(read, 1.1 * pinned) << "bytes read in " << passes << " passes";
+  std::cout << passes << " passes read " << read / 1e6 << " MB of a " << checkpoint_bytes / 1e6
+            << " MB pass, " << pinned / 1e6 << " MB pinned\n";
+
+  std::vector<json> stored = cluster.ListJobs(id);
+  ASSERT_EQ(stored.size(), jobs.size());
+  for (const json& row : stored) {
+    const std::string custom_id = row.value("custom_id", "");
+    EXPECT_EQ(row["state"], "JOB_STATE_SUCCEEDED") << row;
+    CheckGenerated(custom_id, /*sampled=*/false, row["output"], reference[custom_id]);
+  }
+  if (HasFailure()) std::cerr << cluster.Logs();
+}
+
 }  // namespace
 }  // namespace nightshift::e2e

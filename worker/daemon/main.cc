@@ -91,8 +91,10 @@ FlagSet MakeFlags(Flags* f) {
                "cgroup limit)",
                "BYTES");
   flags.String("kv-budget", &f->kv_budget,
-               "KV cache budget (default: what the planner leaves of the memory budget); given, "
-               "what the memory budget leaves after it pins layers of a streamed model",
+               "KV cache budget, fixed; what the memory budget leaves after it pins layers of a "
+               "streamed model (default: what the planner leaves of the memory budget, as a "
+               "ceiling: a streamed model keeps KV for the jobs in flight and pins layers in "
+               "the rest, pass by pass)",
                "BYTES");
   flags.String("host-memory-budget", &f->host_memory_budget,
                "on a GPU, host memory (page-locked) that keeps the layers GPU memory does not, "
@@ -117,7 +119,8 @@ FlagSet MakeFlags(Flags* f) {
   flags.String("device", &f->device,
                "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
-               "auto (resident when it fits, else streamed, partly pinned with --kv-budget), "
+               "auto (resident when it fits, else streamed, layers pinned in the memory the KV "
+               "cache leaves), "
                "always (stream everything) or never (or NIGHTSHIFT_STREAMING; the flag wins)",
                "MODE");
   flags.Int("metrics-port", &f->metrics_port,
@@ -229,9 +232,12 @@ void LogCatalog(const Catalog& catalog) {
     std::ostringstream line;
     line << "model " << m.offer.name << " advertised: " << (m.resident ? "resident" : "streaming")
          << ", " << m.offer.checkpoint_bytes << " bytes, " << m.offer.kv_bytes_per_token
-         << " KV bytes/token, " << m.pinned_bytes << " bytes pinned, " << m.host_pinned_bytes
-         << " in host memory, " << m.offer.seconds_per_pass << " s/pass, context "
-         << m.offer.max_context_tokens << ", " << m.offer.pass_token_budget << " tokens per pass, "
+         << " KV bytes/token, "
+         << (m.adaptive_split ? std::string("pins as the jobs in flight leave room")
+                              : std::to_string(m.pinned_bytes) + " bytes pinned")
+         << ", " << m.host_pinned_bytes << " in host memory, " << m.offer.seconds_per_pass
+         << " s/pass, context " << m.offer.max_context_tokens << ", " << m.offer.pass_token_budget
+         << " tokens per pass, "
          << (m.tokenizer != nullptr ? "tokenizer " + m.offer.tokenizer_hash.substr(0, 12)
                                     : std::string("no tokenizer"));
     LogLine(line.str());
@@ -349,7 +355,8 @@ int Run(int argc, char** argv) {
     options.pass_token_budget = model.offer.pass_token_budget;
     options.activation_budget_bytes = activation_budget;
     options.kv_dtype = kv_dtype;
-    options.memory_budget_bytes = model.memory_budget_bytes;            // pins model.pinned_bytes
+    options.memory_budget_bytes = model.memory_budget_bytes;  // pins model.pinned_bytes
+    options.adaptive_split = model.adaptive_split;            // or as the jobs in flight leave room
     options.host_memory_budget_bytes = model.host_memory_budget_bytes;  // model.host_pinned_bytes
     options.device = engine_device;
     options.threads = threads;

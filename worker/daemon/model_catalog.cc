@@ -133,6 +133,14 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
     pinned = planner::ChoosePinnedGroups(groups, pin_budget);
     entry.pinned_bytes = planner::PinnedBytes(groups, pinned);
     if (entry.pinned_bytes > 0) entry.memory_budget_bytes = options.memory_budget_bytes;
+  } else if (partial) {
+    // No KV budget given: the derived one is a ceiling the scheduler sizes
+    // batches against, and the engine splits the memory budget between the
+    // KV of the jobs in flight and pinned groups pass by pass
+    // (EngineOptions::adaptive_split). The advert prices the full batch's
+    // split, every group streamed; the measured passes take over.
+    entry.adaptive_split = true;
+    entry.memory_budget_bytes = options.memory_budget_bytes;
   }
   if (partial && options.device == planner::Device::kGpu && options.host_memory_budget_bytes > 0) {
     // What the engine's host tier then keeps (Engine::Impl::FixHostTier).

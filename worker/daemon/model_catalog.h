@@ -59,10 +59,12 @@ struct CatalogOptions {
   // footprint of the models advertised. Given (--kv-budget), a streamed
   // model pins what the memory budget leaves after its working set and this
   // (planner/model_facts.h, the figures the engine uses), unless streaming
-  // is `always`. Without it every group is streamed and the KV cache takes
-  // the rest: with an unbounded queue, jobs per second (jobs per pass /
-  // seconds per pass) grows with the KV share, so that is the split the pass
-  // model picks.
+  // is `always`. Without it the derived budget is a ceiling: the scheduler
+  // leases up to it, and the engine keeps KV for the jobs in flight and pins
+  // what that leaves, pass by pass (ModelEntry::adaptive_split). With an
+  // unbounded queue, jobs per second (jobs per pass / seconds per pass) grows
+  // with the KV share, so a full batch takes the ceiling; a short queue's
+  // few jobs leave the rest to pins (planner::PlanPinSplit's choice either way).
   uint64_t kv_budget_bytes = 0;
   // Tokens one pass may feed; 0 = planner::DefaultPassTokenBudget of each model.
   int64_t pass_token_budget = 0;
@@ -90,6 +92,11 @@ struct ModelEntry {
   // only the streamed rest).
   uint64_t memory_budget_bytes = 0;
   uint64_t pinned_bytes = 0;
+  // No --kv-budget: the KV budget is a ceiling and the engine's split
+  // between KV and pinned groups follows the jobs in flight
+  // (EngineOptions::adaptive_split); pinned_bytes is then 0, the split of a
+  // full batch.
+  bool adaptive_split = false;
   // The host tier on a GPU (EngineOptions::host_memory_budget_bytes, 0: none)
   // and the bytes it keeps, which a pass does not read either.
   uint64_t host_memory_budget_bytes = 0;

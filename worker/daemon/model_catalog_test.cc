@@ -317,6 +317,7 @@ TEST(ScanModelRootsTest, AStreamedModelWithAKvBudgetPinsWhatFitsAndAdvertisesThe
   EXPECT_EQ(m.pinned_bytes,
             planner::PinnedBytes(groups, planner::ChoosePinnedGroups(groups, pin_budget)));
   EXPECT_EQ(m.memory_budget_bytes, partial.memory_budget_bytes);
+  EXPECT_FALSE(m.adaptive_split);  // the KV budget named fixes the split
   const uint64_t streamed = planner::StreamedBytesPerPass(*ckpt, m.pinned_bytes);
   EXPECT_LT(streamed, ckpt->total_bytes);
   EXPECT_EQ(m.offer.checkpoint_bytes, static_cast<int64_t>(streamed));
@@ -328,6 +329,7 @@ TEST(ScanModelRootsTest, AStreamedModelWithAKvBudgetPinsWhatFitsAndAdvertisesThe
   ASSERT_TRUE(streamed_all.ok() && streamed_all->models.size() == 1u);
   EXPECT_EQ(streamed_all->models[0].pinned_bytes, 0u);
   EXPECT_EQ(streamed_all->models[0].memory_budget_bytes, 0u);
+  EXPECT_FALSE(streamed_all->models[0].adaptive_split);
   EXPECT_EQ(streamed_all->models[0].offer.checkpoint_bytes,
             static_cast<int64_t>(ckpt->total_bytes));
 
@@ -336,6 +338,18 @@ TEST(ScanModelRootsTest, AStreamedModelWithAKvBudgetPinsWhatFitsAndAdvertisesThe
   auto no_room = ScanModelRoots(all_kv);
   ASSERT_TRUE(no_room.ok() && no_room->models.size() == 1u);
   EXPECT_EQ(no_room->models[0].pinned_bytes, 0u);
+
+  // No KV budget named: the engine splits the memory budget as the jobs in
+  // flight leave room, and the advert prices a full batch's split (nothing pinned).
+  CatalogOptions adaptive = partial;
+  adaptive.kv_budget_bytes = 0;
+  auto follows = ScanModelRoots(adaptive);
+  ASSERT_TRUE(follows.ok() && follows->models.size() == 1u);
+  EXPECT_TRUE(follows->models[0].adaptive_split);
+  EXPECT_EQ(follows->models[0].memory_budget_bytes, partial.memory_budget_bytes);
+  EXPECT_EQ(follows->models[0].pinned_bytes, 0u);
+  EXPECT_EQ(follows->models[0].offer.checkpoint_bytes, static_cast<int64_t>(ckpt->total_bytes));
+  EXPECT_FALSE(resident->models[0].adaptive_split);
 }
 
 // On a GPU, --host-memory-budget keeps in host memory what the device does

@@ -37,6 +37,7 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry, std
       generated_tokens_(*registry_, names::kGeneratedTokensTotal),
       passes_by_compute_(*registry_, names::kPassesByComputeTotal),
       projection_flops_(*registry_, names::kProjectionFlopsTotal),
+      pinned_bytes_(*registry_, names::kPinnedBytes),
       read_bandwidth_(WorkerGauge(*registry_, names::kReadBandwidthBytesPerSecond, worker_id_)),
       kv_budget_(WorkerGauge(*registry_, names::kKvBudgetBytes, worker_id_)),
       kv_in_use_(WorkerGauge(*registry_, names::kKvInUseBytes, worker_id_)) {}
@@ -68,6 +69,7 @@ void WorkerMetrics::OnPass(const std::string& model, const engine::PassStats& st
   mwc["compute"] = stats.compute_dtype;
   passes_by_compute_.With(mwc).Increment();
   projection_flops_.With(mw).Increment(stats.projection_flops);
+  pinned_bytes_.With(mw).Set(static_cast<double>(stats.pinned_bytes + stats.host_pinned_bytes));
   SetKvInUse(kv_in_use);
 }
 

@@ -66,6 +66,7 @@ class WorkerMetrics {
   metrics::CatalogueFamily<prometheus::Counter> generated_tokens_;
   metrics::CatalogueFamily<prometheus::Counter> passes_by_compute_;
   metrics::CatalogueFamily<prometheus::Counter> projection_flops_;
+  metrics::CatalogueFamily<prometheus::Gauge> pinned_bytes_;
   prometheus::Gauge& read_bandwidth_;
   prometheus::Gauge& kv_budget_;
   prometheus::Gauge& kv_in_use_;

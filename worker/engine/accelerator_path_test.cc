@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "planner/model_facts.h"
@@ -313,6 +314,116 @@ TEST(AcceleratorPathTest, AHostMemoryBudgetKeepsWhatTheDeviceDoesNot) {
   // The CPU path has no second tier.
   options.accelerator_path_on_cpu = false;
   options.host_memory_budget_bytes = all;
+  EXPECT_EQ(Engine::Open(FixtureDir(kFixture), options).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// The adaptive split (a worker without --kv-budget, on both paths): the
+// memory budget's share for KV follows the sequences in flight. One short
+// sequence leaves more pinned than a split fixed at the KV ceiling; a long
+// one joining unpins groups before its cache grows; once it leaves, the next
+// pass pins them again. At every pass the working set, the pinned groups and
+// the KV in use fit the budget; a pass whose pins did not change reads the
+// streamed pass less them; the tokens are the fully streamed run's.
+struct SplitRun {
+  std::vector<PassStats> passes;
+  std::vector<uint64_t> kv_in_use;  // before each pass
+  std::vector<TokenId> short_tokens, long_tokens;
+};
+
+SplitRun RunShortThenLong(const Golden& golden, const EngineOptions& options) {
+  SplitRun run;
+  std::unique_ptr<Engine> engine = OpenEngine(FixtureDir(kFixture), options);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return run;
+  auto step = [&] {
+    run.kv_in_use.push_back(engine->kv_bytes_in_use());
+    StatusOr<PassStats> stats = engine->Step();
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    if (stats.ok()) run.passes.push_back(*stats);
+  };
+  StatusOr<SequenceId> s = engine->Add(GreedyRequest(golden.prompts[0], 6));
+  EXPECT_TRUE(s.ok());
+  step();
+  step();
+  StatusOr<SequenceId> l = engine->Add(GreedyRequest(golden.prompts[1], 450));
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  if (!l.ok()) return run;
+  step();
+  step();
+  StatusOr<std::vector<TokenId>> long_tokens = engine->Generated(*l);
+  EXPECT_TRUE(long_tokens.ok());
+  if (long_tokens.ok()) run.long_tokens = *long_tokens;
+  EXPECT_TRUE(engine->Cancel(*l).ok());
+  while (engine->active() > 0 && run.passes.size() < 20) step();
+  for (const SequenceResult& r : engine->TakeFinished()) {
+    if (r.id == *s) run.short_tokens = r.generated;
+  }
+  return run;
+}
+
+TEST(AcceleratorPathTest, AnAdaptiveSplitFollowsTheSequencesInFlight) {
+  const Golden golden = LoadGolden(kFixture);
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
+  ASSERT_TRUE(ckpt.ok());
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
+  uint64_t all = 0;
+  for (uint64_t g : groups) all += g;
+  std::unique_ptr<Engine> probe = OpenEngine(FixtureDir(kFixture), EngineOptions{});
+  ASSERT_NE(probe, nullptr);
+  const uint64_t short_kv = probe->KvBytesFor(GreedyRequest(golden.prompts[0], 6));
+  const uint64_t long_kv = probe->KvBytesFor(GreedyRequest(golden.prompts[1], 450));
+  const uint64_t working_set = planner::StreamBufferBytes(groups, {}, /*prefetch=*/true) +
+                               planner::ActivationWorkingSetBytes(probe->config(), 0);
+  ASSERT_GT(long_kv, all / 3);  // the long sequence's KV displaces groups
+  // Every group pins with nothing in flight; then with the short sequence too.
+  for (const uint64_t budget : {working_set + all, working_set + all + short_kv}) {
+    for (bool accelerator : {false, true}) {
+      SCOPED_TRACE(std::string(accelerator ? "accelerator path" : "cpu path") + ", budget " +
+                   std::to_string(budget));
+      EngineOptions options = accelerator ? AcceleratorOptions() : EngineOptions{};
+      options.threads = 1;
+      const SplitRun streamed = RunShortThenLong(golden, options);
+      ASSERT_EQ(streamed.passes.size(), 6u);  // the short sequence's 6 tokens
+      options.memory_budget_bytes = budget;
+      options.kv_budget_bytes = short_kv + long_kv;  // the ceiling
+      const SplitRun fixed = RunShortThenLong(golden, options);
+      options.adaptive_split = true;
+      const SplitRun adaptive = RunShortThenLong(golden, options);
+      ASSERT_EQ(adaptive.passes.size(), 6u);
+      ASSERT_EQ(fixed.passes.size(), 6u);
+
+      const uint64_t alone = adaptive.passes[0].pinned_bytes;
+      const uint64_t both = adaptive.passes[2].pinned_bytes;
+      if (budget > working_set + all) {
+        EXPECT_EQ(alone, all);
+      }
+      EXPECT_EQ(fixed.passes[0].pinned_bytes, fixed.passes[5].pinned_bytes);
+      EXPECT_GT(alone, fixed.passes[0].pinned_bytes);  // a short queue pins more
+      EXPECT_LT(both, alone);                          // the long sequence's KV took groups
+      EXPECT_EQ(adaptive.passes[1].pinned_bytes, alone);
+      EXPECT_EQ(adaptive.passes[3].pinned_bytes, both);
+      EXPECT_EQ(adaptive.passes[4].pinned_bytes, alone);  // pinned again once it left
+      EXPECT_EQ(adaptive.passes[5].pinned_bytes, alone);
+      for (size_t p = 0; p < adaptive.passes.size(); ++p) {
+        const PassStats& pass = adaptive.passes[p];
+        EXPECT_LE(working_set + pass.pinned_bytes + adaptive.kv_in_use[p], budget) << p;
+        EXPECT_LE(pass.bytes_read, streamed.passes[p].bytes_read) << p;
+        if (p > 0 && pass.pinned_bytes == adaptive.passes[p - 1].pinned_bytes) {
+          EXPECT_EQ(pass.bytes_read, streamed.passes[p].bytes_read - pass.pinned_bytes) << p;
+        }
+      }
+      EXPECT_EQ(adaptive.short_tokens, streamed.short_tokens);
+      EXPECT_EQ(adaptive.long_tokens, streamed.long_tokens);
+      EXPECT_EQ(fixed.short_tokens, streamed.short_tokens);
+      EXPECT_EQ(adaptive.short_tokens.size(), 6u);
+      EXPECT_EQ(adaptive.long_tokens.size(), 2u);
+    }
+  }
+  // The ceiling is required: without it there is nothing to split.
+  EngineOptions options;
+  options.memory_budget_bytes = working_set + all;
+  options.adaptive_split = true;
   EXPECT_EQ(Engine::Open(FixtureDir(kFixture), options).status().code(),
             StatusCode::kInvalidArgument);
 }

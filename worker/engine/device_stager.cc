@@ -108,6 +108,14 @@ void DeviceStager::Release(size_t index) {
   slot.released->record(*impl_->compute);
 }
 
+void DeviceStager::Free(size_t index) {
+  Impl::Slot& slot = impl_->slots.at(index);
+  if (slot.released) {
+    while (!slot.released->query()) std::this_thread::yield();
+  }
+  slot.memory = at::Tensor();
+}
+
 std::shared_ptr<unsigned char> PinnedBuffer(uint64_t bytes) {
   constexpr uint64_t kAlign = 4096;
   at::Tensor memory = at::empty({static_cast<int64_t>(bytes + kAlign)},

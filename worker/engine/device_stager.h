@@ -53,6 +53,10 @@ class DeviceStager {
   // current contents.
   void Release(size_t slot);
 
+  // Frees `slot`'s device memory once the work released with its contents
+  // has finished (the slot is allocated again when next staged into).
+  void Free(size_t slot);
+
   c10::Device device() const { return device_; }
 
  private:

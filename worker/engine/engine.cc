@@ -252,6 +252,10 @@ Status ValidateOptions(const EngineOptions& options) {
     return InvalidArgument("read_streams must be in 0..64");
   }
   if (options.pass_token_budget < 0) return InvalidArgument("pass_token_budget must be >= 0");
+  if (options.adaptive_split &&
+      (options.memory_budget_bytes == 0 || options.kv_budget_bytes == 0)) {
+    return InvalidArgument("an adaptive split needs a memory budget and a KV budget (its ceiling)");
+  }
   if (options.host_memory_budget_bytes > 0 && !IsCudaDevice(options.device) &&
       !options.accelerator_path_on_cpu) {
     return InvalidArgument(
@@ -484,6 +488,9 @@ struct Engine::Impl {
   // first pass: groups the loader keeps in host memory, staged every pass.
   std::vector<bool> host_pinned;
   uint64_t host_pinned_bytes = 0;
+  // With EngineOptions::adaptive_split, the KV bytes the current pins leave
+  // room for (Resplit); else the KV budget the plan was fixed with.
+  uint64_t kv_split = 0;
   std::vector<float> inv_freq;
   std::vector<int64_t> eos;
   int64_t max_context = 0;
@@ -563,6 +570,12 @@ struct Engine::Impl {
   Status FixPassPlan(const PassPlan& plan);
   // The host tier of the accelerator path, once the device's pins are fixed.
   Status FixHostTier(const std::vector<uint64_t>& group_bytes);
+  // EngineOptions::adaptive_split, once the plan is fixed: pins what the
+  // memory budget leaves after the working set and `kv` bytes of KV,
+  // unpinning (freeing) and pinning groups between passes.
+  Status Resplit(uint64_t kv);
+  // Every loader group's tensor bytes.
+  std::vector<uint64_t> GroupBytes() const;
   // The activations the first pass `plan` needs (run's plan): its
   // micro-batch temporaries, score blocks (both bounded as in
   // planner::ActivationWorkingSetBytes), hidden states and logits.
@@ -615,10 +628,16 @@ uint64_t Engine::Impl::FirstPassActivationBytes(const PassPlan& plan) const {
   return rows * ActivationBytesPerRow(config) + 2 * scores + hidden + logits;
 }
 
-Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
+std::vector<uint64_t> Engine::Impl::GroupBytes() const {
   std::vector<uint64_t> group_bytes;
-  for (size_t g = 0; g < loader->groups(); ++g)
+  for (size_t g = 0; g < loader->groups(); ++g) {
     group_bytes.push_back(loader->group_tensor_bytes(g));
+  }
+  return group_bytes;
+}
+
+Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
+  const std::vector<uint64_t> group_bytes = GroupBytes();
   if (options.residency == Residency::kResident) {
     pinned.assign(group_bytes.size(), true);
     pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
@@ -629,7 +648,7 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
   uint64_t activations, kv;
   if (options.kv_budget_bytes > 0) {
     activations = planner::ActivationWorkingSetBytes(config, options.activation_budget_bytes);
-    kv = options.kv_budget_bytes;
+    kv = options.adaptive_split ? KvBytesInUse() : options.kv_budget_bytes;
   } else {
     activations = FirstPassActivationBytes(plan);
     kv = KvBytesInUse();
@@ -643,17 +662,20 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
                              std::to_string(buffers) + ", activations " +
                              std::to_string(activations) + ", KV " + std::to_string(kv) + ")");
   }
+  kv_split = kv;
   pinned = planner::ChoosePinnedGroups(
       group_bytes, planner::PinBudgetBytes(options.memory_budget_bytes, buffers, activations, kv),
       options.pin_placement);
   pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
   if (!stager) return pinned_bytes == 0 ? Status::Ok() : loader->SetPinned(pinned);
-  if (pinned_bytes == 0) return FixHostTier(group_bytes);
-  // The device keeps the pinned groups: two stream slots, then one per group.
+  if (pinned_bytes == 0 && !options.adaptive_split) return FixHostTier(group_bytes);
+  // The device keeps the pinned groups: two stream slots, then one per group
+  // (allocated when first staged into; with an adaptive split any group may
+  // be pinned later).
   std::vector<uint64_t> slots(2, 0);
   for (size_t g = 0; g < loader->groups(); ++g) {
     slots[0] = std::max(slots[0], loader->buffer_bytes(g));
-    slots.push_back(pinned[g] ? loader->buffer_bytes(g) : 0);
+    slots.push_back(pinned[g] || options.adaptive_split ? loader->buffer_bytes(g) : 0);
   }
   slots[1] = slots[0];
   resident_groups.assign(loader->groups(), std::nullopt);
@@ -680,6 +702,48 @@ Status Engine::Impl::FixHostTier(const std::vector<uint64_t>& group_bytes) {
                                               options.pin_placement);
   host_pinned_bytes = planner::PinnedBytes(group_bytes, host_pinned);
   return host_pinned_bytes == 0 ? Status::Ok() : loader->SetPinned(host_pinned);
+}
+
+Status Engine::Impl::Resplit(uint64_t kv) {
+  if (options.residency == Residency::kResident || options.memory_budget_bytes == 0) {
+    return Status::Ok();
+  }
+  const std::vector<uint64_t> group_bytes = GroupBytes();
+  const uint64_t buffers = planner::StreamBufferBytes(group_bytes, {}, options.prefetch);
+  const uint64_t activations =
+      planner::ActivationWorkingSetBytes(config, options.activation_budget_bytes);
+  std::vector<bool> next = planner::ChoosePinnedGroups(
+      group_bytes, planner::PinBudgetBytes(options.memory_budget_bytes, buffers, activations, kv),
+      options.pin_placement);
+  kv_split = kv;
+  if (next == pinned) return Status::Ok();
+  if (stager) {
+    // Groups the device gives up: their slots freed now, the loader reads
+    // them again. Newly pinned ones are kept when next staged (Acquire).
+    for (size_t g = 0; g < next.size(); ++g) {
+      if (!pinned[g] || next[g]) continue;
+      if (resident_groups[g]) {
+        resident_groups[g].reset();
+        NS_RETURN_IF_ERROR(Guarded([&]() -> Status {
+          stager->Free(2 + g);
+          return Status::Ok();
+        }));
+        loader->Unskip(g);
+      }
+    }
+    pinned = std::move(next);
+    pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
+    if (options.host_memory_budget_bytes == 0) return Status::Ok();
+    host_pinned =
+        planner::ChooseHostTierGroups(group_bytes, pinned, options.host_memory_budget_bytes,
+                                      options.prefetch, options.pin_placement);
+    host_pinned_bytes = planner::PinnedBytes(group_bytes, host_pinned);
+    return loader->SetPinned(host_pinned);
+  }
+  NS_RETURN_IF_ERROR(loader->SetPinned(next));
+  pinned = std::move(next);
+  pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
+  return Status::Ok();
 }
 
 Status Engine::Impl::OpenStager() {
@@ -950,7 +1014,11 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   stats.index = passes++;
   stats.residency = options.residency;
   const PassPlan plan = PlanPass(&stats);
-  if (stats.index == 0) NS_RETURN_IF_ERROR(FixPassPlan(plan));
+  if (stats.index == 0) {
+    NS_RETURN_IF_ERROR(FixPassPlan(plan));
+  } else if (options.adaptive_split) {
+    NS_RETURN_IF_ERROR(Resplit(KvBytesInUse()));  // sequences that finished free KV for pins
+  }
   stats.pinned_bytes = pinned_bytes;
   stats.host_pinned_bytes = host_pinned_bytes;
   ReportCompute(&stats);
@@ -1045,6 +1113,9 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
                              std::to_string(queued) + " of the next pass's budget of " +
                              std::to_string(pass_budget) + " tokens are taken");
   }
+  if (impl_->options.adaptive_split && impl_->passes > 0 && in_use + need > impl_->kv_split) {
+    NS_RETURN_IF_ERROR(impl_->Resplit(in_use + need));  // groups give way before the cache grows
+  }
   const int64_t capacity = CachePositions(request, impl_->max_context);
   SequenceId id = impl_->next_id++;
   return Guarded([&]() -> StatusOr<SequenceId> {
@@ -1118,6 +1189,9 @@ int64_t Engine::micro_batch_rows() const { return impl_->micro_batch_rows; }
 KvDType Engine::kv_dtype() const { return impl_->options.kv_dtype; }
 uint64_t Engine::pinned_bytes() const { return impl_->pinned_bytes; }
 uint64_t Engine::host_pinned_bytes() const { return impl_->host_pinned_bytes; }
+uint64_t Engine::kv_split_bytes() const {
+  return impl_->options.adaptive_split ? impl_->kv_split : impl_->options.kv_budget_bytes;
+}
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
 const ComputeChoice& Engine::compute() const { return impl_->compute; }
 

@@ -254,6 +254,19 @@ struct EngineOptions {
   // (memory_budget_bytes); ignored when resident.
   uint64_t host_memory_budget_bytes = 0;
   planner::PinPlacement pin_placement = planner::PinPlacement::kSpread;
+  // With memory_budget_bytes and kv_budget_bytes (a worker without
+  // --kv-budget): the KV budget is a ceiling, and the split of the memory
+  // budget between the KV cache and pinned groups follows the sequences in
+  // flight instead of being fixed by the first pass. Each pass pins what the
+  // budget leaves after the working set and the KV those sequences reserve
+  // (a group newly pinned is kept from its next read, which the pass makes
+  // anyway); a sequence added beyond that first unpins the groups its KV
+  // needs (their memory is freed before its cache grows; they are streamed
+  // again from the next pass). Jobs per pass are then the sequences the
+  // scheduler gave (it sizes batches against the ceiling) and each pass
+  // streams the least the memory allows for them: the split that maximises
+  // jobs per second for the work there is (planner::PlanPinSplit's choice).
+  bool adaptive_split = false;
   // Bytes of float32 temporaries one micro-batch of a layer may use. Each
   // layer runs the pass's rows in micro-batches of R rows through the same
   // loaded weights, R = min(256, budget / the temporaries of one row, from
@@ -393,6 +406,9 @@ class Engine {
   uint64_t pinned_bytes() const;
   // Bytes of the groups the host tier keeps (PassStats::host_pinned_bytes).
   uint64_t host_pinned_bytes() const;
+  // KV bytes the pass plan holds for the sequences in flight: the KV budget,
+  // or with adaptive_split what the current split leaves the KV cache.
+  uint64_t kv_split_bytes() const;
   // generation_config.json's eos_token_id when present, else config.json's.
   const std::vector<int64_t>& eos_token_ids() const;
   // The projection kernels chosen at Open, with the measurement behind them

@@ -151,8 +151,7 @@ struct LayerLoader::Impl {
   std::vector<int> free_slots;  // free stream buffers
   uint64_t largest_buffer = 0;  // of the groups not pinned
   uint64_t largest_tensor_bytes = 0;
-  size_t next = 0;       // the group Acquire expects
-  bool started = false;  // a group was acquired
+  size_t next = 0;  // the group Acquire expects
   std::optional<size_t> held;
   Status broken;
 
@@ -342,6 +341,38 @@ struct LayerLoader::Impl {
     }
   }
 
+  // Blocks until no group is being read (`lock` holds `mu`).
+  void WaitForReads(std::unique_lock<std::mutex>& lock) {
+    done.wait(lock, [this] {
+      return std::none_of(groups.begin(), groups.end(),
+                          [](const Group& g) { return g.state == State::kReading; });
+    });
+  }
+
+  // After the pins or the order changed (no read in flight, `mu` held):
+  // what the stream buffers hold must be among the next groups to read, in
+  // order from `next`, as many as there are stream buffers, or Acquire
+  // could find no buffer free for the group it expects. Any other group read
+  // ahead is dropped (read again when its turn comes).
+  void DropStaleReadAhead() {
+    std::vector<size_t> upcoming;
+    for (size_t step = 0, j = next; step < groups.size() && upcoming.size() < stream_slots;
+         ++step, j = (j + 1) % groups.size()) {
+      const Group& g = groups[j];
+      if (g.skipped || (g.pinned && g.state == State::kReady)) continue;
+      upcoming.push_back(j);
+    }
+    for (size_t i = 0; i < groups.size(); ++i) {
+      Group& g = groups[i];
+      if (g.state != State::kReady || g.pinned) continue;
+      if (std::find(upcoming.begin(), upcoming.end(), i) != upcoming.end()) continue;
+      free_slots.push_back(g.slot);
+      g.state = State::kIdle;
+      g.slot = -1;
+      g.fresh = false;
+    }
+  }
+
   // The group after `index` in acquisition order (skipped ones passed over).
   size_t After(size_t index) const {
     size_t j = index;
@@ -403,7 +434,6 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
   if (d.groups[index].skipped) {
     return FailedPrecondition("layer group " + std::to_string(index) + " is skipped");
   }
-  d.started = true;
   d.Request(index);
   if (d.options.prefetch) d.Prefetch(index);
 
@@ -450,22 +480,61 @@ void LayerLoader::Release(size_t index) {
 
 Status LayerLoader::SetPinned(std::vector<bool> pinned) {
   Impl& d = *impl_;
-  if (d.started) return FailedPrecondition("groups can be pinned only before the first Acquire");
   if (pinned.size() != d.groups.size()) return InvalidArgument("pinned needs one flag per group");
-  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.held) {
+    return FailedPrecondition("groups can be pinned only between acquisitions (group " +
+                              std::to_string(*d.held) + " is held)");
+  }
+  std::unique_lock<std::mutex> lock(d.mu);
+  d.WaitForReads(lock);
+  std::vector<Buffer> old_slots = std::move(d.slots);
+  const size_t old_stream_slots = d.stream_slots;
+  const uint64_t old_largest = d.largest_buffer;
   for (size_t g = 0; g < d.groups.size(); ++g) d.groups[g].pinned = pinned[g] || d.options.resident;
   d.PlanSlots();
+  // The stream buffers keep what they hold when there are as many and they
+  // are still large enough (they keep their size).
+  const bool keep_stream = d.stream_slots == old_stream_slots && d.largest_buffer <= old_largest;
+  if (keep_stream) {
+    d.largest_buffer = old_largest;
+    for (size_t s = 0; s < d.stream_slots; ++s) d.slots[s] = std::move(old_slots[s]);
+  }
+  std::vector<bool> stream_busy(d.stream_slots, false);
+  for (size_t i = 0; i < d.groups.size(); ++i) {
+    Impl::Group& g = d.groups[i];
+    if (g.state != Impl::State::kReady) continue;
+    const size_t old_slot = static_cast<size_t>(g.slot);
+    const size_t own = d.stream_slots + i;
+    const bool streamed = old_slot < old_stream_slots;
+    if (g.pinned && !streamed) {  // stays pinned, as it is
+      d.slots[own] = std::move(old_slots[old_slot]);
+      g.slot = static_cast<int>(own);
+    } else if (g.pinned) {  // newly pinned, read ahead: copied out of the stream buffer
+      const unsigned char* from = keep_stream ? d.slots[old_slot].get() : old_slots[old_slot].get();
+      std::memcpy(d.SlotData(static_cast<int>(own)), from, g.layout.buffer_bytes);
+      g.slot = static_cast<int>(own);
+    } else if (streamed && keep_stream) {  // read ahead, stays streamed
+      stream_busy[old_slot] = true;
+    } else {  // no longer pinned, or its stream buffer is gone: read when acquired
+      g.state = Impl::State::kIdle;
+      g.slot = -1;
+      g.fresh = false;
+    }
+  }
+  d.free_slots.clear();
+  for (size_t s = d.stream_slots; s > 0; --s) {
+    if (!stream_busy[s - 1]) d.free_slots.push_back(static_cast<int>(s - 1));
+  }
+  d.DropStaleReadAhead();
   return Status::Ok();
 }
 
 void LayerLoader::Skip(size_t index) {
   Impl& d = *impl_;
   if (index >= d.groups.size() || d.held == index) return;
-  size_t kept = 0;
-  for (const Impl::Group& g : d.groups) kept += g.skipped ? 0 : 1;
   std::lock_guard<std::mutex> lock(d.mu);
   Impl::Group& g = d.groups[index];
-  if (g.skipped || kept <= 1 || g.state == Impl::State::kReading) return;
+  if (g.skipped || g.state == Impl::State::kReading) return;
   if (g.state == Impl::State::kReady && !g.pinned) {
     d.free_slots.push_back(g.slot);  // read ahead, never acquired
   }
@@ -474,6 +543,17 @@ void LayerLoader::Skip(size_t index) {
   g.state = Impl::State::kIdle;
   g.skipped = true;
   if (d.next == index) d.next = d.After(index);
+}
+
+void LayerLoader::Unskip(size_t index) {
+  Impl& d = *impl_;
+  if (index >= d.groups.size() || !d.groups[index].skipped) return;
+  std::unique_lock<std::mutex> lock(d.mu);
+  d.WaitForReads(lock);
+  d.groups[index].skipped = false;
+  // Between passes: the next Acquire starts one, at the first group not skipped.
+  d.next = d.After(d.groups.size() - 1);
+  d.DropStaleReadAhead();
 }
 
 size_t LayerLoader::groups() const { return impl_->groups.size(); }

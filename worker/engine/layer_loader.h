@@ -45,7 +45,7 @@ using TensorList = std::vector<const checkpoint::TensorInfo*>;
 struct LayerLoaderOptions {
   bool resident = false;  // keep each group after its first read (all pinned)
   // Per group (empty, or one flag per group): keep it after its first read,
-  // in a buffer of its own. SetPinned can also set this before the first Acquire.
+  // in a buffer of its own. SetPinned sets this later, between passes.
   std::vector<bool> pinned;
   bool prefetch = true;  // read group i + 1 while group i is in use
   int read_streams = 4;  // I/O threads, each with one read in flight (1..64)
@@ -103,14 +103,26 @@ class LayerLoader {
   void Release(size_t index);
 
   // Pins the groups `pinned` marks (one flag per group; see
-  // LayerLoaderOptions::pinned). FailedPrecondition once a group has been
-  // acquired; InvalidArgument for a wrong count.
+  // LayerLoaderOptions::pinned), before the first Acquire or between two
+  // (no group held: at a pass boundary), after the reads in flight finish.
+  // A group that stays pinned keeps its buffer and what it holds; one no
+  // longer pinned has its buffer freed now and is read again when next
+  // acquired; a newly pinned one is kept from its next read, or at once when
+  // it was already read ahead into a stream buffer (copied out of it). A
+  // group read ahead that stays streamed keeps its data unless the stream
+  // buffers change size. FailedPrecondition while a group is held;
+  // InvalidArgument for a wrong count.
   Status SetPinned(std::vector<bool> pinned);
 
   // Group `index`, released, is never read again: Acquire's order and
   // prefetch go around it (the caller keeps its own copy, e.g. on a device).
-  // At least one group must stay. A pinned group's buffer is freed.
+  // When every group is skipped, nothing is read. A pinned group's buffer is
+  // freed.
   void Skip(size_t index);
+  // Group `index` is read again, in its place in the order (the caller gave
+  // up its copy). Between passes: the next Acquire is the next pass's first,
+  // the first group not skipped. A group not skipped is ignored.
+  void Unskip(size_t index);
 
   size_t groups() const;
   // Bytes of the largest group: one buffer's worth of tensor data.

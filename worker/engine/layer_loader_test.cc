@@ -162,8 +162,86 @@ TEST(LayerLoaderTest, PinnedGroupsAreReadOnceAndTheRestEveryPass) {
     EXPECT_EQ(pass_bytes, expected) << "pass " << pass;
   }
   EXPECT_EQ(read[1], (*loader)->group_tensor_bytes(1));
-  // Too late to change what is pinned.
+  // Not while a group is held.
+  ASSERT_TRUE((*loader)->Acquire(0).ok());
   EXPECT_EQ((*loader)->SetPinned({false, false, false}).code(), StatusCode::kFailedPrecondition);
+  (*loader)->Release(0);
+}
+
+// The bytes each group's acquisition read over `passes` passes, checking
+// every group's data against the files.
+std::vector<std::vector<uint64_t>> RunPasses(LayerLoader& loader,
+                                             const std::vector<TensorList>& groups,
+                                             const std::vector<std::string>& files, int passes,
+                                             size_t from = 0) {
+  std::vector<std::vector<uint64_t>> read;
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<uint64_t>& bytes = read.emplace_back();
+    for (size_t g = from; g < groups.size(); ++g) {
+      StatusOr<LoadedGroup> loaded = loader.Acquire(g);
+      EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+      if (!loaded.ok()) return read;
+      for (size_t t = 0; t < groups[g].size(); ++t) {
+        const checkpoint::TensorInfo& info = *groups[g][t];
+        EXPECT_EQ(
+            std::memcmp(loaded->data[t], files[static_cast<size_t>(info.file)].data() + info.offset,
+                        info.size),
+            0)
+            << info.name << " pass " << pass;
+      }
+      bytes.push_back(loaded->bytes_read);
+      loader.Release(g);
+    }
+    from = 0;
+  }
+  return read;
+}
+
+// Pins change between passes (the engine's adaptive split): a group no
+// longer pinned is read again, a newly pinned one is read once more and
+// then kept, and the data is right throughout, with and without prefetch
+// (whose read-ahead of the next pass's first groups must give way).
+TEST(LayerLoaderTest, PinsChangeBetweenPasses) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  std::vector<std::string> files;
+  for (const checkpoint::FileInfo& f : ckpt.files) files.push_back(ReadFileBytes(f.path));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  for (bool prefetch : {true, false}) {
+    SCOPED_TRACE(prefetch ? "prefetch" : "no prefetch");
+    StatusOr<std::unique_ptr<LayerLoader>> loader =
+        LayerLoader::Open(ckpt, groups, Pinned({true, false, true}, prefetch, 2));
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    const uint64_t b0 = Bytes(groups[0]), b1 = Bytes(groups[1]), b2 = Bytes(groups[2]);
+    using Reads = std::vector<uint64_t>;
+    std::vector<std::vector<uint64_t>> read = RunPasses(**loader, groups, files, 2);
+    EXPECT_EQ(read[0], (Reads{b0, b1, b2}));
+    EXPECT_EQ(read[1], (Reads{0, b1, 0}));
+    // Group 0 streamed from now on, group 1 kept from its next read.
+    ASSERT_TRUE((*loader)->SetPinned({false, true, true}).ok());
+    EXPECT_GE((*loader)->stream_buffer_bytes(), (prefetch ? 2u : 1u) * (*loader)->buffer_bytes(0));
+    read = RunPasses(**loader, groups, files, 3);
+    EXPECT_EQ(read[0], (Reads{b0, b1, 0}));
+    EXPECT_EQ(read[1], (Reads{b0, 0, 0}));
+    EXPECT_EQ(read[2], (Reads{b0, 0, 0}));
+    // Everything pinned: no stream buffers; group 0 kept from its next read.
+    ASSERT_TRUE((*loader)->SetPinned({true, true, true}).ok());
+    EXPECT_EQ((*loader)->stream_buffer_bytes(), 0u);
+    read = RunPasses(**loader, groups, files, 2);
+    EXPECT_EQ(read[0], (Reads{b0, 0, 0}));
+    EXPECT_EQ(read[1], (Reads{0, 0, 0}));
+    // Nothing pinned: every group streamed again.
+    ASSERT_TRUE((*loader)->SetPinned({false, false, false}).ok());
+    read = RunPasses(**loader, groups, files, 2);
+    EXPECT_EQ(read[0], (Reads{b0, b1, b2}));
+    EXPECT_EQ(read[1], (Reads{b0, b1, b2}));
+    // Mid-pass, between two groups, the order goes on where it was.
+    ASSERT_TRUE((*loader)->Acquire(0).ok());
+    (*loader)->Release(0);
+    ASSERT_TRUE((*loader)->SetPinned({false, false, true}).ok());
+    read = RunPasses(**loader, groups, files, 2, /*from=*/1);
+    EXPECT_EQ(read[0], (Reads{b1, b2}));
+    EXPECT_EQ(read[1], (Reads{b0, b1, 0}));
+  }
 }
 
 TEST(LayerLoaderTest, SkippedGroupsAreNeitherReadNorExpected) {
@@ -187,6 +265,14 @@ TEST(LayerLoaderTest, SkippedGroupsAreNeitherReadNorExpected) {
     ASSERT_TRUE(last.ok()) << last.status().ToString();
     EXPECT_GT(last->bytes_read, 0u);
     (*loader)->Release(2);
+  }
+  // Given back (the device no longer keeps it): read again in its place.
+  (*loader)->Unskip(1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    StatusOr<LoadedGroup> loaded = (*loader)->Acquire(g);
+    ASSERT_TRUE(loaded.ok()) << g << ": " << loaded.status().ToString();
+    EXPECT_EQ(loaded->bytes_read, Bytes(groups[g]));
+    (*loader)->Release(g);
   }
 }
 
