@@ -19,6 +19,7 @@
 // is this run's.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -105,11 +106,12 @@ nlohmann::json ComputeJson(const ComputeChoice& c) {
 
 int Run(int argc, char** argv) {
   std::string dir, warm_up_dir, residency = "streaming", device = "cpu", activation_budget;
-  std::string memory_budget, host_memory_budget, pin_placement = "spread", compute_dtype = "f32",
-                                                 state_dir;
+  std::string memory_budget, host_memory_budget, kv_budget, pin_placement = "spread",
+                                                            compute_dtype = "f32", state_dir;
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
   int64_t labels = 0;
-  bool prefetch = true, logits = false, accelerator_path = false;
+  bool prefetch = true, logits = false, accelerator_path = false, adaptive_split = false,
+       stagger = false;
   FlagSet flags("engine-stream-run --model-dir DIR [flags]",
                 "Runs one batched generation and prints its passes and memory as JSON.");
   flags.String("model-dir", &dir, "checkpoint directory", "DIR");
@@ -131,6 +133,13 @@ int Run(int argc, char** argv) {
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   flags.String("memory-budget", &memory_budget,
                "pin what fits after the working set (EngineOptions::memory_budget_bytes)", "SIZE");
+  flags.String("kv-budget", &kv_budget, "KV cache budget (default: none)", "BYTES");
+  flags.Bool("adaptive-split", &adaptive_split,
+             "with --memory-budget and --kv-budget (the ceiling): KV for the sequences in flight, "
+             "groups pinned in the rest, pass by pass (the worker without --kv-budget)");
+  flags.Bool("stagger", &stagger,
+             "sequence i generates max-new-tokens x (i + 1) / batch tokens (at least 1), so they "
+             "end one after another");
   flags.String("host-memory-budget", &host_memory_budget,
                "the accelerator path's host tier (EngineOptions::host_memory_budget_bytes)",
                "SIZE");
@@ -174,9 +183,11 @@ int Run(int argc, char** argv) {
   };
   if (!size_flag("activation-budget", activation_budget, &options.activation_budget_bytes) ||
       !size_flag("memory-budget", memory_budget, &options.memory_budget_bytes) ||
-      !size_flag("host-memory-budget", host_memory_budget, &options.host_memory_budget_bytes)) {
+      !size_flag("host-memory-budget", host_memory_budget, &options.host_memory_budget_bytes) ||
+      !size_flag("kv-budget", kv_budget, &options.kv_budget_bytes)) {
     return 2;
   }
+  options.adaptive_split = adaptive_split;
   options.accelerator_path_on_cpu = accelerator_path;
   StatusOr<planner::PinPlacement> placement = planner::ParsePinPlacement(pin_placement);
   if (!placement.ok()) {
@@ -213,7 +224,7 @@ int Run(int argc, char** argv) {
     for (int64_t k = 0; k < prompt_tokens; ++k) {
       r.prompt.push_back(static_cast<TokenId>((1 + 31 * i + 17 * k) % vocab));
     }
-    r.max_new_tokens = max_new;
+    r.max_new_tokens = stagger ? std::max<int64_t>(1, max_new * (i + 1) / batch) : max_new;
     r.ignore_eos = true;
     r.return_last_logits = logits;
     for (int64_t j = 0; j < labels; ++j)
