@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -83,6 +84,15 @@ at::Tensor WeightAs(const Weight& w, at::ScalarType dtype) {
   return t.to(dtype);
 }
 
+void KeepFreedMemory() {
+  static const bool set = [] {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+    return true;
+  }();
+  (void)set;
+}
+
 void SetComputeThreads(int threads) {
   // ATen's OpenMP threads spin between its many small parallel regions and
   // OpenBLAS's pool competes with them for the same cores (measured: half of
@@ -90,6 +100,7 @@ void SetComputeThreads(int threads) {
   // projections are split on the compute pool instead.
   at::set_num_threads(1);
   SetComputePoolThreads(threads);
+  KeepFreedMemory();
   using SetThreads = void (*)(int);
   if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
     set(1);
