@@ -25,4 +25,13 @@ void ConvertToFloat(const void* in, checkpoint::DType dtype, int64_t count, floa
 // at a time.
 void ConvertToBFloat16(const void* in, checkpoint::DType dtype, int64_t count, uint16_t* out);
 
+// The loops ConvertToBFloat16 picks among for F16, fastest first where the
+// CPU has them (checked at run time): AVX512-BF16's rounding conversion (32
+// at a time), AVX2 with F16C (8 at a time, rounding with integer ops), plain
+// loops. All give the same bits.
+enum class F16ToBf16Loop { kAvx512Bf16, kAvx2, kScalar };
+bool Supported(F16ToBf16Loop loop);
+// ConvertToBFloat16 of F16 through `loop`, which must be Supported (tests).
+void F16ToBFloat16With(F16ToBf16Loop loop, const void* in, int64_t count, uint16_t* out);
+
 }  // namespace nightshift::engine

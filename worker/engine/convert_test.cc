@@ -86,19 +86,43 @@ uint16_t ReferenceBf16(float f) {
   return (down & 1) ? up : down;
 }
 
+// Every F16 pattern, through ConvertToBFloat16 and each loop this CPU has
+// (the AVX-512 one where it has AVX512-BF16), at an odd address and with
+// tails of every length the loops leave.
 TEST(ConvertTest, ToBf16RoundsF16ToNearestEvenForEveryPattern) {
   std::vector<unsigned char> in = AllHalfPatterns(1);
   std::vector<uint16_t> out(65536);
   ConvertToBFloat16(in.data() + 1, DType::kF16, 65536, out.data());
-  for (uint32_t h = 0; h < 65536; ++h) {
-    const float expected = ReferenceHalf(h);
-    if (std::isnan(expected)) {
-      ASSERT_EQ(out[h] & 0x7f80, 0x7f80) << h;
-      ASSERT_NE(out[h] & 0x7f, 0) << h;  // still a NaN, not an infinity
-    } else {
-      ASSERT_EQ(out[h], ReferenceBf16(expected)) << h;
+  auto check = [](const std::vector<uint16_t>& got, uint32_t count, const char* name) {
+    for (uint32_t h = 0; h < count; ++h) {
+      const float expected = ReferenceHalf(h);
+      if (std::isnan(expected)) {
+        ASSERT_EQ(got[h] & 0x7f80, 0x7f80) << name << " " << h;
+        ASSERT_NE(got[h] & 0x7f, 0) << name << " " << h;  // still a NaN, not an infinity
+      } else {
+        ASSERT_EQ(got[h], ReferenceBf16(expected)) << name << " " << h;
+      }
+    }
+  };
+  check(out, 65536, "best");
+  int loops = 0;
+  for (auto [loop, name] :
+       {std::pair{F16ToBf16Loop::kAvx512Bf16, "avx512-bf16"},
+        std::pair{F16ToBf16Loop::kAvx2, "avx2"}, std::pair{F16ToBf16Loop::kScalar, "scalar"}}) {
+    if (!Supported(loop)) continue;
+    ++loops;
+    std::vector<uint16_t> with(65536, 0);
+    F16ToBFloat16With(loop, in.data() + 1, 65536, with.data());
+    EXPECT_EQ(with, out) << name << ": not the same bits as ConvertToBFloat16";
+    check(with, 65536, name);
+    for (uint32_t count = 1; count <= 40; ++count) {  // every tail length
+      std::vector<uint16_t> tail(count + 1, 0xabcd);
+      F16ToBFloat16With(loop, in.data() + 1 + 2 * 31744, count, tail.data());
+      for (uint32_t k = 0; k < count; ++k) ASSERT_EQ(tail[k], out[31744 + k]) << name << count;
+      ASSERT_EQ(tail[count], 0xabcd) << name << ": wrote past " << count;
     }
   }
+  EXPECT_GE(loops, 1);
 }
 
 TEST(ConvertTest, ToBf16RoundsF32TiesToEvenAndCopiesBf16) {
