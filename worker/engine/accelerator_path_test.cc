@@ -418,6 +418,26 @@ TEST(AcceleratorPathTest, AnAdaptiveSplitFollowsTheSequencesInFlight) {
       EXPECT_EQ(fixed.short_tokens, streamed.short_tokens);
       EXPECT_EQ(adaptive.short_tokens.size(), 6u);
       EXPECT_EQ(adaptive.long_tokens.size(), 2u);
+      if (!accelerator) continue;
+      // With the host tier too: what the device gives up as the split moves
+      // may stay in host memory; the tiers stay disjoint and the tokens equal.
+      options.host_memory_budget_bytes = planner::StreamBufferBytes(groups, {}, true) + all / 2;
+      const SplitRun tiers = RunShortThenLong(golden, options);
+      ASSERT_EQ(tiers.passes.size(), 6u);
+      for (size_t p = 0; p < tiers.passes.size(); ++p) {
+        const PassStats& pass = tiers.passes[p];
+        EXPECT_EQ(pass.pinned_bytes, adaptive.passes[p].pinned_bytes) << p;
+        EXPECT_LE(pass.pinned_bytes + pass.host_pinned_bytes, all) << p;
+        if (p > 0 && pass.pinned_bytes == tiers.passes[p - 1].pinned_bytes &&
+            pass.host_pinned_bytes == tiers.passes[p - 1].host_pinned_bytes) {
+          EXPECT_EQ(pass.bytes_read,
+                    streamed.passes[p].bytes_read - pass.pinned_bytes - pass.host_pinned_bytes)
+              << p;
+        }
+      }
+      EXPECT_GT(tiers.passes[2].host_pinned_bytes, 0u);  // the long sequence's groups
+      EXPECT_EQ(tiers.short_tokens, streamed.short_tokens);
+      EXPECT_EQ(tiers.long_tokens, streamed.long_tokens);
     }
   }
   // The ceiling is required: without it there is nothing to split.
