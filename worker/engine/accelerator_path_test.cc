@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -171,6 +172,14 @@ TEST(AcceleratorPathTest, Bf16WeightsAreMultipliedInBf16) {
   EXPECT_LE(MaxAbsDiff(logits[1], golden.last_logits[0]), testing::Bf16ProjectionAtol(golden));
 }
 
+// The loader's groups of kFixture (planner::StreamedGroupBytes); empty when
+// it cannot be read.
+std::vector<uint64_t> FixtureGroupBytes() {
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  return ckpt.ok() ? planner::StreamedGroupBytes(*ckpt) : std::vector<uint64_t>();
+}
+
 // Partial residency on both paths: a sweep of memory budgets pins more
 // groups as the budget grows (on the accelerator path they stay in device
 // memory); every pass after the first reads the streamed pass less the
@@ -200,11 +209,9 @@ std::vector<SequenceResult> RunTwoPrompts(const Golden& golden, const EngineOpti
 
 TEST(AcceleratorPathTest, AMemoryBudgetPinsGroupsAndKeepsTheResults) {
   const Golden golden = LoadGolden(kFixture);
-  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
-  ASSERT_TRUE(ckpt.ok());
-  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
-  uint64_t all = 0;
-  for (uint64_t g : groups) all += g;
+  const std::vector<uint64_t> groups = FixtureGroupBytes();
+  ASSERT_FALSE(groups.empty());
+  const uint64_t all = std::accumulate(groups.begin(), groups.end(), uint64_t{0});
   for (bool accelerator : {false, true}) {
     SCOPED_TRACE(accelerator ? "accelerator path" : "cpu path");
     auto run = [&](uint64_t budget, std::vector<PassStats>* passes) {
@@ -251,11 +258,9 @@ TEST(AcceleratorPathTest, AMemoryBudgetPinsGroupsAndKeepsTheResults) {
 // run's. With a device budget too, the two tiers are disjoint.
 TEST(AcceleratorPathTest, AHostMemoryBudgetKeepsWhatTheDeviceDoesNot) {
   const Golden golden = LoadGolden(kFixture);
-  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
-  ASSERT_TRUE(ckpt.ok());
-  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
-  uint64_t all = 0;
-  for (uint64_t g : groups) all += g;
+  const std::vector<uint64_t> groups = FixtureGroupBytes();
+  ASSERT_FALSE(groups.empty());
+  const uint64_t all = std::accumulate(groups.begin(), groups.end(), uint64_t{0});
   const uint64_t buffers = planner::StreamBufferBytes(groups, {}, /*prefetch=*/true);
 
   std::vector<PassStats> streamed_passes;
@@ -364,11 +369,9 @@ SplitRun RunShortThenLong(const Golden& golden, const EngineOptions& options) {
 
 TEST(AcceleratorPathTest, AnAdaptiveSplitFollowsTheSequencesInFlight) {
   const Golden golden = LoadGolden(kFixture);
-  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(kFixture));
-  ASSERT_TRUE(ckpt.ok());
-  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(*ckpt);
-  uint64_t all = 0;
-  for (uint64_t g : groups) all += g;
+  const std::vector<uint64_t> groups = FixtureGroupBytes();
+  ASSERT_FALSE(groups.empty());
+  const uint64_t all = std::accumulate(groups.begin(), groups.end(), uint64_t{0});
   std::unique_ptr<Engine> probe = OpenEngine(FixtureDir(kFixture), EngineOptions{});
   ASSERT_NE(probe, nullptr);
   const uint64_t short_kv = probe->KvBytesFor(GreedyRequest(golden.prompts[0], 6));
