@@ -295,8 +295,11 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   std::ostringstream line;
   line << "batch " << p.batch_id << " pass " << p.pass_index << ": " << p.seconds << " s, "
        << p.bytes_read << " bytes read, io wait " << p.io_wait_seconds << " s, " << p.sequences
-       << " sequences, " << p.tokens << " tokens, mode " << p.mode << ", " << pass.finished.size()
-       << " finished";
+       << " sequences, " << p.tokens << " tokens, mode " << p.mode;
+  if (s.pinned_bytes + s.host_pinned_bytes > 0) {
+    line << " (" << s.pinned_bytes + s.host_pinned_bytes << " bytes pinned)";
+  }
+  line << ", " << pass.finished.size() << " finished";
   LogLine(line.str());
   if (!pass.finished.empty()) link_->SendResults(pass.finished);
 }
