@@ -443,6 +443,23 @@ TEST(AcceleratorPathTest, AnAdaptiveSplitFollowsTheSequencesInFlight) {
       EXPECT_EQ(tiers.long_tokens, streamed.long_tokens);
     }
   }
+  // Below the working set the adaptive split pins nothing and runs (the
+  // ceiling is the caller's), where a fixed split refuses the pass.
+  {
+    EngineOptions options;
+    options.threads = 1;
+    options.memory_budget_bytes = working_set / 2;
+    options.kv_budget_bytes = short_kv + long_kv;
+    options.adaptive_split = true;
+    const SplitRun starved = RunShortThenLong(golden, options);
+    ASSERT_EQ(starved.passes.size(), 6u);
+    for (const PassStats& pass : starved.passes) EXPECT_EQ(pass.pinned_bytes, 0u);
+    options.adaptive_split = false;
+    std::unique_ptr<Engine> fixed = OpenEngine(FixtureDir(kFixture), options);
+    ASSERT_NE(fixed, nullptr);
+    ASSERT_TRUE(fixed->Add(GreedyRequest(golden.prompts[0], 6)).ok());
+    EXPECT_EQ(fixed->Step().status().code(), StatusCode::kResourceExhausted);
+  }
   // The ceiling is required: without it there is nothing to split.
   EngineOptions options;
   options.memory_budget_bytes = working_set + all;

@@ -655,7 +655,10 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
     options.kv_budget_bytes = std::max<uint64_t>(kv, 1);  // later sequences must fit it
   }
   const uint64_t working_set = buffers + activations + kv;
-  if (working_set > options.memory_budget_bytes) {
+  // An adaptive split's KV ceiling is the caller's (the worker sized it from
+  // its own footprint figure): more than the budget leaves pins nothing, as
+  // a worker streamed everything before it split, rather than failing.
+  if (working_set > options.memory_budget_bytes && !options.adaptive_split) {
     return ResourceExhausted("memory budget of " + std::to_string(options.memory_budget_bytes) +
                              " bytes is less than the pass's working set of " +
                              std::to_string(working_set) + " bytes (stream buffers " +

@@ -266,6 +266,8 @@ struct EngineOptions {
   // scheduler gave (it sizes batches against the ceiling) and each pass
   // streams the least the memory allows for them: the split that maximises
   // jobs per second for the work there is (planner::PlanPinSplit's choice).
+  // A working set and KV above the budget pin nothing (every group
+  // streamed) instead of failing the pass: the ceiling is the caller's.
   bool adaptive_split = false;
   // Bytes of float32 temporaries one micro-batch of a layer may use. Each
   // layer runs the pass's rows in micro-batches of R rows through the same
