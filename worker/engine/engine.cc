@@ -1192,9 +1192,6 @@ int64_t Engine::micro_batch_rows() const { return impl_->micro_batch_rows; }
 KvDType Engine::kv_dtype() const { return impl_->options.kv_dtype; }
 uint64_t Engine::pinned_bytes() const { return impl_->pinned_bytes; }
 uint64_t Engine::host_pinned_bytes() const { return impl_->host_pinned_bytes; }
-uint64_t Engine::kv_split_bytes() const {
-  return impl_->options.adaptive_split ? impl_->kv_split : impl_->options.kv_budget_bytes;
-}
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->eos; }
 const ComputeChoice& Engine::compute() const { return impl_->compute; }
 

@@ -408,9 +408,6 @@ class Engine {
   uint64_t pinned_bytes() const;
   // Bytes of the groups the host tier keeps (PassStats::host_pinned_bytes).
   uint64_t host_pinned_bytes() const;
-  // KV bytes the pass plan holds for the sequences in flight: the KV budget,
-  // or with adaptive_split what the current split leaves the KV cache.
-  uint64_t kv_split_bytes() const;
   // generation_config.json's eos_token_id when present, else config.json's.
   const std::vector<int64_t>& eos_token_ids() const;
   // The projection kernels chosen at Open, with the measurement behind them

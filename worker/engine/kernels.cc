@@ -85,12 +85,14 @@ at::Tensor WeightAs(const Weight& w, at::ScalarType dtype) {
 }
 
 void KeepFreedMemory() {
+#if defined(__GLIBC__)
   static const bool set = [] {
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
     return true;
   }();
   (void)set;
+#endif
 }
 
 void SetComputeThreads(int threads) {
