@@ -91,10 +91,10 @@ FlagSet MakeFlags(Flags* f) {
                "cgroup limit)",
                "BYTES");
   flags.String("kv-budget", &f->kv_budget,
-               "KV cache budget, fixed; what the memory budget leaves after it pins layers of a "
-               "streamed model (default: what the planner leaves of the memory budget, as a "
-               "ceiling: a streamed model keeps KV for the jobs in flight and pins layers in "
-               "the rest, pass by pass)",
+               "a fixed KV cache budget; a streamed model pins layers in what the memory budget "
+               "leaves after it (default: what the planner leaves of the memory budget, as a "
+               "ceiling: a streamed model then keeps KV for the jobs in flight and pins layers "
+               "in the rest, pass by pass)",
                "BYTES");
   flags.String("host-memory-budget", &f->host_memory_budget,
                "on a GPU, host memory (page-locked) that keeps the layers GPU memory does not, "
