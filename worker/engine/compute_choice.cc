@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/engine/bf16_matmul.h"
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
@@ -21,7 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // 2: weights evicted from the caches before each timed run (compute_measure.cc).
-constexpr int kCacheVersion = 2;
+constexpr int kCacheVersion = 3;
 
 uint64_t Fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -124,11 +126,15 @@ const char* ProjectionKernelName(ProjectionKernel kernel) {
       return "f32-gemm";
     case ProjectionKernel::kBf16Gemm:
       return "bf16-gemm";
+    case ProjectionKernel::kBf16Avx512:
+      return "bf16-avx512";
   }
   return "?";
 }
 
-bool IsBf16Kernel(ProjectionKernel kernel) { return kernel == ProjectionKernel::kBf16Gemm; }
+bool IsBf16Kernel(ProjectionKernel kernel) {
+  return kernel == ProjectionKernel::kBf16Gemm || kernel == ProjectionKernel::kBf16Avx512;
+}
 
 size_t RowBucket(int64_t rows) {
   size_t bucket = 0;
@@ -146,9 +152,13 @@ KernelPlan Float32Plan(bool small_fast) {
   return plan;
 }
 
+ProjectionKernel DefaultBf16Kernel() {
+  return Bf16MatmulSupported() ? ProjectionKernel::kBf16Avx512 : ProjectionKernel::kBf16Gemm;
+}
+
 KernelPlan Bf16Plan() {
   KernelPlan plan;
-  plan.fill(ProjectionKernel::kBf16Gemm);
+  plan.fill(DefaultBf16Kernel());
   return plan;
 }
 
@@ -188,8 +198,8 @@ KernelPlan ChoosePlan(ComputeDType requested, bool all_f32, bool small_fast,
   for (size_t b = 0; b < kRowBucketCount; ++b) {
     // Float32 kernels first, so that a tie keeps float32.
     double best = -1;
-    for (ProjectionKernel k :
-         {ProjectionKernel::kF32Small, ProjectionKernel::kF32Gemm, ProjectionKernel::kBf16Gemm}) {
+    for (ProjectionKernel k : {ProjectionKernel::kF32Small, ProjectionKernel::kF32Gemm,
+                               ProjectionKernel::kBf16Gemm, ProjectionKernel::kBf16Avx512}) {
       if (k == ProjectionKernel::kF32Small && !small_fast) continue;
       const double s = m->Seconds(k, b);
       if (s > 0 && (best < 0 || s < best)) {

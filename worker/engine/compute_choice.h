@@ -1,11 +1,12 @@
 // How the CPU path multiplies its projections, chosen by measurement.
 //
-// A projection (Linear, kernels.h) on host weights can run one of three
+// A projection (Linear, kernels.h) on host weights can run one of four
 // kernels: the small-batch kernel that widens each weight to float32 in
 // registers (small_matmul.h), blocks of weights converted to float32 for
 // OpenBLAS's GEMM (today's path beyond 32 rows), or BF16 through ATen
-// (oneDNN): activations rounded to BF16 at the projection's input, weights as
-// stored when BF16 (F16 and F32 ones converted to BF16 a block at a time),
+// (oneDNN) or the engine's own AVX512-BF16 kernel (bf16_matmul.h):
+// activations rounded to BF16 at the projection's input, weights as
+// stored when BF16 (F16 ones converted to BF16 a block at a time),
 // float32 accumulation, the product rounded to BF16 and widened back, as the
 // accelerator path does on a GPU (F32 weights stay float32, as there). Norms, attention, softmax,
 // the KV cache and the logits stay float32 whatever runs.
@@ -46,13 +47,15 @@ const char* ComputeDTypeName(ComputeDType dtype);
 StatusOr<ComputeDType> ParseComputeDType(const std::string& name);
 
 enum class ProjectionKernel {
-  kF32Small = 0,  // SmallMatmul: weights widened in registers, float32 rows of x
-  kF32Gemm = 1,   // weights converted to float32 in blocks (a view when F32), OpenBLAS
-  kBf16Gemm = 2,  // x rounded to BF16, BF16 weights (F16 converted in blocks), oneDNN;
-                  // F32 weights run float32 instead
+  kF32Small = 0,    // SmallMatmul: weights widened in registers, float32 rows of x
+  kF32Gemm = 1,     // weights converted to float32 in blocks (a view when F32), OpenBLAS
+  kBf16Gemm = 2,    // x rounded to BF16, BF16 weights (F16 converted in blocks), oneDNN;
+                    // F32 weights run float32 instead
+  kBf16Avx512 = 3,  // the same numerics in the engine's AVX512-BF16 kernel (bf16_matmul.h),
+                    // F16 weights converted a tile of rows at a time; only where supported
 };
-inline constexpr int kProjectionKernelCount = 3;
-// "f32-small", "f32-gemm" or "bf16-gemm".
+inline constexpr int kProjectionKernelCount = 4;
+// "f32-small", "f32-gemm", "bf16-gemm" or "bf16-avx512".
 const char* ProjectionKernelName(ProjectionKernel kernel);
 bool IsBf16Kernel(ProjectionKernel kernel);
 
@@ -70,7 +73,10 @@ using KernelPlan = std::array<ProjectionKernel, kRowBucketCount>;
 // to kSmallMatmulMaxRows rows when the CPU has AVX2, FMA and F16C
 // (`small_fast`), converted blocks and a GEMM beyond.
 KernelPlan Float32Plan(bool small_fast);
-// BF16 at every bucket.
+// The BF16 kernel `bf16` runs: the engine's own where the CPU has
+// AVX512-BF16 (Bf16MatmulSupported), oneDNN's elsewhere.
+ProjectionKernel DefaultBf16Kernel();
+// DefaultBf16Kernel at every bucket.
 KernelPlan Bf16Plan();
 
 // A weight matrix shape the projections of one pass multiply, and how many
@@ -91,7 +97,8 @@ double FlopsPerRow(const std::vector<ProjectionShape>& shapes);
 // Seconds one pass's projections took at each bucket's rows with each
 // kernel: per shape the fastest of a few timed runs, x per_pass, summed.
 // Negative: that kernel was not timed at that bucket (the small-batch kernel
-// beyond 64 rows, or on a CPU without AVX2/FMA/F16C).
+// beyond 64 rows, or on a CPU without AVX2/FMA/F16C; `bf16-avx512` on one
+// without AVX512-BF16).
 struct ComputeMeasurement {
   std::string key;  // what the figures hold for (ComputeMeasurementKey)
   std::array<std::array<double, kRowBucketCount>, kProjectionKernelCount> seconds{};

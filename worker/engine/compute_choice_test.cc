@@ -13,15 +13,18 @@ namespace {
 
 using K = ProjectionKernel;
 
-ComputeMeasurement Measured(const std::array<double, kRowBucketCount>& small,
-                            const std::array<double, kRowBucketCount>& gemm,
-                            const std::array<double, kRowBucketCount>& bf16) {
+using Row = std::array<double, kRowBucketCount>;
+constexpr Row kNotTimed = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+
+ComputeMeasurement Measured(const Row& small, const Row& gemm, const Row& bf16,
+                            const Row& avx512 = kNotTimed) {
   ComputeMeasurement m;
   m.key = "test";
   m.flops_per_row = 1e9;
   m.seconds[static_cast<size_t>(K::kF32Small)] = small;
   m.seconds[static_cast<size_t>(K::kF32Gemm)] = gemm;
   m.seconds[static_cast<size_t>(K::kBf16Gemm)] = bf16;
+  m.seconds[static_cast<size_t>(K::kBf16Avx512)] = avx512;
   return m;
 }
 
@@ -54,7 +57,7 @@ TEST(ComputeChoiceTest, Float32PlanIsTheSmallKernelUpTo32RowsWhenTheCpuHasIt) {
   EXPECT_EQ(fast[RowBucket(32)], K::kF32Small);
   EXPECT_EQ(fast[RowBucket(64)], K::kF32Gemm);
   for (K k : Float32Plan(false)) EXPECT_EQ(k, K::kF32Gemm);
-  for (K k : Bf16Plan()) EXPECT_EQ(k, K::kBf16Gemm);
+  for (K k : Bf16Plan()) EXPECT_EQ(k, DefaultBf16Kernel());
 }
 
 TEST(ComputeChoiceTest, AutoTakesTheFastestKernelPerBucketAndTiesStayFloat32) {
@@ -78,19 +81,32 @@ TEST(ComputeChoiceTest, AutoTakesTheFastestKernelPerBucketAndTiesStayFloat32) {
   const KernelPlan no_small = ChoosePlan(ComputeDType::kAuto, false, false, &m);
   EXPECT_EQ(no_small[0], K::kBf16Gemm);  // 1.5 s beats the GEMM's 2
   EXPECT_EQ(no_small[2], K::kBf16Gemm);  // 3 s beats 4
+
+  // The engine's AVX512-BF16 kernel where it measured fastest (from 32
+  // rows), a tie with oneDNN's keeping oneDNN's (at 16), untimed at 8.
+  const ComputeMeasurement own =
+      Measured({1, 2, 3, 4, 5, 6, 7, -1, -1}, {2, 3, 4, 5, 6, 7, 8, 9, 10},
+               {1.5, 2.5, 3, 1, 1, 1, 1, 1, 1}, {9, 9, 9, -1, 1, 0.5, 0.5, 0.5, 0.5});
+  choice.plan = ChoosePlan(ComputeDType::kAuto, false, true, &own);
+  choice.measurement = own;
+  EXPECT_EQ(choice.Describe(),
+            "f32-small from 1 row, bf16-gemm from 8 rows, bf16-avx512 from 32 rows");
+  EXPECT_STREQ(choice.PlanDType(), "mixed");
+  EXPECT_DOUBLE_EQ(choice.FlopsPerSecond(64), 1e9 * 64 / 0.5);
 }
 
 TEST(ComputeChoiceTest, AutoNeverPicksAKernelSlowerThanFloat32) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> seconds(0.1, 10);
   for (int trial = 0; trial < 200; ++trial) {
-    std::array<double, kRowBucketCount> small, gemm, bf16;
+    Row small, gemm, bf16, avx512;
     for (size_t b = 0; b < kRowBucketCount; ++b) {
       small[b] = b >= 7 ? -1 : seconds(rng);
       gemm[b] = seconds(rng);
       bf16[b] = seconds(rng);
+      avx512[b] = trial % 2 == 0 ? -1 : seconds(rng);  // untimed where the CPU lacks it
     }
-    const ComputeMeasurement m = Measured(small, gemm, bf16);
+    const ComputeMeasurement m = Measured(small, gemm, bf16, avx512);
     const KernelPlan plan = ChoosePlan(ComputeDType::kAuto, false, true, &m);
     for (size_t b = 0; b < kRowBucketCount; ++b) {
       const double chosen = m.Seconds(plan[b], b);
@@ -98,6 +114,10 @@ TEST(ComputeChoiceTest, AutoNeverPicksAKernelSlowerThanFloat32) {
       EXPECT_LE(chosen, gemm[b]);
       const double fastest_f32 = small[b] > 0 ? std::min(small[b], gemm[b]) : gemm[b];
       EXPECT_LE(chosen, fastest_f32);
+      EXPECT_LE(chosen, bf16[b]);
+      if (avx512[b] > 0) {
+        EXPECT_LE(chosen, avx512[b]);
+      }
       if (IsBf16Kernel(plan[b])) {
         EXPECT_LT(chosen, fastest_f32);
       }

@@ -93,9 +93,10 @@ TEST(ComputeEngineTest, EveryPassSaysWhatItsProjectionsRanAndTheirFlops) {
     std::string dtype_name, kernels;
   };
   const std::string f32_small = SmallMatmulFast() ? "f32-small" : "f32-gemm";
-  for (const Case& c : {Case{ComputeDType::kBFloat16, false, "bf16", "bf16-gemm"},
-                        Case{ComputeDType::kFloat32, false, "f32", f32_small},
-                        Case{ComputeDType::kBFloat16, true, "accelerator", "accelerator"}}) {
+  for (const Case& c :
+       {Case{ComputeDType::kBFloat16, false, "bf16", ProjectionKernelName(DefaultBf16Kernel())},
+        Case{ComputeDType::kFloat32, false, "f32", f32_small},
+        Case{ComputeDType::kBFloat16, true, "accelerator", "accelerator"}}) {
     EngineOptions options = Options(c.dtype);
     options.accelerator_path_on_cpu = c.accelerator;
     std::unique_ptr<Engine> engine = OpenEngine(FixtureDir("llama-bf16"), options);

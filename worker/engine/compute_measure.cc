@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 
+#include "worker/engine/bf16_matmul.h"
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/kernels.h"
 #include "worker/engine/small_matmul.h"
@@ -104,8 +105,9 @@ ComputeMeasurement Measure(const std::vector<ProjectionShape>& shapes, double mi
       for (size_t b = 0; b < kRowBucketCount; ++b) {
         double& total = m.seconds[static_cast<size_t>(k)][b];
         const int64_t rows = kRowBuckets[b];
-        if (kernel == ProjectionKernel::kF32Small &&
-            (rows > kSmallKernelMaxTimedRows || !SmallMatmulFast())) {
+        if ((kernel == ProjectionKernel::kF32Small &&
+             (rows > kSmallKernelMaxTimedRows || !SmallMatmulFast())) ||
+            (kernel == ProjectionKernel::kBf16Avx512 && !Bf16MatmulSupported())) {
           total = -1;
           continue;
         }

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/engine/bf16_matmul.h"
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/convert.h"
 #include "worker/engine/quant_linear.h"
@@ -226,6 +227,30 @@ at::Tensor Bf16Linear(const at::Tensor& x, const Weight& w, int64_t block_bytes)
   return yt.t().to(at::kFloat).contiguous();
 }
 
+// The same product through the engine's AVX512-BF16 kernel (bf16_matmul.h):
+// x packed once, then the compute threads share tiles of weight rows.
+at::Tensor Bf16TileLinear(const at::Tensor& x, const Weight& w) {
+  const int64_t rows = x.size(0);
+  const int64_t out_features = w.info->shape[0];
+  const int64_t in_features = w.info->shape[1];
+  const at::Tensor xc = x.contiguous();
+  // The calling thread's buffer (a thread_local named inside the lambdas
+  // would be each pool thread's own).
+  thread_local std::vector<uint32_t> buffer;
+  buffer.resize(static_cast<size_t>(Bf16PackedSize(rows, in_features)));
+  uint32_t* packed = buffer.data();
+  ParallelFor(Bf16Panels(rows), 1, [&](int64_t begin, int64_t end) {
+    PackBf16Activations(xc.data_ptr<float>(), rows, in_features, begin, end, packed);
+  });
+  at::Tensor y = at::empty({rows, out_features}, FloatOptions());
+  constexpr int64_t kRowsPerTask = 24;  // a few tiles: threads share the weight rows
+  ParallelFor((out_features + kRowsPerTask - 1) / kRowsPerTask, 1, [&](int64_t begin, int64_t end) {
+    Bf16Matmul(packed, rows, in_features, w.data, w.info->dtype, begin * kRowsPerTask,
+               std::min(end * kRowsPerTask, out_features), y.data_ptr<float>(), out_features);
+  });
+  return y;
+}
+
 }  // namespace
 
 at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int64_t block_bytes) {
@@ -240,9 +265,7 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
   const ProjectionKernel* kernel = w.plan ? &(*w.plan)[RowBucket(rows)] : nullptr;
   // F32 weights stay float32 under BF16, as on the accelerator path
   // (MatmulDtype): the float32 path as without a plan.
-  if (kernel && *kernel == ProjectionKernel::kBf16Gemm && w.info->dtype == DType::kF32) {
-    kernel = nullptr;
-  }
+  if (kernel && IsBf16Kernel(*kernel) && w.info->dtype == DType::kF32) kernel = nullptr;
   at::Tensor y;
   if (kernel == nullptr) {
     // Float32 as before the plans: zero-copy weights straight to the GEMM.
@@ -253,6 +276,10 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
     switch (*kernel) {
       case ProjectionKernel::kBf16Gemm:
         y = Bf16Linear(x, w, block_bytes);
+        break;
+      case ProjectionKernel::kBf16Avx512:
+        // Where the CPU lacks AVX512-BF16 (a plan made elsewhere): oneDNN.
+        y = Bf16MatmulSupported() ? Bf16TileLinear(x, w) : Bf16Linear(x, w, block_bytes);
         break;
       case ProjectionKernel::kF32Small:
         y = SmallLinear(x, w);  // plain loops where the CPU lacks AVX2/FMA/F16C

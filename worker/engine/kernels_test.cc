@@ -2,6 +2,8 @@
 // conversion, norms, rotary embedding, grouped-query attention in chunks.
 #include "worker/engine/kernels.h"
 
+#include "worker/engine/bf16_matmul.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -72,56 +74,73 @@ TEST_F(KernelsTest, LinearConvertsInBlocksForEveryDTypeAndAlignment) {
 // The BF16 kernel computes what the accelerator path computes on a device:
 // x rounded to BF16 times the BF16 weights, accumulated in float32 (so
 // within a few float32 ulps of double), the product rounded to BF16.
+// The BF16 kernels this CPU runs: oneDNN's, and the engine's own where the
+// CPU has AVX512-BF16.
+std::vector<KernelPlan> Bf16Plans() {
+  std::vector<KernelPlan> plans;
+  for (ProjectionKernel k : {ProjectionKernel::kBf16Gemm, ProjectionKernel::kBf16Avx512}) {
+    if (k == ProjectionKernel::kBf16Avx512 && !Bf16MatmulSupported()) continue;
+    plans.emplace_back().fill(k);
+  }
+  return plans;
+}
+
 TEST_F(KernelsTest, Bf16PlanIsTheAcceleratorPathsProductOnTheCpu) {
-  const KernelPlan bf16 = Bf16Plan();
-  at::Tensor w = at::randn({37, 24});
-  at::Tensor b = at::randn({37});
-  for (int64_t rows : {1, 3, 17, 64}) {
-    at::Tensor x = at::randn({rows, 24});
-    for (size_t offset : {0, 2, 1}) {  // in place, and copied when not 2-byte aligned
-      StoredWeight weight(w, DType::kBF16, offset);
-      Weight host = weight.weight();
-      host.plan = &bf16;
-      Weight device = weight.weight();
-      device.device = at::Device(at::kCPU);
-      StoredWeight bias(b, DType::kF32);
-      at::Tensor ours = Linear(x, host, bias.weight(), 5 * 24 * 2);
-      at::Tensor accelerator = Linear(x, device, bias.weight());
-      // In double from the BF16 inputs, then rounded to BF16 as the product is.
-      at::Tensor exact =
-          at::linear(x.to(at::kBFloat16).to(at::kDouble), weight.exact().to(at::kDouble))
-              .to(at::kFloat)
-              .to(at::kBFloat16)
-              .to(at::kFloat) +
-          b;
-      const double scale = exact.abs().max().item<double>();
-      ExpectClose(ours, accelerator, scale * 0x1p-7);  // one BF16 step at most apart
-      ExpectClose(ours, exact, scale * 0x1p-7);
-      // And further from float32 than float32 is: rounding really happened.
-      EXPECT_GT((ours - at::linear(x, weight.exact(), b)).abs().max().item<double>(), 1e-6);
+  EXPECT_EQ(Bf16Plan()[0],
+            Bf16MatmulSupported() ? ProjectionKernel::kBf16Avx512 : ProjectionKernel::kBf16Gemm);
+  for (const KernelPlan& bf16 : Bf16Plans()) {
+    SCOPED_TRACE(ProjectionKernelName(bf16[0]));
+    at::Tensor w = at::randn({37, 24});
+    at::Tensor b = at::randn({37});
+    for (int64_t rows : {1, 3, 17, 64, 130}) {
+      at::Tensor x = at::randn({rows, 24});
+      for (size_t offset : {0, 2, 1}) {  // in place, and copied when not 2-byte aligned
+        StoredWeight weight(w, DType::kBF16, offset);
+        Weight host = weight.weight();
+        host.plan = &bf16;
+        Weight device = weight.weight();
+        device.device = at::Device(at::kCPU);
+        StoredWeight bias(b, DType::kF32);
+        at::Tensor ours = Linear(x, host, bias.weight(), 5 * 24 * 2);
+        at::Tensor accelerator = Linear(x, device, bias.weight());
+        // In double from the BF16 inputs, then rounded to BF16 as the product is.
+        at::Tensor exact =
+            at::linear(x.to(at::kBFloat16).to(at::kDouble), weight.exact().to(at::kDouble))
+                .to(at::kFloat)
+                .to(at::kBFloat16)
+                .to(at::kFloat) +
+            b;
+        const double scale = exact.abs().max().item<double>();
+        ExpectClose(ours, accelerator, scale * 0x1p-7);  // one BF16 step at most apart
+        ExpectClose(ours, exact, scale * 0x1p-7);
+        // And further from float32 than float32 is: rounding really happened.
+        EXPECT_GT((ours - at::linear(x, weight.exact(), b)).abs().max().item<double>(), 1e-6);
+      }
     }
   }
 }
 
 TEST_F(KernelsTest, Bf16PlanConvertsF16WeightsToBf16AndLeavesF32Ones) {
-  const KernelPlan bf16 = Bf16Plan();
-  at::Tensor x = at::randn({6, 24});
-  at::Tensor w = at::randn({37, 24});
-  StoredWeight f16(w, DType::kF16, 2);
-  Weight host = f16.weight();
-  host.plan = &bf16;
-  // The F16 values rounded to BF16, multiplied as BF16 weights are.
-  StoredWeight as_bf16(f16.exact(), DType::kBF16);
-  Weight reference = as_bf16.weight();
-  reference.plan = &bf16;
-  for (int64_t block : {int64_t{3 * 24 * 2}, kConvertBlockBytes}) {
-    ExpectClose(Linear(x, host, {}, block), Linear(x, reference), 0);
+  for (const KernelPlan& bf16 : Bf16Plans()) {
+    SCOPED_TRACE(ProjectionKernelName(bf16[0]));
+    at::Tensor x = at::randn({6, 24});
+    at::Tensor w = at::randn({37, 24});
+    StoredWeight f16(w, DType::kF16, 2);
+    Weight host = f16.weight();
+    host.plan = &bf16;
+    // The F16 values rounded to BF16, multiplied as BF16 weights are.
+    StoredWeight as_bf16(f16.exact(), DType::kBF16);
+    Weight reference = as_bf16.weight();
+    reference.plan = &bf16;
+    for (int64_t block : {int64_t{3 * 24 * 2}, kConvertBlockBytes}) {
+      ExpectClose(Linear(x, host, {}, block), Linear(x, reference), 0);
+    }
+    // F32 weights stay float32 under the BF16 plan: the float32 path's result.
+    StoredWeight f32(w, DType::kF32);
+    Weight f32_host = f32.weight();
+    f32_host.plan = &bf16;
+    ExpectClose(Linear(x, f32_host), Linear(x, f32.weight()), 0);
   }
-  // F32 weights stay float32 under the BF16 plan: the float32 path's result.
-  StoredWeight f32(w, DType::kF32);
-  Weight f32_host = f32.weight();
-  f32_host.plan = &bf16;
-  ExpectClose(Linear(x, f32_host), Linear(x, f32.weight()), 0);
 }
 
 TEST_F(KernelsTest, EveryFloat32KernelGivesTheFloat32Product) {

@@ -23,6 +23,7 @@
 #include "tests/testing/paths.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
+#include "worker/engine/compute_choice.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/test_fixtures.h"
 
@@ -152,7 +153,7 @@ TEST(RunCommandTest, ComputeDtypeIsMeasuredOnceCachedAndReported) {
   EXPECT_FALSE(doc["compute"]["measured"].get<bool>());  // nothing to choose: not timed
   for (const json& pass : doc["pass_compute"]) {
     EXPECT_EQ(pass["dtype"], "bf16");
-    EXPECT_EQ(pass["kernels"], "bf16-gemm");
+    EXPECT_EQ(pass["kernels"], ProjectionKernelName(DefaultBf16Kernel()));
   }
   const json& s = doc["sequences"][0];
   EXPECT_EQ(s["generated_ids"].get<std::vector<TokenId>>(), golden.greedy[0]);
@@ -169,7 +170,8 @@ TEST(RunCommandTest, ComputeDtypeIsMeasuredOnceCachedAndReported) {
                                                     " --ids 1,2 --max-new-tokens 1 "
                                                     "--compute-dtype bf16");
   ASSERT_EQ(text.exit_code, 0) << text.err;
-  EXPECT_THAT(text.out, HasSubstr("compute bf16: bf16-gemm from 1 row\n"));
+  EXPECT_THAT(text.out, HasSubstr(std::string("compute bf16: ") +
+                                  ProjectionKernelName(DefaultBf16Kernel()) + " from 1 row\n"));
 
   Outcome bad = RunBinary("nightshift-engine", "run --model-dir " + FixtureDir("llama-bf16") +
                                                    " --ids 1 --compute-dtype fp8");

@@ -1,0 +1,242 @@
+#include "worker/engine/bf16_matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "worker/engine/convert.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define NS_BF16_MATMUL_X86 1
+#endif
+
+namespace nightshift::engine {
+namespace {
+
+// Pairs of x per row in the packed form: an odd `in` ends in a half pair.
+int64_t PairsPerRow(int64_t in) { return (in + 1) / 2; }
+
+}  // namespace
+
+int64_t Bf16PackedSize(int64_t rows, int64_t in) {
+  return Bf16Panels(rows) * PairsPerRow(in) * kBf16PanelRows;
+}
+
+#ifdef NS_BF16_MATMUL_X86
+
+#define NS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace {
+
+// Weight rows per tile: 6 rows x 4 vectors of 16 x rows = 24 accumulators,
+// plus the 4 x vectors and a broadcast weight pair in registers.
+constexpr int kTileRows = 6;
+constexpr int kPanelVectors = static_cast<int>(kBf16PanelRows / 16);
+
+// 16 float32 lanes rounded to BF16 (to nearest even) and widened back. (The
+// maskz forms: GCC 12 warns of the unmasked ones' undefined pass-through.)
+NS_TARGET inline __m512 RoundToBf16(__m512 v) {
+  const __m256i bf16 = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+  const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xffff, bf16);
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wide, 16));
+}
+
+// `count` (0..16) floats from p, zeros beyond.
+NS_TARGET inline __m512 LoadUpTo16(const float* p, int64_t count) {
+  if (count >= 16) return _mm512_loadu_ps(p);
+  if (count <= 0) return _mm512_setzero_ps();
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), p);
+}
+
+NS_TARGET void Pack(const float* x, int64_t rows, int64_t in, int64_t panel_begin,
+                    int64_t panel_end, uint32_t* packed) {
+  const int64_t pairs = PairsPerRow(in);
+  const int64_t panel_values = pairs * kBf16PanelRows;
+  // Pair q of a 16-pair block goes kBf16PanelRows values after pair q - 1.
+  const __m512i to_pair =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(kBf16PanelRows)));
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    uint32_t* panel = packed + p * panel_values;
+    for (int64_t t = 0; t < kBf16PanelRows; ++t) {
+      const int64_t row = p * kBf16PanelRows + t;
+      const float* src = x + row * in;
+      for (int64_t k = 0; k < pairs; k += 16) {
+        __m512i block = _mm512_setzero_si512();
+        if (row < rows) {
+          const int64_t left = in - 2 * k;  // values of this row from pair k on
+          const __m512 lo = LoadUpTo16(src + 2 * k, left);
+          const __m512 hi = LoadUpTo16(src + 2 * k + 16, left - 16);
+          block = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+        }
+        const int64_t n = std::min<int64_t>(16, pairs - k);
+        _mm512_mask_i32scatter_epi32(panel + k * kBf16PanelRows + t,
+                                     static_cast<__mmask16>((1u << n) - 1), to_pair, block, 4);
+      }
+    }
+  }
+}
+
+// out[r * kBf16PanelRows + t] for r < R and t < 16 V, rounded to BF16: R
+// weight rows (BF16, row stride `in`) times V vectors of 16 packed rows of x.
+// Meanwhile it prefetches `lines` cache lines from `next`, one per pair index.
+template <int R, int V>
+NS_TARGET void Tile(const uint16_t* w, int64_t in, const uint32_t* xp, float* out, const char* next,
+                    int64_t lines) {
+  __m512 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  const int64_t full = in / 2;
+  for (int64_t k = 0; k < full; ++k) {
+    if (k < lines) _mm_prefetch(next + 64 * k, _MM_HINT_T0);
+    __m512bh xv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      xv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xp + k * kBf16PanelRows + 16 * v));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      uint32_t pair;
+      std::memcpy(&pair, w + r * in + 2 * k, sizeof pair);
+      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
+    }
+  }
+  if (in % 2 != 0) {  // the half pair: x's upper half is zero, so is the weight's
+    for (int v = 0; v < V; ++v) {
+      const __m512bh xv =
+          reinterpret_cast<__m512bh>(_mm512_loadu_si512(xp + full * kBf16PanelRows + 16 * v));
+      for (int r = 0; r < R; ++r) {
+        const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(w[r * in + in - 1]));
+        acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) {
+      _mm512_store_ps(out + r * kBf16PanelRows + 16 * v, RoundToBf16(acc[r][v]));
+    }
+  }
+}
+
+using TileFn = void (*)(const uint16_t*, int64_t, const uint32_t*, float*, const char*, int64_t);
+
+template <int R>
+constexpr TileFn TileFor(int vectors) {
+  switch (vectors) {
+    case 1:
+      return &Tile<R, 1>;
+    case 2:
+      return &Tile<R, 2>;
+    case 3:
+      return &Tile<R, 3>;
+    default:
+      return &Tile<R, 4>;
+  }
+}
+
+TileFn TileFor(int rows, int vectors) {
+  switch (rows) {
+    case 1:
+      return TileFor<1>(vectors);
+    case 2:
+      return TileFor<2>(vectors);
+    case 3:
+      return TileFor<3>(vectors);
+    case 4:
+      return TileFor<4>(vectors);
+    case 5:
+      return TileFor<5>(vectors);
+    default:
+      return TileFor<6>(vectors);
+  }
+}
+static_assert(kTileRows == 6 && kPanelVectors == 4, "TileFor covers 1-6 rows, 1-4 vectors");
+
+// Weight rows multiplied into a panel before its products are written out:
+// each row of y then takes kBlockRows contiguous values at once (written one
+// tile at a time, 16 rows of y a power-of-two stride apart fought over the
+// same cache sets: 2048 x 2048 ran at 0.6 of the kernel's rate). F16 rows are
+// converted a block at a time.
+constexpr int64_t kBlockRows = 4 * kTileRows;
+
+void Multiply(const uint32_t* packed, int64_t rows, int64_t in, const unsigned char* weight,
+              checkpoint::DType dtype, int64_t out_begin, int64_t out_end, float* y,
+              int64_t y_stride) {
+  const int64_t panels = Bf16Panels(rows);
+  const int64_t panel_values = PairsPerRow(in) * kBf16PanelRows;
+  thread_local std::vector<uint16_t> scratch;
+  alignas(64) float out[kBlockRows * kBf16PanelRows];
+  for (int64_t o = out_begin; o < out_end; o += kBlockRows) {
+    const int64_t n = std::min(kBlockRows, out_end - o);
+    const uint16_t* w;
+    if (dtype == checkpoint::DType::kBF16) {
+      w = reinterpret_cast<const uint16_t*>(weight + o * in * 2);
+    } else {  // F16: this block's rows in BF16, into cache
+      scratch.resize(static_cast<size_t>(kBlockRows * in));
+      ConvertToBFloat16(weight + o * in * 2, dtype, n * in, scratch.data());
+      w = scratch.data();
+    }
+    const unsigned char* next = weight + (o + n) * in * 2;
+    const int64_t next_bytes = std::min(kBlockRows, out_end - o - n) * in * 2;
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t valid = std::min(kBf16PanelRows, rows - p * kBf16PanelRows);
+      const int vectors = static_cast<int>((valid + 15) / 16);
+      for (int64_t r = 0; r < n; r += kTileRows) {
+        // The first panel's tiles bring the next block's stored rows into
+        // cache, a share each, while they multiply.
+        const int64_t share =
+            p == 0 ? (next_bytes / 64 + kBlockRows / kTileRows - 1) / (kBlockRows / kTileRows) : 0;
+        const int64_t first = r / kTileRows * share;
+        const int64_t lines = std::clamp<int64_t>(next_bytes / 64 - first, 0, share);
+        TileFor(static_cast<int>(std::min<int64_t>(kTileRows, n - r)), vectors)(
+            w + r * in, in, packed + p * panel_values, out + r * kBf16PanelRows,
+            reinterpret_cast<const char*>(next) + 64 * first, lines);
+      }
+      float* dst = y + p * kBf16PanelRows * y_stride + o;
+      for (int64_t t = 0; t < valid; ++t) {
+        for (int64_t r = 0; r < n; ++r) dst[t * y_stride + r] = out[r * kBf16PanelRows + t];
+      }
+    }
+  }
+}
+
+bool Detect() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
+
+}  // namespace
+
+bool Bf16MatmulSupported() {
+  static const bool supported = Detect();
+  return supported;
+}
+
+void PackBf16Activations(const float* x, int64_t rows, int64_t in, int64_t panel_begin,
+                         int64_t panel_end, uint32_t* packed) {
+  Pack(x, rows, in, panel_begin, panel_end, packed);
+}
+
+void Bf16Matmul(const uint32_t* packed, int64_t rows, int64_t in, const void* weight,
+                checkpoint::DType dtype, int64_t out_begin, int64_t out_end, float* y,
+                int64_t y_stride) {
+  Multiply(packed, rows, in, static_cast<const unsigned char*>(weight), dtype, out_begin, out_end,
+           y, y_stride);
+}
+
+#else  // !NS_BF16_MATMUL_X86
+
+bool Bf16MatmulSupported() { return false; }
+void PackBf16Activations(const float*, int64_t, int64_t, int64_t, int64_t, uint32_t*) {}
+void Bf16Matmul(const uint32_t*, int64_t, int64_t, const void*, checkpoint::DType, int64_t, int64_t,
+                float*, int64_t) {}
+
+#endif
+
+}  // namespace nightshift::engine
