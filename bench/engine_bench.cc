@@ -22,7 +22,8 @@
 //     the pass against the fastest read, the kernels that ran, the FLOP/s the
 //     projections reached against the chosen kernel's measured rate (auto's
 //     measurement, printed first per row bucket and kernel, with the CPU's
-//     model and flags).
+//     model and flags and the OpenBLAS core) and against the CPU's peak
+//     multiply-add rate in what they multiply (bench/cpu_peak.h).
 // Then prints the medians over the rounds, with the machine's load average
 // beside them, and llama.cpp's figures from issue 5 for the same shape and
 // cap. Prints figures, never pass/fail; not a test.
@@ -34,6 +35,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -43,6 +45,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/cpu_peak.h"
 #include "bench/stream_bench.h"
 #include "common/disk_bench.h"
 #include "common/flags.h"
@@ -131,6 +134,12 @@ int Main(int argc, char** argv) {
   const engine::CpuInfo& cpu = engine::HostCpu();
   printf("CPU: %s; flags: %s; %ld cores online\n", cpu.model.c_str(), cpu.FlagsString().c_str(),
          sysconf(_SC_NPROCESSORS_ONLN));
+  const bench::CpuPeak peak =
+      bench::MeasureCpuPeak(static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  printf(
+      "CPU peak, GFLOP/s (FMAs on registers, every core): f32 AVX2 %.0f, f32 AVX-512 %.0f, BF16 "
+      "vdpbf16ps %.0f\n",
+      peak.f32_avx2 / 1e9, peak.f32_avx512 / 1e9, peak.bf16 / 1e9);
   if (!bench.SetUpCgroup(cap)) {
     std::cerr << "engine_bench: cannot set up the memory cgroup " << kCgroup
               << " (root, cgroup v1?)\n";
@@ -232,6 +241,12 @@ int Main(int argc, char** argv) {
            m.compute.value("plan", std::string("?")).c_str(),
            m.compute.value("cached", false) ? "cached" : "measured");
   }
+  if (kernel_rates.contains("openblas_core")) {
+    // float32 GEMMs (f32-gemm, attention) run this core's kernels.
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    printf("OpenBLAS core: %s (%s%s)\n", kernel_rates["openblas_core"].get<std::string>().c_str(),
+           forced ? "OPENBLAS_CORETYPE=" : "its own detection", forced ? forced : "");
+  }
   if (kernel_rates.contains("flops_per_second")) {
     printf("measured projection rates, GFLOP/s (one pass's shapes, %d threads):\n%-10s",
            static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), "rows");
@@ -305,16 +320,19 @@ int Main(int argc, char** argv) {
       return Median(v);
     };
     printf("compute (capped; decode passes after the first, prefill = the first pass):\n");
-    printf("%-22s %9s %9s %9s %10s %-22s %9s %11s\n", "", "pass s", "/ read", "tok/s", "compute s",
-           "kernels", "GFLOP/s", "/ measured");
+    printf("%-22s %9s %9s %9s %10s %-22s %9s %11s %7s\n", "", "pass s", "/ read", "tok/s",
+           "compute s", "kernels", "GFLOP/s", "/ measured", "/ peak");
     for (const std::string& name : compute_names) {
       const double pass = median_of(name, &Measured::pass_seconds);
       const double compute = median_of(name, &Measured::compute_seconds);
       const Measured& last = results[name].back();
       const double rate = compute > 0 ? last.projection_flops / compute : 0;
-      printf("%-22s %9.3f %9.2f %9.2f %10.3f %-22s %9.1f %11.2f\n", name.c_str(), pass,
+      // Against the peak of what the projections multiply in.
+      const double limit = last.kernels.find("bf16") != std::string::npos ? peak.bf16 : peak.F32();
+      printf("%-22s %9.3f %9.2f %9.2f %10.3f %-22s %9.1f %11.2f %7.2f\n", name.c_str(), pass,
              pass / read_seconds, median_of(name, &Measured::tokens_per_second), compute,
-             last.kernels.c_str(), rate / 1e9, last.chosen_rate > 0 ? rate / last.chosen_rate : 0);
+             last.kernels.c_str(), rate / 1e9, last.chosen_rate > 0 ? rate / last.chosen_rate : 0,
+             limit > 0 ? rate / limit : 0);
     }
     const std::string other = compute_dtypes[1];
     const std::string prefill = "prefill " + std::to_string(prefill_tokens) + " ";

@@ -147,7 +147,9 @@ StatusOr<MeasuredCompute> MeasureProjections(const std::vector<ProjectionShape>&
     }
   }
   MeasuredCompute out;
-  const std::string key = ComputeMeasurementKey(shapes, ComputePoolThreads(), TorchVersion());
+  // The float32 GEMM's kernels are OpenBLAS's core's: part of what was measured.
+  const std::string key = ComputeMeasurementKey(
+      shapes, ComputePoolThreads(), TorchVersion() + ", OpenBLAS core " + OpenBlasCore());
   if (!options.state_dir.empty()) out.cache_path = ComputeCachePath(options.state_dir, key);
   // One measurement per key at a time in this process: an engine opening
   // while another measures waits for its figures.

@@ -96,6 +96,12 @@ void KeepFreedMemory() {
 #endif
 }
 
+std::string OpenBlasCore() {
+  using CoreName = char* (*)();
+  const auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  return name != nullptr ? name() : "";
+}
+
 void SetComputeThreads(int threads) {
   // ATen's OpenMP threads spin between its many small parallel regions and
   // OpenBLAS's pool competes with them for the same cores (measured: half of

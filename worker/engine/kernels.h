@@ -61,6 +61,15 @@ at::Tensor WeightAs(const Weight& weight, at::ScalarType dtype);
 // malloc keep freed memory for the next pass's temporaries (KeepFreedMemory).
 void SetComputeThreads(int threads);
 
+// The OpenBLAS core whose kernels float32 GEMMs run (openblas_get_corename:
+// "Cooperlake", "Haswell", ...; OPENBLAS_CORETYPE in the environment forces
+// one), or "" when the BLAS is not OpenBLAS. Part of what a compute
+// measurement holds for: this machine's environment sets
+// OPENBLAS_CORETYPE=Haswell, whose AVX2 kernels ran a 1024-token float32
+// prefill of bench-1.7b in 13.3 s where the core OpenBLAS detects itself
+// here (Cooperlake, AVX-512) took 8.7 s.
+std::string OpenBlasCore();
+
 // Has glibc's malloc serve blocks up to 1 GiB from its heap and never give
 // freed memory back to the system (mallopt M_MMAP_THRESHOLD and
 // M_TRIM_THRESHOLD). By default a block above its dynamic threshold (at most

@@ -2,13 +2,15 @@
 // conversion, norms, rotary embedding, grouped-query attention in chunks.
 #include "worker/engine/kernels.h"
 
-#include "worker/engine/bf16_matmul.h"
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
 
+#include "worker/engine/bf16_matmul.h"
 #include "worker/engine/decoder.h"
 
 namespace nightshift::engine {
@@ -140,6 +142,21 @@ TEST_F(KernelsTest, Bf16PlanConvertsF16WeightsToBf16AndLeavesF32Ones) {
     Weight f32_host = f32.weight();
     f32_host.plan = &bf16;
     ExpectClose(Linear(x, f32_host), Linear(x, f32.weight()), 0);
+  }
+}
+
+// Debian's libtorch multiplies float32 through OpenBLAS: its core is named,
+// and it is the one OPENBLAS_CORETYPE forces when that is set.
+TEST_F(KernelsTest, OpenBlasCoreNamesTheCoreOpenBlasRuns) {
+  const std::string core = OpenBlasCore();
+  ASSERT_FALSE(core.empty());
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) {
+    std::string a = core, b = forced;
+    for (std::string* s : {&a, &b}) {
+      std::transform(s->begin(), s->end(), s->begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+    }
+    EXPECT_EQ(a, b);
   }
 }
 

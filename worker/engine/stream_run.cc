@@ -31,6 +31,7 @@
 #include "common/flags.h"
 #include "common/size.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/kernels.h"
 
 namespace nightshift::engine {
 namespace {
@@ -86,7 +87,8 @@ nlohmann::json ComputeJson(const ComputeChoice& c) {
                         {"dtype", c.PlanDType()},
                         {"plan", c.Describe()},
                         {"cached", c.cached},
-                        {"rows", std::vector<int64_t>(kRowBuckets.begin(), kRowBuckets.end())}};
+                        {"rows", std::vector<int64_t>(kRowBuckets.begin(), kRowBuckets.end())},
+                        {"openblas_core", OpenBlasCore()}};
   if (!c.measurement) return out;
   nlohmann::json rates = nlohmann::json::object();
   for (int k = 0; k < kProjectionKernelCount; ++k) {
