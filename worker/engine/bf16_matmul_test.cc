@@ -28,14 +28,15 @@ float RoundToBf16(float v) {
   return Bf16Bits(b);
 }
 
-// `values` stored as `dtype` (BF16 or F16; rounded to nearest).
+// `values` stored as `dtype`: BF16 rounded to nearest; F16 exactly, so each
+// value must be 0 or a normal F16 (FiniteF16 makes such values).
 std::vector<uint16_t> Store(const std::vector<float>& values, DType dtype) {
   std::vector<uint16_t> out(values.size());
   if (dtype == DType::kBF16) {
     ConvertToBFloat16(values.data(), DType::kF32, static_cast<int64_t>(values.size()), out.data());
     return out;
   }
-  for (size_t i = 0; i < values.size(); ++i) {  // F16 of values in F16's normal range
+  for (size_t i = 0; i < values.size(); ++i) {
     const float v = values[i];
     uint32_t bits;
     std::memcpy(&bits, &v, sizeof bits);
@@ -44,10 +45,21 @@ std::vector<uint16_t> Store(const std::vector<float>& values, DType dtype) {
       continue;
     }
     const int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
-    out[i] = static_cast<uint16_t>(((bits >> 16) & 0x8000) | (exponent << 10) |
-                                   ((bits >> 13) & 0x3ff));  // truncated: values are exact
+    if (exponent < 1 || exponent > 30 || (bits & 0x1fff) != 0) {
+      ADD_FAILURE() << v << " is not a normal F16 value";
+      return out;
+    }
+    out[i] = static_cast<uint16_t>(
+        ((bits >> 16) & 0x8000) | (static_cast<uint32_t>(exponent) << 10) | ((bits >> 13) & 0x3ff));
   }
   return out;
+}
+
+// A random normal F16 value of magnitude 2^-6 .. 2^2, as float32.
+float FiniteF16(std::mt19937& rng) {
+  std::uniform_int_distribution<int> mantissa(0, 1023), exponent(-6, 1), sign(0, 1);
+  const float v = std::ldexp(1.0f + static_cast<float>(mantissa(rng)) / 1024, exponent(rng));
+  return sign(rng) != 0 ? -v : v;
 }
 
 struct Case {
@@ -142,7 +154,7 @@ TEST(Bf16MatmulTest, RandomProductsAreTheBf16RoundingOfAFloat32Sum) {
       std::vector<float> x(static_cast<size_t>(c.rows * c.in)),
           w(static_cast<size_t>(c.out_total * c.in));
       for (float& v : x) v = normal(rng);
-      for (float& v : w) v = normal(rng) * 0.25f;
+      for (float& v : w) v = FiniteF16(rng);
       SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " rows " << c.rows << " in " << c.in);
       Check(c, dtype, x, w, [&](float got, double sum, double magnitude, int64_t t, int64_t o) {
         const double bound =
