@@ -67,7 +67,7 @@ void SetComputeThreads(int threads);
 // measurement holds for: this machine's environment sets
 // OPENBLAS_CORETYPE=Haswell, whose AVX2 kernels ran a 1024-token float32
 // prefill of bench-1.7b in 13.3 s where the core OpenBLAS detects itself
-// here (Cooperlake, AVX-512) took 8.7 s.
+// there (Cooperlake, AVX-512) took 8.9 s (AMD EPYC family 26, 2 threads).
 std::string OpenBlasCore();
 
 // Has glibc's malloc serve blocks up to 1 GiB from its heap and never give

@@ -73,9 +73,6 @@ TEST_F(KernelsTest, LinearConvertsInBlocksForEveryDTypeAndAlignment) {
   }
 }
 
-// The BF16 kernel computes what the accelerator path computes on a device:
-// x rounded to BF16 times the BF16 weights, accumulated in float32 (so
-// within a few float32 ulps of double), the product rounded to BF16.
 // The BF16 kernels this CPU runs: oneDNN's, and the engine's own where the
 // CPU has AVX512-BF16.
 std::vector<KernelPlan> Bf16Plans() {
@@ -87,6 +84,9 @@ std::vector<KernelPlan> Bf16Plans() {
   return plans;
 }
 
+// Each BF16 kernel computes what the accelerator path computes on a device:
+// x rounded to BF16 times the BF16 weights, accumulated in float32 (so
+// within a few float32 ulps of double), the product rounded to BF16.
 TEST_F(KernelsTest, Bf16PlanIsTheAcceleratorPathsProductOnTheCpu) {
   EXPECT_EQ(Bf16Plan()[0],
             Bf16MatmulSupported() ? ProjectionKernel::kBf16Avx512 : ProjectionKernel::kBf16Gemm);
