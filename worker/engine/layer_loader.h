@@ -35,6 +35,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/disk_bench.h"
 #include "common/status.h"
 #include "worker/checkpoint/checkpoint.h"
 
@@ -56,7 +57,7 @@ struct LayerLoaderOptions {
   // on, four O_DIRECT streams read 0.74-1.20 GB/s and four buffered ones
   // 1.32-1.92 (nightshift disk-bench, six runs on a 1.7 GB checkpoint).
   bool direct = false;
-  uint64_t chunk_bytes = 16ull << 20;  // bytes per read (> 0)
+  uint64_t chunk_bytes = kDefaultReadChunkBytes;  // bytes per read (> 0; common/disk_bench.h)
   // Allocates each buffer: at least `bytes`, 4096-aligned, freed when the
   // last copy of the pointer goes (it may throw std::bad_alloc). Empty:
   // std::aligned_alloc. The engine passes page-locked memory when it copies
