@@ -119,6 +119,7 @@ struct ModeRun {
   const std::vector<FileSpan>* spans;
   const std::vector<Chunk>* chunks;
   std::vector<int> fds;
+  uint64_t buffer_bytes = 0;
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> bytes{0};
   std::mutex mu;
@@ -131,16 +132,19 @@ struct ModeRun {
   }
 };
 
-// Every reader of a mode reads into the same buffer: the bytes are thrown
-// away, and one chunk's worth of memory is all the benchmark takes however
-// many reads are in flight.
-void ReadChunks(ModeRun& run, char* buffer) {
+void ReadChunks(ModeRun& run) {
+  char* raw = nullptr;
+  if (::posix_memalign(reinterpret_cast<void**>(&raw), kAlignment, run.buffer_bytes) != 0) {
+    run.Fail(ResourceExhausted("cannot allocate a read buffer"));
+    return;
+  }
+  std::unique_ptr<char, AlignedFree> buffer(raw);
   for (size_t i = run.next++; i < run.chunks->size(); i = run.next++) {
     const Chunk& c = (*run.chunks)[i];
     // O_DIRECT wants aligned lengths; a short read at the end of the file
     // returns what is there.
     uint64_t length = (c.length + kAlignment - 1) / kAlignment * kAlignment;
-    ssize_t got = ::pread(run.fds[c.file], buffer, length, static_cast<off_t>(c.offset));
+    ssize_t got = ::pread(run.fds[c.file], buffer.get(), length, static_cast<off_t>(c.offset));
     const std::string& path = (*run.spans)[c.file].path;
     if (got < 0) {
       run.Fail(Unavailable(path + ": read failed: " + ErrnoText(errno)));
@@ -175,18 +179,12 @@ Status RunMode(const std::vector<FileSpan>& spans, const std::vector<Chunk>& chu
   ModeRun run;
   run.spans = &spans;
   run.chunks = &chunks;
-  char* raw = nullptr;
-  if (::posix_memalign(reinterpret_cast<void**>(&raw), kAlignment, chunk_bytes) != 0) {
-    return ResourceExhausted("cannot allocate a read buffer");
-  }
-  const std::unique_ptr<char, AlignedFree> buffer(raw);
+  run.buffer_bytes = chunk_bytes;
   Status opened = OpenAll(spans, mode.direct, run.fds);
   if (opened.ok()) {
     auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> readers;
-    for (int i = 0; i < mode.streams; ++i) {
-      readers.emplace_back(ReadChunks, std::ref(run), buffer.get());
-    }
+    for (int i = 0; i < mode.streams; ++i) readers.emplace_back(ReadChunks, std::ref(run));
     for (std::thread& t : readers) t.join();
     mode.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }

@@ -29,20 +29,8 @@
 
 namespace nightshift {
 
-// Bytes per read, here and in the engine's layer loader (layer_loader.h), so
-// that the bandwidth a worker advertises is measured the way its passes
-// read. Measured on 2026-12-02 (AMD EPYC family 26 VM, virtio disk, cold):
-// a 1-sequence pass of bench-1.7b (1.5 GB streamed, 94 MB layers) took a
-// median 0.64 s with 16 MB reads, 0.45 s with 64 MB and 0.36 s with 128 MB
-// (5 and 3 interleaved rounds), and 64 sequences 0.76 / 0.53 / 0.51 s:
-// fewer, larger requests, not more of them in flight. A read lands in the
-// caller's buffer (a group's, for the loader), so the size costs no memory
-// beyond that buffer; the page cache holds a read's pages until it is
-// dropped after it.
-inline constexpr uint64_t kDefaultReadChunkBytes = 128ull << 20;
-
 struct DiskBenchOptions {
-  uint64_t chunk_bytes = kDefaultReadChunkBytes;  // bytes per read; rounded up to 4096
+  uint64_t chunk_bytes = 16ull << 20;  // bytes per read; rounded up to 4096
   int parallel_reads = 4;              // reads in flight in the parallel modes (2..64)
   uint64_t max_bytes = 0;              // read at most this much per mode; 0 = all
 };

@@ -26,12 +26,7 @@ double ReadCache(const std::string& path, const std::string& root) {
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  // A figure measured with another read size (16 MB before 2026-12-02) is
-  // not how the loader reads now: measured again.
-  if (!j.is_object() || j.value("root", "") != root ||
-      j.value("chunk_bytes", uint64_t{0}) != kDefaultReadChunkBytes) {
-    return 0;
-  }
+  if (!j.is_object() || j.value("root", "") != root) return 0;
   const nlohmann::json& figure = j["read_bytes_per_second"];
   return figure.is_number() && figure.get<double>() > 0 ? figure.get<double>() : 0;
 }
@@ -42,10 +37,7 @@ void WriteCache(const std::string& path, const std::string& root, double bytes_p
   const std::string temp = path + ".tmp";
   {
     std::ofstream out(temp);
-    out << nlohmann::json{{"root", root},
-                          {"read_bytes_per_second", bytes_per_second},
-                          {"chunk_bytes", kDefaultReadChunkBytes}}
-               .dump()
+    out << nlohmann::json{{"root", root}, {"read_bytes_per_second", bytes_per_second}}.dump()
         << "\n";
     if (!out) return;
   }

@@ -315,8 +315,8 @@ std::vector<TensorList> StreamedGroups(const ModelTensors& tensors,
 
 // Parallel reads in flight when EngineOptions::read_streams is 0: four 16 MB
 // preads reached ~1.9 GB/s on a cold 1.7 GB checkpoint here, one ~0.2-1.1.
-// (Reads are now up to kDefaultReadChunkBytes, 128 MB: a layer smaller than
-// that is one read, and the streams serve layers larger than it.)
+// (Reads are now up to 128 MB, LayerLoaderOptions::chunk_bytes: a layer
+// smaller than that is one read, and the streams serve larger ones.)
 constexpr int kDefaultReadStreams = 4;
 
 // On the accelerator path (`staged`) the loader streams even when the engine
