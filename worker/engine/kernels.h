@@ -139,7 +139,12 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles);
 // materialises rows x L x heads scores at once: the scores are scaled and
 // masked in place, so a chunk's temporaries are at most two score matrices
 // (scores and their softmax) plus its rows of `allowed` negated.
+// A chunk of at least kParallelAttentionFlops (4 x rows x heads x L x d, both
+// products) on the CPU splits its KV heads across the compute pool
+// (compute_pool.h); a smaller one, such as a decode row's, runs on the
+// calling thread, where waking the pool would cost more than it saves.
 inline constexpr int64_t kMaxAttentionScoreBytes = 64 << 20;
+inline constexpr int64_t kParallelAttentionFlops = int64_t{1} << 24;
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                      const at::Tensor& allowed, double scale,
                      int64_t max_score_bytes = kMaxAttentionScoreBytes);

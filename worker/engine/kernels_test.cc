@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "worker/engine/bf16_matmul.h"
+#include "worker/engine/compute_pool.h"
 #include "worker/engine/decoder.h"
 
 namespace nightshift::engine {
@@ -272,6 +273,26 @@ TEST_F(KernelsTest, GroupedQueryAttentionInChunksEqualsTheReference) {
   const int64_t one_row = heads * (past + rows) * 4;
   ExpectClose(Attention(q, k, v, allowed, 0.3, 2 * one_row), expected);  // chunks of 2 rows
   ExpectClose(Attention(q, k, v, allowed, 0.3, 1), expected);            // one row at a time
+}
+
+// A prefill-sized chunk splits its KV heads across the compute pool, evenly
+// or not; every split gives the reference's output, in chunks or whole.
+TEST_F(KernelsTest, AttentionSplitAcrossThePoolEqualsTheReference) {
+  const int64_t rows = 64, past = 200, heads = 8, kv_heads = 4, dim = 32;
+  ASSERT_GE(4 * rows * heads * (past + rows) * dim, kParallelAttentionFlops);
+  at::Tensor q = at::randn({rows, heads, dim});
+  at::Tensor k = at::randn({kv_heads, past + rows, dim});
+  at::Tensor v = at::randn({kv_heads, past + rows, dim});
+  at::Tensor allowed = CausalMask(past, rows);
+  const at::Tensor expected = ReferenceAttention(q, k, v, allowed, 0.3);
+  const int before = ComputePoolThreads();
+  for (int threads : {1, 2, 3, 4}) {
+    SCOPED_TRACE(threads);
+    SetComputePoolThreads(threads);
+    ExpectClose(Attention(q, k, v, allowed, 0.3), expected);
+    ExpectClose(Attention(q, k, v, allowed, 0.3, rows / 2 * heads * (past + rows) * 4), expected);
+  }
+  SetComputePoolThreads(before);
 }
 
 TEST_F(KernelsTest, AttentionWithoutAMaskAttendsToEveryKey) {
