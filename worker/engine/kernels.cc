@@ -363,9 +363,16 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles) {
 
 namespace {
 
-// Attention for rows whose scores fit in memory at once.
+// Attention for rows whose scores fit in memory at once. With `parallel`,
+// the KV heads are split across the compute pool: ATen runs one thread
+// (SetComputeThreads), and a 1024-token prefill of bench-1.7b spent a sixth
+// of its time in attention's products on one core. Every buffer is
+// allocated here, on the calling thread, and the pool's threads only write
+// into their heads' slices: a block malloc'd on a pool thread lives in that
+// thread's arena, which glibc keeps (KeepFreedMemory) apart from the main
+// one, and so raised a long-prompt pass's peak by 12-14 MB.
 at::Tensor AttentionRows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                         const at::Tensor& allowed, double scale) {
+                         const at::Tensor& allowed, double scale, bool parallel) {
   const int64_t rows = q.size(0);
   const int64_t heads = q.size(1);
   const int64_t dim = q.size(2);
@@ -373,57 +380,57 @@ at::Tensor AttentionRows(const at::Tensor& q, const at::Tensor& keys, const at::
   const int64_t group = heads / kv_heads;
   const int64_t length = keys.size(1);
   // [rows, kv, group, d] -> [kv, group * rows, d]: one batched product per KV head.
-  at::Tensor grouped = q.reshape({rows, kv_heads, group, dim})
-                           .permute({1, 2, 0, 3})
-                           .reshape({kv_heads, group * rows, dim});
-  // The scores are scaled and masked in place, and dropped once softmax has
-  // read them: at most two score matrices are alive at once.
-  at::Tensor scores = at::bmm(grouped, keys.transpose(1, 2));
-  grouped.reset();
-  scores.mul_(scale);
-  if (allowed.defined()) {
-    scores.view({kv_heads, group, rows, length})
-        .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  const at::Tensor grouped = q.reshape({rows, kv_heads, group, dim})
+                                 .permute({1, 2, 0, 3})
+                                 .reshape({kv_heads, group * rows, dim});
+  const at::Tensor refused = allowed.defined() ? allowed.logical_not() : at::Tensor();
+  // The scores are scaled and masked in place: two score matrices (scores
+  // and their softmax) are alive at once.
+  at::Tensor scores = at::empty({kv_heads, group * rows, length}, q.options());
+  at::Tensor probs = at::empty_like(scores);
+  at::Tensor out = at::empty({kv_heads, group * rows, dim}, q.options());
+  auto attend = [&](int64_t first, int64_t last) {
+    const int64_t n = last - first;
+    at::Tensor s = scores.narrow(0, first, n);
+    at::bmm_out(s, grouped.narrow(0, first, n), keys.narrow(0, first, n).transpose(1, 2));
+    s.mul_(scale);
+    if (refused.defined()) {
+      s.view({n, group, rows, length})
+          .masked_fill_(refused, -std::numeric_limits<float>::infinity());
+    }
+    at::Tensor p = probs.narrow(0, first, n);
+    at::softmax_out(p, s, -1);
+    at::Tensor o = out.narrow(0, first, n);
+    at::bmm_out(o, p, values.narrow(0, first, n));
+  };
+  if (parallel) {
+    std::mutex mutex;
+    std::exception_ptr error;
+    ParallelFor(kv_heads, 1, [&](int64_t first, int64_t last) {
+      try {
+        attend(first, last);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!error) error = std::current_exception();
+      }
+    });
+    if (error) std::rethrow_exception(error);
+  } else {
+    attend(0, kv_heads);
   }
-  at::Tensor probs = at::softmax(scores, -1);
   scores.reset();
-  at::Tensor out = at::bmm(probs, values);  // [kv, group * rows, d]
   probs.reset();
   return out.view({kv_heads, group, rows, dim}).permute({2, 0, 1, 3}).reshape({rows, heads * dim});
 }
 
-// AttentionRows with the KV heads split across the compute pool when the
-// chunk is large enough (a prefill's micro-batch): ATen runs one thread
-// (SetComputeThreads), and a 1024-token prefill of bench-1.7b spent a sixth
-// of its time in attention's products on one core. Each thread takes whole
-// KV heads, so the score matrices alive at once are the chunk's, as before.
+// AttentionRows, its KV heads split across the compute pool when the chunk
+// is large enough (a prefill's micro-batch) and on the CPU.
 at::Tensor AttentionChunk(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                           const at::Tensor& allowed, double scale) {
-  const int64_t rows = q.size(0);
-  const int64_t heads = q.size(1);
-  const int64_t dim = q.size(2);
-  const int64_t kv_heads = keys.size(0);
-  const int64_t flops = 4 * rows * heads * keys.size(1) * dim;
-  if (!q.is_cpu() || kv_heads < 2 || ComputePoolThreads() < 2 || flops < kParallelAttentionFlops) {
-    return AttentionRows(q, keys, values, allowed, scale);
-  }
-  const int64_t group = heads / kv_heads;
-  at::Tensor out = at::empty({rows, heads * dim}, q.options());
-  std::mutex mutex;
-  std::exception_ptr error;
-  ParallelFor(kv_heads, 1, [&](int64_t first, int64_t last) {
-    try {
-      const int64_t n = last - first;
-      out.narrow(1, first * group * dim, n * group * dim)
-          .copy_(AttentionRows(q.narrow(1, first * group, n * group), keys.narrow(0, first, n),
-                               values.narrow(0, first, n), allowed, scale));
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!error) error = std::current_exception();
-    }
-  });
-  if (error) std::rethrow_exception(error);
-  return out;
+  const int64_t flops = 4 * q.size(0) * q.size(1) * keys.size(1) * q.size(2);
+  const bool parallel = q.is_cpu() && keys.size(0) > 1 && ComputePoolThreads() > 1 &&
+                        flops >= kParallelAttentionFlops;
+  return AttentionRows(q, keys, values, allowed, scale, parallel);
 }
 
 }  // namespace
