@@ -39,6 +39,7 @@ struct RunFlags {
   std::string labels;
   bool logits = false;
   bool json = false;
+  bool direct_io = false;
   std::string device = "cpu";
   std::string activation_budget;
   int64_t pass_token_budget = 0;
@@ -146,6 +147,7 @@ struct RunOutput {
 StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> requests) {
   engine::EngineOptions options;
   options.device = f.device;
+  options.direct_reads = f.direct_io;
   if (!f.activation_budget.empty()) {
     StatusOr<uint64_t> budget = ParseSize(f.activation_budget);
     if (!budget.ok()) return budget.status().Prefixed("--activation-budget");
@@ -385,6 +387,9 @@ int Run(int argc, char** argv) {
                "on a GPU: host memory for stream buffers and the layers GPU memory does not keep "
                "(default: none)",
                "SIZE");
+  flags.Bool("direct-io", &f.direct_io,
+             "read the checkpoint with O_DIRECT, bypassing the page cache (see disk-bench's "
+             "fastest mode)");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
 
   StatusOr<std::vector<SequenceRequest>> requests = BuildRequests(f, flags);

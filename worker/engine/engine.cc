@@ -328,6 +328,7 @@ LayerLoaderOptions LoaderOptions(const EngineOptions& options, bool staged) {
   if (IsCudaDevice(options.device)) out.allocate = PinnedBuffer;
   out.prefetch = options.prefetch;
   out.read_streams = options.read_streams > 0 ? options.read_streams : kDefaultReadStreams;
+  out.direct = options.direct_reads;
   return out;
 }
 

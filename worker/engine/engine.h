@@ -208,10 +208,14 @@ struct EngineOptions {
   // is needed, the compute thread waiting for it (and one layer's buffer
   // instead of two).
   bool prefetch = true;
-  // Parallel reads (I/O threads, 16 MB each, through the page cache, which
-  // is dropped after each read) in flight while loading; 0: the engine's
-  // default, 4. At most 64.
+  // Parallel reads (I/O threads, up to 128 MB each) in flight while loading;
+  // 0: the engine's default, 4. At most 64.
   int read_streams = 0;
+  // Read with O_DIRECT where the filesystem allows it (else, and when false,
+  // through the page cache, which is dropped after each read): no copy out
+  // of the cache, whose CPU time a compute-bound pass shares. The worker
+  // reads the way its disk measured fastest (worker/daemon/read_bandwidth.h).
+  bool direct_reads = false;
   // KV cache bytes the sequences in flight may reserve together; 0: no limit
   // (with a memory budget: what the sequences in flight at the first pass
   // reserve, see memory_budget_bytes). A sequence that ends in its first

@@ -173,6 +173,30 @@ TEST_P(EngineTest, BadRequestsAreRefused) {
   EXPECT_EQ(engine_->active(), 0);
 }
 
+// Reading with O_DIRECT (as a worker does where its disk measured that
+// fastest), one read or several in flight, gives the reference's tokens.
+TEST(EngineReadModeTest, DirectReadsGiveTheReferenceOutput) {
+  const Golden golden = LoadGolden(kFixture);
+  for (int streams : {1, 3}) {
+    SCOPED_TRACE(streams);
+    EngineOptions options = Options();
+    options.direct_reads = true;
+    options.read_streams = streams;
+    std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir(kFixture), options);
+    ASSERT_NE(engine, nullptr);
+    for (size_t i = 0; i < golden.prompts.size(); ++i) {
+      ASSERT_TRUE(engine->Add(Request(golden.prompts[i], golden.greedy[i].size())).ok());
+    }
+    const std::vector<SequenceResult> results = Drain(*engine);
+    ASSERT_EQ(results.size(), golden.prompts.size());
+    for (const SequenceResult& r : results) {
+      const size_t i = static_cast<size_t>(r.id);
+      EXPECT_EQ(r.generated, golden.greedy[i]) << i;
+      EXPECT_LE(MaxAbsDiff(r.last_logits, golden.last_logits[i]), golden.atol) << i;
+    }
+  }
+}
+
 TEST(EngineContextTest, APromptLongerThanTheContextIsAnErrorNeverTruncated) {
   std::unique_ptr<Engine> engine = OpenOrDie(FixtureDir(kFixture), Options(8));
   ASSERT_NE(engine, nullptr);

@@ -122,6 +122,9 @@ int Run(int argc, char** argv) {
   flags.String("residency", &residency, "streaming or resident");
   flags.Bool("prefetch", &prefetch, "read the next layer while this one computes (default on)");
   flags.Int("read-streams", &streams, "parallel reads in flight (0: the engine's default)");
+  bool direct_io = false;
+  flags.Bool("direct-io", &direct_io,
+             "read the checkpoint with O_DIRECT, bypassing the page cache");
   flags.Int("batch", &batch, "sequences, all added before the first pass");
   flags.Int("labels", &labels,
             "classify instead: each sequence scores N one-token labels (ids 2..N+1)", "N");
@@ -168,6 +171,7 @@ int Run(int argc, char** argv) {
   options.residency = residency == "resident" ? Residency::kResident : Residency::kStream;
   options.prefetch = prefetch;
   options.read_streams = static_cast<int>(streams);
+  options.direct_reads = direct_io;
   options.max_context = max_context;
   options.threads = static_cast<int>(threads);
   options.device = device;
