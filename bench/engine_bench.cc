@@ -6,7 +6,9 @@
 // once into --work-dir), each of --runs rounds measures, with the page cache
 // dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`, root) before every step:
 //   - the fastest cold read of the checkpoint's files (common/disk_bench.h:
-//     1 and 4 streams, O_DIRECT and buffered);
+//     1 and 4 streams, O_DIRECT and buffered); the round's engine runs then
+//     read the way its fastest mode did (--read-streams, --direct-io), as a
+//     worker streams in its disk's fastest mode, unless --buffered-reads;
 //   - bin/engine-stream-run in a child process inside a memory cgroup capped
 //     at --cap-fraction of the checkpoint (cgroup v1), at 1, 4, 16 and 64
 //     sequences: the median decode pass, tokens/s, the cgroup's peak usage and
@@ -31,6 +33,7 @@
 //   engine_bench [--model-dir DIR | --work-dir DIR] [--runs 3] [--cap-fraction 0.3333]
 //                [--prompt-tokens 2] [--max-new-tokens 3] [--stream-run PATH] [--sweep-only]
 //                [--compute-only] [--compute-dtype auto|bf16|f32] [--state-dir DIR]
+//                [--buffered-reads]
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,7 +79,7 @@ int Main(int argc, char** argv) {
   std::string model_dir, work_dir = "/tmp/nightshift-engine-bench", stream_run;
   int64_t runs = 3, prompt_tokens = 2, new_tokens = 3;
   double cap_fraction = 1.0 / 3;
-  bool sweep_only = false, compute_only = false;
+  bool sweep_only = false, compute_only = false, buffered_reads = false;
   std::string compute_dtype = "auto", state_dir;
   int64_t prefill_tokens = 1024;
   FlagSet flags(
@@ -100,6 +103,9 @@ int Main(int argc, char** argv) {
   flags.String("state-dir", &state_dir,
                "where auto's kernel timings are cached (default: <work-dir>/state)", "DIR");
   flags.Int("prefill-tokens", &prefill_tokens, "the compute table's prefill prompt (default 1024)");
+  flags.Bool("buffered-reads", &buffered_reads,
+             "engine runs read as engine-stream-run does by default (4 buffered streams), not "
+             "in the round's fastest disk-bench mode");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested() || !parsed.ok() || runs < 1 || new_tokens < 2 ||
       !engine::ParseComputeDType(compute_dtype).ok() || prefill_tokens < 1) {
@@ -262,8 +268,9 @@ int Main(int argc, char** argv) {
     loads.push_back(LoadAverage());
     DropCaches();
     StatusOr<DiskBenchResult> disk = RunDiskBench(model_dir);
-    if (!disk.ok()) {
-      std::cerr << "engine_bench: " << disk.status().ToString() << "\n";
+    if (!disk.ok() || disk->fastest < 0) {
+      std::cerr << "engine_bench: "
+                << (disk.ok() ? "no disk-bench mode ran" : disk.status().ToString()) << "\n";
       return 1;
     }
     double best = 0;
@@ -274,8 +281,11 @@ int Main(int argc, char** argv) {
     }
     fastest_read_seconds.push_back(static_cast<double>(disk->bytes_per_mode) / (best * 1e9));
     best_gbs.push_back(best);
-    printf("run %lld (load %.2f): fastest read %.2f GB/s\n", static_cast<long long>(run + 1),
-           loads.back(), best);
+    const DiskBenchMode& fastest = disk->modes[static_cast<size_t>(disk->fastest)];
+    if (!buffered_reads) bench.ReadLike(fastest);
+    printf("run %lld (load %.2f): fastest read %.2f GB/s (%s); engine reads %s\n",
+           static_cast<long long>(run + 1), loads.back(), best, fastest.name.c_str(),
+           buffered_reads ? "buffered, 4 streams" : "so");
     for (const Config& c : configs) {
       Measured m;
       if (!bench.Run(c, &m)) return 1;

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/disk_bench.h"
+
 namespace nightshift::bench {
 
 namespace fs = std::filesystem;
@@ -108,6 +110,14 @@ class Bench {
     return WriteText(std::string(kCgroup) + "/memory.limit_in_bytes", std::to_string(cap));
   }
 
+  // Later runs read the checkpoint the way `mode` did (a disk-bench mode:
+  // O_DIRECT or not, its reads in flight), as a worker streams in the mode
+  // its disk measured fastest.
+  void ReadLike(const DiskBenchMode& mode) {
+    read_flags_ =
+        " --read-streams " + std::to_string(mode.streams) + (mode.direct ? " --direct-io" : "");
+  }
+
   // One child run; false when it failed (the message is printed).
   bool Run(const Config& c, Measured* m) {
     DropCaches();
@@ -123,7 +133,7 @@ class Bench {
                std::to_string(fresh) + " --max-context " +
                std::to_string(std::max<int64_t>(256, prompt + fresh)) +
                (c.prefetch ? "" : " --no-prefetch") + " --compute-dtype " + c.compute +
-               (state_dir_.empty() ? "" : " --state-dir " + state_dir_) + c.extra;
+               (state_dir_.empty() ? "" : " --state-dir " + state_dir_) + read_flags_ + c.extra;
     const std::string out = Capture(command);
     if (out.empty()) {
       std::cerr << "engine_bench: failed: " << command << "\n";
@@ -173,6 +183,7 @@ class Bench {
   int64_t prompt_tokens_;
   int64_t new_tokens_;
   std::string state_dir_;
+  std::string read_flags_;  // ReadLike's; empty: engine-stream-run's default
 };
 
 // <build>/bin/engine-stream-run, beside this program's <build>/bench/.

@@ -219,10 +219,14 @@ DiskBenchMode Mode(bool direct, int streams) {
 }
 
 void Summarize(DiskBenchResult& r) {
-  for (const DiskBenchMode& m : r.modes) {
+  for (size_t i = 0; i < r.modes.size(); ++i) {
+    const DiskBenchMode& m = r.modes[i];
     if (!m.ran) continue;
     double& best = m.streams == 1 ? r.single_stream_gbs : r.parallel_gbs;
     best = std::max(best, m.gbs);
+    if (r.fastest < 0 || m.gbs > r.modes[static_cast<size_t>(r.fastest)].gbs) {
+      r.fastest = static_cast<int>(i);
+    }
   }
   r.read_gbs = std::max(r.single_stream_gbs, r.parallel_gbs);
   r.parallel_faster = r.parallel_gbs > r.single_stream_gbs;

@@ -56,6 +56,7 @@ struct DiskBenchResult {
   double single_stream_gbs = 0;      // fastest single-stream mode that ran
   double parallel_gbs = 0;           // fastest parallel mode that ran
   double read_gbs = 0;               // the larger of the two: the figure to advertise
+  int fastest = -1;                  // index in `modes` of the mode read_gbs came from
   bool parallel_faster = false;
 };
 

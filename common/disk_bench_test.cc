@@ -86,6 +86,9 @@ TEST_F(DiskBenchTest, FileReadInEveryMode) {
   EXPECT_EQ(r->single_stream_gbs, std::max(r->modes[0].gbs, r->modes[2].gbs));
   EXPECT_EQ(r->parallel_gbs, std::max(r->modes[1].gbs, r->modes[3].gbs));
   EXPECT_EQ(r->parallel_faster, r->parallel_gbs > r->single_stream_gbs);
+  ASSERT_GE(r->fastest, 0);
+  EXPECT_TRUE(r->modes[static_cast<size_t>(r->fastest)].ran);
+  EXPECT_EQ(r->modes[static_cast<size_t>(r->fastest)].gbs, best);
 }
 
 TEST_F(DiskBenchTest, DirectoryReadsEveryFileInNameOrder) {

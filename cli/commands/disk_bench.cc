@@ -62,6 +62,9 @@ nlohmann::ordered_json ResultJson(const DiskBenchResult& r, const DiskBenchOptio
   j["parallel_gbs"] = r.parallel_gbs;
   j["read_gbs"] = r.read_gbs;
   j["faster"] = Faster(r);
+  j["fastest_mode"] = r.fastest >= 0
+                          ? nlohmann::ordered_json(r.modes[static_cast<size_t>(r.fastest)].name)
+                          : nlohmann::ordered_json();
   return j;
 }
 
@@ -88,6 +91,10 @@ void PrintHuman(const DiskBenchResult& r, const DiskBenchOptions& options) {
             << " GB/s: " << Faster(r) << " is faster.\n"
             << "read bandwidth to advertise (plan --read-gbs): " << Fixed(r.read_gbs, 2)
             << " GB/s\n";
+  if (r.fastest >= 0) {
+    std::cout << "fastest mode: " << r.modes[static_cast<size_t>(r.fastest)].name
+              << " (a worker streams checkpoints this way)\n";
+  }
   for (const DiskBenchMode& m : r.modes) {
     if (m.ran && !m.direct && m.cached_fraction > kWarmShare) {
       std::cout << "warning: " << Fixed(100 * m.cached_fraction, 0) << "% of the bytes were "

@@ -9,8 +9,10 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -183,17 +185,22 @@ Status Complete(const FlagSet& flags, Flags* f) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<double>> Bandwidths(const Flags& f) {
-  std::vector<double> figures;
+// Each root's read bandwidth, in the order of f.roots: measured (or cached),
+// or --read-bandwidth with the engine's default way of reading (buffered,
+// its default reads in flight: streams 0).
+StatusOr<std::vector<ReadBandwidth>> Bandwidths(const Flags& f) {
+  std::vector<ReadBandwidth> figures;
   for (const std::string& root : f.roots) {
     if (f.read_bandwidth > 0) {
-      figures.push_back(f.read_bandwidth);
+      figures.push_back({f.read_bandwidth, false, 0});
       continue;
     }
     bool cached = false;
-    NS_ASSIGN_OR_RETURN(double figure, MeasureReadBandwidth(root, {f.state_dir}, &cached));
+    NS_ASSIGN_OR_RETURN(ReadBandwidth figure, MeasureReadBandwidth(root, {f.state_dir}, &cached));
     std::ostringstream line;
-    line << "read bandwidth of " << root << ": " << figure / 1e9 << " GB/s ("
+    line << "read bandwidth of " << root << ": " << figure.bytes_per_second / 1e9 << " GB/s, "
+         << figure.streams << (figure.streams == 1 ? " stream" : " streams")
+         << (figure.direct ? " with O_DIRECT" : " through the page cache") << " ("
          << (cached ? "cached" : "measured") << ")";
     LogLine(line.str());
     figures.push_back(figure);
@@ -306,12 +313,21 @@ int Run(int argc, char** argv) {
   }
   StatusOr<engine::KvDType> kv_dtype = engine::ParseKvDType(f.kv_dtype);  // checked by Complete
   if (!kv_dtype.ok()) return fail(kv_dtype.status());
-  StatusOr<std::vector<double>> bandwidths = Bandwidths(f);
+  StatusOr<std::vector<ReadBandwidth>> bandwidths = Bandwidths(f);
   if (!bandwidths.ok()) return fail(bandwidths.status());
+  // How the engines of each (canonical) root read: the way that measured fastest.
+  std::map<std::string, ReadBandwidth> read_modes;
+  for (size_t i = 0; i < f.roots.size(); ++i) {
+    std::error_code ec;
+    const std::filesystem::path canonical = std::filesystem::canonical(f.roots[i], ec);
+    read_modes[ec ? f.roots[i] : canonical.string()] = (*bandwidths)[i];
+  }
 
   CatalogOptions catalog_options;
   catalog_options.roots = f.roots;
-  catalog_options.read_bytes_per_second = *bandwidths;
+  for (const ReadBandwidth& b : *bandwidths) {
+    catalog_options.read_bytes_per_second.push_back(b.bytes_per_second);
+  }
   catalog_options.memory_budget_bytes = *memory;
   catalog_options.kv_budget_bytes = kv_budget;
   catalog_options.host_memory_budget_bytes = host_memory_budget;
@@ -328,7 +344,9 @@ int Run(int argc, char** argv) {
   auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics worker_metrics(registry, f.id);
   double slowest = 0;
-  for (double b : *bandwidths) slowest = slowest == 0 ? b : std::min(slowest, b);
+  for (const ReadBandwidth& b : *bandwidths) {
+    slowest = slowest == 0 ? b.bytes_per_second : std::min(slowest, b.bytes_per_second);
+  }
   worker_metrics.SetReadBandwidth(slowest);
   worker_metrics.SetKvBudget(catalog->kv_budget_bytes);
   worker_metrics.SetKvInUse(0);
@@ -346,10 +364,14 @@ int Run(int argc, char** argv) {
   const std::string engine_device = *device;
   const int threads = static_cast<int>(f.threads);
   EngineFactory factory = [engine_device, threads, activation_budget, kv_dtype = *kv_dtype, compute,
-                           state_dir = f.state_dir](
-                              const ModelEntry& model,
-                              uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
+                           state_dir = f.state_dir,
+                           read_modes](const ModelEntry& model,
+                                       uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
     engine::EngineOptions options;
+    if (auto mode = read_modes.find(model.root); mode != read_modes.end()) {
+      options.direct_reads = mode->second.direct;
+      options.read_streams = mode->second.streams;
+    }
     options.residency = model.resident ? engine::Residency::kResident : engine::Residency::kStream;
     options.kv_budget_bytes = kv;
     options.pass_token_budget = model.offer.pass_token_budget;

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "common/disk_bench.h"
@@ -19,25 +20,36 @@ std::string CanonicalOrSelf(const std::string& path) {
   return ec ? path : canonical.string();
 }
 
-// The cached figure, or 0 when there is none (or it is unreadable).
-double ReadCache(const std::string& path, const std::string& root) {
+// The cached figure, or nullopt when there is none (or it is unreadable, or
+// from before the cache held the mode).
+std::optional<ReadBandwidth> ReadCache(const std::string& path, const std::string& root) {
   std::ifstream in(path);
-  if (!in) return 0;
+  if (!in) return std::nullopt;
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("root", "") != root) return 0;
+  if (!j.is_object() || j.value("root", "") != root) return std::nullopt;
   const nlohmann::json& figure = j["read_bytes_per_second"];
-  return figure.is_number() && figure.get<double>() > 0 ? figure.get<double>() : 0;
+  const nlohmann::json& direct = j["direct"];
+  const nlohmann::json& streams = j["streams"];
+  if (!figure.is_number() || !(figure.get<double>() > 0) || !direct.is_boolean() ||
+      !streams.is_number_integer() || streams.get<int>() < 1 || streams.get<int>() > 64) {
+    return std::nullopt;
+  }
+  return ReadBandwidth{figure.get<double>(), direct.get<bool>(), streams.get<int>()};
 }
 
-void WriteCache(const std::string& path, const std::string& root, double bytes_per_second) {
+void WriteCache(const std::string& path, const std::string& root, const ReadBandwidth& b) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   const std::string temp = path + ".tmp";
   {
     std::ofstream out(temp);
-    out << nlohmann::json{{"root", root}, {"read_bytes_per_second", bytes_per_second}}.dump()
+    out << nlohmann::json{{"root", root},
+                          {"read_bytes_per_second", b.bytes_per_second},
+                          {"direct", b.direct},
+                          {"streams", b.streams}}
+               .dump()
         << "\n";
     if (!out) return;
   }
@@ -53,22 +65,25 @@ std::string BandwidthCachePath(const std::string& root, const std::string& state
   return (fs::path(state_dir) / name.str()).string();
 }
 
-StatusOr<double> MeasureReadBandwidth(const std::string& root, const BandwidthOptions& options,
-                                      bool* cached) {
+StatusOr<ReadBandwidth> MeasureReadBandwidth(const std::string& root,
+                                             const BandwidthOptions& options, bool* cached) {
   const std::string canonical = CanonicalOrSelf(root);
   const std::string cache = BandwidthCachePath(root, options.state_dir);
-  if (const double figure = ReadCache(cache, canonical); figure > 0) {
+  if (std::optional<ReadBandwidth> figure = ReadCache(cache, canonical)) {
     if (cached != nullptr) *cached = true;
-    return figure;
+    return *figure;
   }
   DiskBenchOptions bench;
   bench.max_bytes = options.max_bytes;
   NS_ASSIGN_OR_RETURN(DiskBenchResult result, RunDiskBench(canonical, bench));
-  const double bytes_per_second = result.read_gbs * 1e9;
-  if (bytes_per_second <= 0) return Unavailable("no read mode of the disk bench ran on " + root);
-  WriteCache(cache, canonical, bytes_per_second);
+  if (result.fastest < 0 || !(result.read_gbs > 0)) {
+    return Unavailable("no read mode of the disk bench ran on " + root);
+  }
+  const DiskBenchMode& fastest = result.modes[static_cast<size_t>(result.fastest)];
+  const ReadBandwidth figure{result.read_gbs * 1e9, fastest.direct, fastest.streams};
+  WriteCache(cache, canonical, figure);
   if (cached != nullptr) *cached = false;
-  return bytes_per_second;
+  return figure;
 }
 
 }  // namespace nightshift::worker

@@ -1,10 +1,19 @@
-// The read bandwidth a worker advertises: parallel cold-cache reads of the
-// checkpoints under a model root (common/disk_bench.h), measured once and
-// cached on disk per root, so a restart does not read gigabytes again.
+// The read bandwidth a worker advertises, and how its engines read: cold-cache
+// reads of the checkpoints under a model root in each of the disk bench's
+// modes (common/disk_bench.h), measured once and cached on disk per root, so a
+// restart does not read gigabytes again. The fastest mode's figure is the one
+// advertised and its way of reading (O_DIRECT or not, reads in flight) the one
+// the engines stream with, so that a pass reads at the figure its ETA assumes.
+// On this project's virtio disk (2026-12-02, two runs of disk-bench) one
+// O_DIRECT stream read 3.50 and 3.69 GB/s, four buffered streams 3.11 and
+// 2.00; the copy out of the page cache also costs a compute-bound pass CPU
+// time (a 1024-token prefill of bench-1.7b: median 4.30 s buffered, 3.93 s
+// O_DIRECT, AMD EPYC family 26, 2 threads).
 //
 // The cache is one small file per root in the state directory
-// (`bandwidth-<hash of the canonical root>.json`, holding the root and the
-// figure); a cached figure is used as long as that file exists.
+// (`bandwidth-<hash of the canonical root>.json`, holding the root, the figure
+// and the mode); a cached figure is used as long as that file exists and
+// holds all three.
 //
 // Thread-safety: free functions; concurrent calls for the same root may both
 // measure (the last write wins, both figures valid).
@@ -17,21 +26,29 @@
 
 namespace nightshift::worker {
 
+// The fastest way the disk bench read a root.
+struct ReadBandwidth {
+  double bytes_per_second = 0;
+  bool direct = false;  // that mode read with O_DIRECT
+  int streams = 1;      // with this many reads in flight
+};
+
 struct BandwidthOptions {
   std::string state_dir;  // where the cache files live; created when missing
   // Bytes each disk-bench mode reads at most (bounds the start-up time).
   uint64_t max_bytes = 1ull << 30;
 };
 
-// The measured figure for `root` in bytes per second: the cached one when
-// present, else a fresh measurement of the parallel modes over the files under
-// `root`, written to the cache. `*cached` (when given) says which.
+// The measured figure for `root`: the cached one when present, else a fresh
+// measurement of every mode over the files under `root`, written to the
+// cache. `*cached` (when given) says which.
 // Errors: RunDiskBench's (NotFound for a missing root, InvalidArgument when
 // there is nothing to read, Unavailable on read errors). A cache file that
 // cannot be read or written is ignored (measured again; the write failure is
 // not an error).
-StatusOr<double> MeasureReadBandwidth(const std::string& root, const BandwidthOptions& options,
-                                      bool* cached = nullptr);
+StatusOr<ReadBandwidth> MeasureReadBandwidth(const std::string& root,
+                                             const BandwidthOptions& options,
+                                             bool* cached = nullptr);
 
 // The cache file used for `root` (canonical when it exists).
 std::string BandwidthCachePath(const std::string& root, const std::string& state_dir);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/disk_bench.h"
 #include "worker/daemon/test_util.h"
 
 namespace nightshift::worker {
@@ -20,14 +21,18 @@ TEST(ReadBandwidthTest, MeasuresOnceThenUsesTheCachePerRoot) {
   bool cached = true;
   auto first = MeasureReadBandwidth(root.path(), {state.file("cache")}, &cached);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_GT(*first, 0);
+  EXPECT_GT(first->bytes_per_second, 0);
+  EXPECT_TRUE(first->streams == 1 || first->streams == DiskBenchOptions{}.parallel_reads);
   EXPECT_FALSE(cached);
   EXPECT_TRUE(std::filesystem::exists(BandwidthCachePath(root.path(), state.file("cache"))));
 
+  // The cache gives back the figure and the mode it came from.
   auto second = MeasureReadBandwidth(root.path(), {state.file("cache")}, &cached);
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(cached);
-  EXPECT_DOUBLE_EQ(*second, *first);
+  EXPECT_DOUBLE_EQ(second->bytes_per_second, first->bytes_per_second);
+  EXPECT_EQ(second->direct, first->direct);
+  EXPECT_EQ(second->streams, first->streams);
 
   // Another root has its own entry.
   TempDir other;
@@ -36,6 +41,41 @@ TEST(ReadBandwidthTest, MeasuresOnceThenUsesTheCachePerRoot) {
             BandwidthCachePath(root.path(), state.path()));
   ASSERT_TRUE(MeasureReadBandwidth(other.path(), {state.file("cache")}, &cached).ok());
   EXPECT_FALSE(cached);
+}
+
+// A cache written before it held the mode (or with a mode out of range) is
+// measured again: the engines must not guess how the figure was read.
+TEST(ReadBandwidthTest, ACacheWithoutTheModeIsMeasuredAgain) {
+  TempDir root;
+  TempDir state;
+  MakeStoriesModel(root.path(), "m");
+  const std::string cache = BandwidthCachePath(root.path(), state.path());
+  const std::string canonical = std::filesystem::canonical(root.path()).string();
+  for (const std::string& extra : {std::string(), std::string(R"(,"direct":true,"streams":0)"),
+                                   std::string(R"(,"direct":1,"streams":4)")}) {
+    SCOPED_TRACE(extra);
+    {
+      std::ofstream(cache) << R"({"root":")" << canonical << R"(","read_bytes_per_second":123)"
+                           << extra << "}";
+    }
+    bool cached = true;
+    auto figure = MeasureReadBandwidth(root.path(), {state.path()}, &cached);
+    ASSERT_TRUE(figure.ok()) << figure.status().ToString();
+    EXPECT_FALSE(cached);
+    EXPECT_NE(figure->bytes_per_second, 123);
+  }
+  // A complete entry is taken as written.
+  {
+    std::ofstream(cache) << R"({"root":")" << canonical
+                         << R"(","read_bytes_per_second":123,"direct":true,"streams":3})";
+  }
+  bool cached = false;
+  auto figure = MeasureReadBandwidth(root.path(), {state.path()}, &cached);
+  ASSERT_TRUE(figure.ok());
+  EXPECT_TRUE(cached);
+  EXPECT_EQ(figure->bytes_per_second, 123);
+  EXPECT_TRUE(figure->direct);
+  EXPECT_EQ(figure->streams, 3);
 }
 
 TEST(ReadBandwidthTest, IgnoresACorruptCacheAndReportsBenchErrors) {
