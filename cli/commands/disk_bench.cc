@@ -105,7 +105,7 @@ void PrintHuman(const DiskBenchResult& r, const DiskBenchOptions& options) {
 }
 
 int RunDiskBenchCommand(int argc, char** argv) {
-  int64_t parallel = 4, chunk_mb = 16;
+  int64_t parallel = 4, chunk_mb = static_cast<int64_t>(kDefaultReadChunkBytes >> 20);
   double max_gb = 4;
   bool json = false;
   FlagSet flags("nightshift disk-bench PATH [--parallel N] [--chunk-mb M] [--max-gb G] [--json]",
@@ -113,7 +113,7 @@ int RunDiskBenchCommand(int argc, char** argv) {
                 "directory) when it is not cached: one read in flight, then N, each with\n"
                 "O_DIRECT and buffered after dropping the files' cached pages.");
   flags.Int("parallel", &parallel, "reads in flight in the parallel modes, 2..64 (4)");
-  flags.Int("chunk-mb", &chunk_mb, "MiB per read (16)");
+  flags.Int("chunk-mb", &chunk_mb, "MiB per read (128, what the engine's loader reads)");
   flags.Double("max-gb", &max_gb, "read at most this many GB per mode; 0 reads everything (4)");
   flags.Bool("json", &json, "print one JSON object");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;

@@ -28,7 +28,11 @@ std::optional<ReadBandwidth> ReadCache(const std::string& path, const std::strin
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("root", "") != root) return std::nullopt;
+  // A figure measured at another read size says nothing about this one's modes.
+  if (!j.is_object() || j.value("root", "") != root ||
+      j.value("chunk_bytes", uint64_t{0}) != DiskBenchOptions{}.chunk_bytes) {
+    return std::nullopt;
+  }
   const nlohmann::json& figure = j["read_bytes_per_second"];
   const nlohmann::json& direct = j["direct"];
   const nlohmann::json& streams = j["streams"];
@@ -48,7 +52,8 @@ void WriteCache(const std::string& path, const std::string& root, const ReadBand
     out << nlohmann::json{{"root", root},
                           {"read_bytes_per_second", b.bytes_per_second},
                           {"direct", b.direct},
-                          {"streams", b.streams}}
+                          {"streams", b.streams},
+                          {"chunk_bytes", DiskBenchOptions{}.chunk_bytes}}
                .dump()
         << "\n";
     if (!out) return;

@@ -11,9 +11,9 @@
 // O_DIRECT, AMD EPYC family 26, 2 threads).
 //
 // The cache is one small file per root in the state directory
-// (`bandwidth-<hash of the canonical root>.json`, holding the root, the figure
-// and the mode); a cached figure is used as long as that file exists and
-// holds all three.
+// (`bandwidth-<hash of the canonical root>.json`, holding the root, the figure,
+// the mode and the read size measured at); a cached figure is used as long as
+// that file exists, holds all of them and its read size is the disk bench's.
 //
 // Thread-safety: free functions; concurrent calls for the same root may both
 // measure (the last write wins, both figures valid).

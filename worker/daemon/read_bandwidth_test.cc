@@ -64,12 +64,15 @@ TEST(ReadBandwidthTest, ACacheWithoutTheModeIsMeasuredAgain) {
     EXPECT_FALSE(cached);
     EXPECT_NE(figure->bytes_per_second, 123);
   }
-  // A complete entry is taken as written.
-  {
-    std::ofstream(cache) << R"({"root":")" << canonical
-                         << R"(","read_bytes_per_second":123,"direct":true,"streams":3})";
-  }
-  bool cached = false;
+  // A complete entry is taken as written, if measured at today's read size.
+  const std::string entry =
+      R"({"root":")" + canonical + R"(","read_bytes_per_second":123,"direct":true,"streams":3,)";
+  bool cached = true;
+  { std::ofstream(cache) << entry << R"("chunk_bytes":16777216})"; }
+  ASSERT_NE(DiskBenchOptions{}.chunk_bytes, 16777216u);
+  ASSERT_TRUE(MeasureReadBandwidth(root.path(), {state.path()}, &cached).ok());
+  EXPECT_FALSE(cached);
+  { std::ofstream(cache) << entry << R"("chunk_bytes":)" << DiskBenchOptions{}.chunk_bytes << "}"; }
   auto figure = MeasureReadBandwidth(root.path(), {state.path()}, &cached);
   ASSERT_TRUE(figure.ok());
   EXPECT_TRUE(cached);

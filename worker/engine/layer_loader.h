@@ -35,6 +35,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/disk_bench.h"
 #include "common/status.h"
 #include "worker/checkpoint/checkpoint.h"
 
@@ -52,9 +53,11 @@ struct LayerLoaderOptions {
   // Read with O_DIRECT where the filesystem allows it: no page cache to fill
   // (and be charged for under a memory cgroup) and no copy out of it. Else,
   // or when false, reads go through the page cache and each read's pages are
-  // dropped after it. Off by default: on the virtio disk this was measured
-  // on, four O_DIRECT streams read 0.74-1.20 GB/s and four buffered ones
-  // 1.32-1.92 (nightshift disk-bench, six runs on a 1.7 GB checkpoint).
+  // dropped after it. Off by default (a worker turns it on where its disk
+  // bench found O_DIRECT fastest): on the virtio disk this was first
+  // measured on, four O_DIRECT streams of 16 MB reads read 0.74-1.20 GB/s
+  // and four buffered ones 1.32-1.92; with 128 MB reads one O_DIRECT stream
+  // later read 4.42-4.85 GB/s (common/disk_bench.h).
   bool direct = false;
   // Bytes per read (> 0). On this project's virtio disk the size of a read,
   // not the reads in flight, set the speed: a cold 1-sequence pass of
@@ -62,7 +65,8 @@ struct LayerLoaderOptions {
   // 0.45 s with 64 MB, 0.36 s with 128 MB; 64 sequences 0.76 / 0.53 / 0.51 s
   // (interleaved rounds, AMD EPYC family 26, 2026-12-02). A read lands in
   // the group's own buffer, so the size costs no memory beyond it.
-  uint64_t chunk_bytes = 128ull << 20;
+  // The disk bench measures at this size too (common/disk_bench.h).
+  uint64_t chunk_bytes = kDefaultReadChunkBytes;
   // Allocates each buffer: at least `bytes`, 4096-aligned, freed when the
   // last copy of the pointer goes (it may throw std::bad_alloc). Empty:
   // std::aligned_alloc. The engine passes page-locked memory when it copies
