@@ -76,6 +76,10 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
   p.k.reset();
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   at::Tensor out = at::empty({n, c.q_dim()}, x.options());
+  // Decode rows attended together after the loop, on the CPU: their keys
+  // and values are views of their caches when those hold float32 (a BF16
+  // cache's are copies, which would all be alive at once).
+  std::vector<DecodeRow> decode_rows;
   for (const SequenceRows& s : rows.sequences) {
     const int64_t lo = std::max(a, s.begin);
     const int64_t hi = std::min(a + n, s.begin + s.count);
@@ -85,11 +89,20 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
     auto [keys, values] =
         s.cache->Append(layer, s.past + first, k.narrow(0, lo - a, m), p.v.narrow(0, lo - a, m));
     at::Tensor allowed = AllowedKeys(s, first, m);
+    if (!allowed.defined() && m == 1) {  // a decode row: it sees all of its cache
+      decode_rows.push_back({lo - a, std::move(keys), std::move(values)});
+      if (rows.device || s.cache->dtype() != KvDType::kFloat32) {
+        AttendDecodeRows(q, decode_rows, scale, out);
+        decode_rows.clear();
+      }
+      continue;
+    }
     if (rows.device && allowed.defined()) allowed = allowed.to(*rows.device);
     out.narrow(0, lo - a, m)
         .copy_(
             Attention(q.narrow(0, lo - a, m), keys, values, allowed, scale, rows.max_score_bytes));
   }
+  if (!decode_rows.empty()) AttendDecodeRows(q, decode_rows, scale, out);
   return Linear(out, Get(w, W::kO), Get(w, W::kOBias));
 }
 

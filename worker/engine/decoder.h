@@ -38,6 +38,7 @@ class KVCache {
   KVCache(const ModelConfig& config, int64_t capacity, KvDType dtype = KvDType::kFloat32);
 
   int64_t capacity() const { return capacity_; }
+  KvDType dtype() const { return dtype_; }
   // Bytes this cache will hold once every layer is allocated: capacity x
   // planner::KvBytesPerToken of the config in its dtype.
   uint64_t bytes() const;

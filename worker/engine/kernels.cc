@@ -6,6 +6,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "worker/engine/bf16_matmul.h"
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/convert.h"
+#include "worker/engine/decode_attention.h"
 #include "worker/engine/quant_linear.h"
 #include "worker/engine/small_matmul.h"
 
@@ -449,6 +451,63 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
                        allowed.defined() ? allowed.narrow(0, row, n) : allowed, scale));
   }
   return out;
+}
+
+namespace {
+
+// Whether DecodeAttention can read `t` [kv_heads, L, d] in place.
+bool DecodeReadable(const at::Tensor& t) {
+  return t.is_cpu() && t.scalar_type() == at::kFloat && t.stride(2) == 1;
+}
+
+}  // namespace
+
+void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, double scale,
+                      at::Tensor& out) {
+  bool own = q.is_cpu() && q.scalar_type() == at::kFloat && out.is_cpu() && out.is_contiguous();
+  for (const DecodeRow& r : rows) own = own && DecodeReadable(r.keys) && DecodeReadable(r.values);
+  if (!own) {
+    for (const DecodeRow& r : rows) {
+      out.narrow(0, r.row, 1).copy_(Attention(q.narrow(0, r.row, 1), r.keys, r.values, {}, scale));
+    }
+    return;
+  }
+  const at::Tensor qc = q.contiguous();  // [rows, heads, d]
+  const int64_t heads = q.size(1), dim = q.size(2);
+  int64_t scratch_floats = 0;
+  std::vector<DecodeAttentionShape> shapes;
+  shapes.reserve(rows.size());
+  for (const DecodeRow& r : rows) {
+    DecodeAttentionShape s;
+    s.heads = heads;
+    s.kv_heads = r.keys.size(0);
+    s.dim = dim;
+    s.length = r.keys.size(1);
+    s.head_stride = r.keys.stride(0);
+    s.key_stride = r.keys.stride(1);
+    if (r.values.stride(0) != s.head_stride || r.values.stride(1) != s.key_stride) {
+      throw std::invalid_argument("AttendDecodeRows: keys and values laid out differently");
+    }
+    scratch_floats = std::max(scratch_floats, DecodeAttentionScratch(s));
+    shapes.push_back(s);
+  }
+  // Every thread's scores in one block, allocated here (see AttentionRows).
+  const int64_t threads = ComputePoolThreads();
+  at::Tensor scratch = at::empty({threads, scratch_floats}, FloatOptions());
+  const float* qp = qc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  float* sp = scratch.data_ptr<float>();
+  const int64_t row_floats = heads * dim;
+  std::atomic<int64_t> next_scratch{0};  // one range per thread, at most `threads`
+  ParallelFor(static_cast<int64_t>(rows.size()), 2, [&](int64_t first, int64_t last) {
+    float* mine = sp + next_scratch.fetch_add(1) * scratch_floats;
+    for (int64_t i = first; i < last; ++i) {
+      const DecodeRow& r = rows[static_cast<size_t>(i)];
+      DecodeAttention(shapes[static_cast<size_t>(i)], qp + r.row * row_floats,
+                      r.keys.data_ptr<float>(), r.values.data_ptr<float>(),
+                      static_cast<float>(scale), mine, op + r.row * row_floats);
+    }
+  });
 }
 
 at::Tensor CausalMask(int64_t past, int64_t rows) {

@@ -149,6 +149,22 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
                      const at::Tensor& allowed, double scale,
                      int64_t max_score_bytes = kMaxAttentionScoreBytes);
 
+// One causal row of a sequence that sees every key of its cache, as a decode
+// step's does: row `row` of q and of the output, keys and values [kv_heads,
+// L, d] as Attention's.
+struct DecodeRow {
+  int64_t row = 0;
+  at::Tensor keys;
+  at::Tensor values;
+};
+
+// Attention(q.narrow(0, r.row, 1), r.keys, r.values, {}, scale) into row
+// r.row of out [rows, heads * d], for every r. Float32 on the CPU these run
+// the engine's own loops (decode_attention.h), the rows split across the
+// compute pool, without allocating on its threads; elsewhere, Attention.
+void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, double scale,
+                      at::Tensor& out);
+
 // The causal mask of `rows` new tokens after `past` cached ones:
 // [rows, past + rows], row i allowed keys 0..past + i.
 at::Tensor CausalMask(int64_t past, int64_t rows);

@@ -295,6 +295,38 @@ TEST_F(KernelsTest, AttentionSplitAcrossThePoolEqualsTheReference) {
   SetComputePoolThreads(before);
 }
 
+// Decode rows of several sequences, each over its own cache (narrowed from
+// a longer one, as KVCache::Append returns it), written into their rows of
+// one output and split across pools of 1-4 threads: each row as the
+// reference attends that row alone; the rows not listed are left as they were.
+TEST_F(KernelsTest, DecodeRowsAcrossThePoolEqualTheReference) {
+  const int64_t heads = 8, kv_heads = 2, dim = 24, capacity = 40;
+  const std::vector<int64_t> lengths = {1, 9, 40, 17, 3, 30, 2};
+  at::Tensor q = at::randn({static_cast<int64_t>(lengths.size()) + 1, heads, dim});
+  std::vector<DecodeRow> rows;
+  std::vector<at::Tensor> expected;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t row = static_cast<int64_t>(lengths.size() - i);  // out of order; row 0 unused
+    at::Tensor k = at::randn({kv_heads, capacity, dim}).narrow(1, 0, lengths[i]);
+    at::Tensor v = at::randn({kv_heads, capacity, dim}).narrow(1, 0, lengths[i]);
+    expected.push_back(
+        ReferenceAttention(q.narrow(0, row, 1), k, v, at::ones({1, lengths[i]}, at::kBool), 0.2));
+    rows.push_back({row, k, v});
+  }
+  const int before = ComputePoolThreads();
+  for (int threads : {1, 2, 3, 4}) {
+    SCOPED_TRACE(threads);
+    SetComputePoolThreads(threads);
+    at::Tensor out = at::full({q.size(0), heads * dim}, -7.0f);
+    AttendDecodeRows(q, rows, 0.2, out);
+    EXPECT_TRUE(at::equal(out[0], at::full({heads * dim}, -7.0f)));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      ExpectClose(out.narrow(0, rows[i].row, 1), expected[i]);
+    }
+  }
+  SetComputePoolThreads(before);
+}
+
 TEST_F(KernelsTest, AttentionWithoutAMaskAttendsToEveryKey) {
   at::Tensor q = at::randn({3, 4, 8});
   at::Tensor k = at::randn({2, 5, 8});

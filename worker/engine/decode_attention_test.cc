@@ -1,0 +1,113 @@
+#include "worker/engine/decode_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace nightshift::engine {
+namespace {
+
+// The definition in double precision: softmax of the scaled scores, then
+// their weighted sum of the values.
+std::vector<double> Reference(const DecodeAttentionShape& s, const std::vector<float>& q,
+                              const std::vector<float>& keys, const std::vector<float>& values,
+                              double scale) {
+  const int64_t group = s.heads / s.kv_heads;
+  std::vector<double> out(static_cast<size_t>(s.heads * s.dim), 0.0);
+  for (int64_t h = 0; h < s.heads; ++h) {
+    const int64_t g = h / group;
+    std::vector<double> p(static_cast<size_t>(s.length));
+    double max = -INFINITY;
+    for (int64_t j = 0; j < s.length; ++j) {
+      double dot = 0;
+      for (int64_t i = 0; i < s.dim; ++i) {
+        dot += static_cast<double>(q[static_cast<size_t>(h * s.dim + i)]) *
+               keys[static_cast<size_t>(g * s.head_stride + j * s.key_stride + i)];
+      }
+      p[static_cast<size_t>(j)] = dot * scale;
+      max = std::max(max, p[static_cast<size_t>(j)]);
+    }
+    double sum = 0;
+    for (double& x : p) sum += x = std::exp(x - max);
+    for (int64_t j = 0; j < s.length; ++j) {
+      for (int64_t i = 0; i < s.dim; ++i) {
+        out[static_cast<size_t>(h * s.dim + i)] +=
+            p[static_cast<size_t>(j)] / sum *
+            values[static_cast<size_t>(g * s.head_stride + j * s.key_stride + i)];
+      }
+    }
+  }
+  return out;
+}
+
+TEST(DecodeAttentionTest, EqualsADoublePrecisionReferenceForEveryShapeAndLaneWidth) {
+  int checked_lanes = 0;
+  for (int lanes : {4, 8, 16}) {
+    if (!DecodeAttentionLanesSupported(lanes)) continue;
+    ++checked_lanes;
+    // Head widths with and without a tail past the lanes; groups of 1 (MHA),
+    // 4 and 6 (more heads than scored at once) and all heads on one KV head
+    // (MQA); a single key and a cache longer than a row of registers.
+    for (int64_t dim : {4, 20, 64, 128}) {
+      for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {12, 2}, {5, 1}}) {
+        for (int64_t length : {1, 7, 300}) {
+          DecodeAttentionShape s;
+          s.heads = heads;
+          s.kv_heads = kv_heads;
+          s.dim = dim;
+          s.length = length;
+          s.key_stride = dim + 3;  // rows apart as in no cache, to catch a stride taken as dim
+          s.head_stride = (length + 5) * s.key_stride;  // a cache of capacity length + 5
+          const size_t cache = static_cast<size_t>(kv_heads * s.head_stride);
+          std::vector<float> q(static_cast<size_t>(heads * dim)), keys(cache), values(cache);
+          for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(static_cast<float>(i) * 0.37f);
+          for (size_t i = 0; i < cache; ++i) {
+            keys[i] = std::cos(static_cast<float>(i) * 0.11f) * 2;
+            values[i] = std::sin(static_cast<float>(i) * 0.23f + 1);
+          }
+          const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+          std::vector<float> scratch(static_cast<size_t>(DecodeAttentionScratch(s)));
+          std::vector<float> out(q.size() + 1, -99.0f);
+          DecodeAttentionWithLanes(lanes, s, q.data(), keys.data(), values.data(), scale,
+                                   scratch.data(), out.data());
+          const std::vector<double> want = Reference(s, q, keys, values, scale);
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+                << lanes << " lanes, dim " << dim << ", " << heads << "/" << kv_heads << " heads, "
+                << length << " keys, element " << i;
+          }
+          EXPECT_EQ(out.back(), -99.0f) << "wrote past the output";
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked_lanes, 1);
+  EXPECT_TRUE(DecodeAttentionLanesSupported(4));
+}
+
+TEST(DecodeAttentionTest, TheWidestKernelAgreesWithThePlainLoops) {
+  DecodeAttentionShape s;
+  s.heads = 16;
+  s.kv_heads = 4;
+  s.dim = 128;
+  s.length = 33;
+  s.key_stride = 128;
+  s.head_stride = 64 * 128;
+  const size_t cache = static_cast<size_t>(s.kv_heads * s.head_stride);
+  std::vector<float> q(16 * 128), keys(cache), values(cache);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::cos(static_cast<float>(i));
+  for (size_t i = 0; i < cache; ++i) {
+    keys[i] = std::sin(static_cast<float>(i) * 0.5f);
+    values[i] = std::cos(static_cast<float>(i) * 0.3f);
+  }
+  std::vector<float> scratch(static_cast<size_t>(DecodeAttentionScratch(s)));
+  std::vector<float> widest(q.size()), plain(q.size());
+  DecodeAttention(s, q.data(), keys.data(), values.data(), 0.088f, scratch.data(), widest.data());
+  DecodeAttentionWithLanes(4, s, q.data(), keys.data(), values.data(), 0.088f, scratch.data(),
+                           plain.data());
+  for (size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(widest[i], plain[i], 1e-5) << i;
+}
+
+}  // namespace
+}  // namespace nightshift::engine
