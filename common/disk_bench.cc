@@ -15,6 +15,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/read_buffer.h"
+
 namespace nightshift {
 namespace {
 
@@ -133,8 +135,9 @@ struct ModeRun {
 };
 
 void ReadChunks(ModeRun& run) {
-  char* raw = nullptr;
-  if (::posix_memalign(reinterpret_cast<void**>(&raw), kAlignment, run.buffer_bytes) != 0) {
+  // As the engine's loader reads (huge pages from 2 MB up).
+  char* raw = static_cast<char*>(AllocateReadBuffer(run.buffer_bytes));
+  if (raw == nullptr) {
     run.Fail(ResourceExhausted("cannot allocate a read buffer"));
     return;
   }

@@ -17,6 +17,8 @@
 #include <string>
 #include <thread>
 
+#include "common/read_buffer.h"
+
 namespace nightshift::engine {
 namespace {
 
@@ -99,7 +101,7 @@ GroupLayout Layout(const TensorList& group) {
 using Buffer = std::shared_ptr<unsigned char>;
 
 Buffer AlignedAlloc(uint64_t bytes) {
-  void* p = std::aligned_alloc(kAlign, RoundUp(std::max<uint64_t>(bytes, 1), kAlign));
+  void* p = AllocateReadBuffer(bytes);  // huge pages from 2 MB up
   if (p == nullptr) throw std::bad_alloc();
   return Buffer(static_cast<unsigned char*>(p), [](unsigned char* q) { std::free(q); });
 }
