@@ -52,13 +52,10 @@ TEST(DecodeAttentionTest, EqualsADoublePrecisionReferenceForEveryShapeAndLaneWid
     for (int64_t dim : {4, 20, 64, 128}) {
       for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {12, 2}, {5, 1}}) {
         for (int64_t length : {1, 7, 300}) {
-          DecodeAttentionShape s;
-          s.heads = heads;
-          s.kv_heads = kv_heads;
-          s.dim = dim;
-          s.length = length;
-          s.key_stride = dim + 3;  // rows apart as in no cache, to catch a stride taken as dim
-          s.head_stride = (length + 5) * s.key_stride;  // a cache of capacity length + 5
+          // Keys dim + 3 apart, to catch a stride taken as dim; a cache of
+          // capacity length + 5.
+          const DecodeAttentionShape s{heads,  kv_heads, dim, length, (length + 5) * (dim + 3),
+                                       dim + 3};
           const size_t cache = static_cast<size_t>(kv_heads * s.head_stride);
           std::vector<float> q(static_cast<size_t>(heads * dim)), keys(cache), values(cache);
           for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(static_cast<float>(i) * 0.37f);
@@ -87,13 +84,8 @@ TEST(DecodeAttentionTest, EqualsADoublePrecisionReferenceForEveryShapeAndLaneWid
 }
 
 TEST(DecodeAttentionTest, TheWidestKernelAgreesWithThePlainLoops) {
-  DecodeAttentionShape s;
-  s.heads = 16;
-  s.kv_heads = 4;
-  s.dim = 128;
-  s.length = 33;
-  s.key_stride = 128;
-  s.head_stride = 64 * 128;
+  // bench-1.7b's heads, 33 of a 64-key cache.
+  const DecodeAttentionShape s{16, 4, 128, 33, 64 * 128, 128};
   const size_t cache = static_cast<size_t>(s.kv_heads * s.head_stride);
   std::vector<float> q(16 * 128), keys(cache), values(cache);
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::cos(static_cast<float>(i));
