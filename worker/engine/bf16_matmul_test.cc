@@ -116,6 +116,9 @@ std::vector<Case> Cases() {
       cases.push_back({rows, in, 0, 13, 13});
       cases.push_back({rows, in, 5, 12, 14});
     }
+    // Weight rows across the 24-row blocks and the 16-row transposes of
+    // their products: a whole block, a part block of more than 16 rows.
+    cases.push_back({rows, 34, 3, 50, 53});
   }
   return cases;
 }
