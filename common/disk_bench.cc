@@ -221,21 +221,24 @@ DiskBenchMode Mode(bool direct, int streams) {
   return m;
 }
 
-void Summarize(DiskBenchResult& r) {
+}  // namespace
+
+void ChooseReadMode(DiskBenchResult& r) {
+  int single = -1, parallel = -1;
+  r.single_stream_gbs = r.parallel_gbs = 0;
   for (size_t i = 0; i < r.modes.size(); ++i) {
     const DiskBenchMode& m = r.modes[i];
     if (!m.ran) continue;
-    double& best = m.streams == 1 ? r.single_stream_gbs : r.parallel_gbs;
-    best = std::max(best, m.gbs);
-    if (r.fastest < 0 || m.gbs > r.modes[static_cast<size_t>(r.fastest)].gbs) {
-      r.fastest = static_cast<int>(i);
-    }
+    int& best = m.streams == 1 ? single : parallel;
+    if (best < 0 || m.gbs > r.modes[static_cast<size_t>(best)].gbs) best = static_cast<int>(i);
   }
-  r.read_gbs = std::max(r.single_stream_gbs, r.parallel_gbs);
-  r.parallel_faster = r.parallel_gbs > r.single_stream_gbs;
+  if (single >= 0) r.single_stream_gbs = r.modes[static_cast<size_t>(single)].gbs;
+  if (parallel >= 0) r.parallel_gbs = r.modes[static_cast<size_t>(parallel)].gbs;
+  r.parallel_faster =
+      parallel >= 0 && (single < 0 || r.parallel_gbs >= kParallelReadMargin * r.single_stream_gbs);
+  r.fastest = r.parallel_faster ? parallel : single;
+  r.read_gbs = r.fastest >= 0 ? r.modes[static_cast<size_t>(r.fastest)].gbs : 0;
 }
-
-}  // namespace
 
 StatusOr<DiskBenchResult> RunDiskBench(const std::string& path, const DiskBenchOptions& options) {
   if (options.chunk_bytes == 0) return InvalidArgument("chunk size must be positive");
@@ -258,7 +261,7 @@ StatusOr<DiskBenchResult> RunDiskBench(const std::string& path, const DiskBenchO
       NS_RETURN_IF_ERROR(RunMode(spans, chunks, chunk_bytes, result.modes.back()));
     }
   }
-  Summarize(result);
+  ChooseReadMode(result);
   return result;
 }
 

@@ -65,10 +65,27 @@ struct DiskBenchResult {
   std::vector<DiskBenchMode> modes;  // in the order listed above
   double single_stream_gbs = 0;      // fastest single-stream mode that ran
   double parallel_gbs = 0;           // fastest parallel mode that ran
-  double read_gbs = 0;               // the larger of the two: the figure to advertise
-  int fastest = -1;                  // index in `modes` of the mode read_gbs came from
-  bool parallel_faster = false;
+  double read_gbs = 0;               // the chosen mode's: the figure to advertise
+  int fastest = -1;                  // index in `modes` of the chosen mode (ChooseReadMode)
+  bool parallel_faster = false;      // the chosen mode is a parallel one
 };
+
+// A parallel mode is chosen only when it read at least this much faster than
+// the fastest single stream. Parallel reads cost a pass more than the bench
+// shows: on AMD EPYC family 25 model 17 (2026-12-03) four O_DIRECT streams
+// read bench-1.7b at 2.70 GB/s against one stream's 2.68, and a 64-sequence
+// pass reading that way took 0.93-0.94 s against 0.66-0.71 s with one stream
+// (two groups read at once, the readers' threads beside the compute's).
+// Where parallel reads pay, they pay by far more (0.8 against 2.3 GB/s on
+// the machines the disk bench was written on).
+inline constexpr double kParallelReadMargin = 1.10;
+
+// Fills single_stream_gbs, parallel_gbs and, from them, the mode a loader
+// should read in (`fastest`, `read_gbs`, `parallel_faster`): the fastest
+// single-stream mode unless a parallel one beat it by kParallelReadMargin
+// (or no single stream ran). Modes that did not run are passed over; with
+// none, `fastest` stays -1 and read_gbs 0.
+void ChooseReadMode(DiskBenchResult& result);
 
 // Measures `path` (a file, or a directory whose regular files, symlinks
 // followed, are read in name order). Errors: NotFound when `path` does not

@@ -30,7 +30,8 @@ std::string Column(const std::string& text, size_t width) {
   return text + std::string(text.size() < width ? width - text.size() : 0, ' ');
 }
 
-std::string Faster(const DiskBenchResult& r) {
+// The reads the chosen mode keeps in flight (ChooseReadMode).
+std::string Chosen(const DiskBenchResult& r) {
   return r.parallel_faster ? "parallel" : "single stream";
 }
 
@@ -61,10 +62,10 @@ nlohmann::ordered_json ResultJson(const DiskBenchResult& r, const DiskBenchOptio
   j["single_stream_gbs"] = r.single_stream_gbs;
   j["parallel_gbs"] = r.parallel_gbs;
   j["read_gbs"] = r.read_gbs;
-  j["faster"] = Faster(r);
-  j["fastest_mode"] = r.fastest >= 0
-                          ? nlohmann::ordered_json(r.modes[static_cast<size_t>(r.fastest)].name)
-                          : nlohmann::ordered_json();
+  j["chosen"] = Chosen(r);
+  j["chosen_mode"] = r.fastest >= 0
+                         ? nlohmann::ordered_json(r.modes[static_cast<size_t>(r.fastest)].name)
+                         : nlohmann::ordered_json();
   return j;
 }
 
@@ -88,11 +89,13 @@ void PrintHuman(const DiskBenchResult& r, const DiskBenchOptions& options) {
   }
   std::cout << "\nsingle stream " << Fixed(r.single_stream_gbs, 2) << " GB/s, "
             << options.parallel_reads << " reads in flight " << Fixed(r.parallel_gbs, 2)
-            << " GB/s: " << Faster(r) << " is faster.\n"
+            << " GB/s: reading with " << (r.parallel_faster ? "parallel reads" : "one stream")
+            << " (parallel reads are chosen only " << Fixed(100 * (kParallelReadMargin - 1), 0)
+            << "% or more faster).\n"
             << "read bandwidth to advertise (plan --read-gbs): " << Fixed(r.read_gbs, 2)
             << " GB/s\n";
   if (r.fastest >= 0) {
-    std::cout << "fastest mode: " << r.modes[static_cast<size_t>(r.fastest)].name
+    std::cout << "chosen mode: " << r.modes[static_cast<size_t>(r.fastest)].name
               << " (a worker streams checkpoints this way)\n";
   }
   for (const DiskBenchMode& m : r.modes) {

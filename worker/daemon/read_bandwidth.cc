@@ -28,9 +28,12 @@ std::optional<ReadBandwidth> ReadCache(const std::string& path, const std::strin
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  // A figure measured at another read size says nothing about this one's modes.
+  // A figure measured at another read size says nothing about this one's
+  // modes; one chosen under another margin for parallel reads may be a mode
+  // this rule would not choose.
   if (!j.is_object() || j.value("root", "") != root ||
-      j.value("chunk_bytes", uint64_t{0}) != DiskBenchOptions{}.chunk_bytes) {
+      j.value("chunk_bytes", uint64_t{0}) != DiskBenchOptions{}.chunk_bytes ||
+      j.value("parallel_margin", 0.0) != kParallelReadMargin) {
     return std::nullopt;
   }
   const nlohmann::json& figure = j["read_bytes_per_second"];
@@ -53,7 +56,8 @@ void WriteCache(const std::string& path, const std::string& root, const ReadBand
                           {"read_bytes_per_second", b.bytes_per_second},
                           {"direct", b.direct},
                           {"streams", b.streams},
-                          {"chunk_bytes", DiskBenchOptions{}.chunk_bytes}}
+                          {"chunk_bytes", DiskBenchOptions{}.chunk_bytes},
+                          {"parallel_margin", kParallelReadMargin}}
                .dump()
         << "\n";
     if (!out) return;

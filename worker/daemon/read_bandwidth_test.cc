@@ -64,7 +64,8 @@ TEST(ReadBandwidthTest, ACacheWithoutTheModeIsMeasuredAgain) {
     EXPECT_FALSE(cached);
     EXPECT_NE(figure->bytes_per_second, 123);
   }
-  // A complete entry is taken as written, if measured at today's read size.
+  // A complete entry is taken as written, if measured at today's read size
+  // and chosen under today's margin for parallel reads.
   const std::string entry =
       R"({"root":")" + canonical + R"(","read_bytes_per_second":123,"direct":true,"streams":3,)";
   bool cached = true;
@@ -72,7 +73,14 @@ TEST(ReadBandwidthTest, ACacheWithoutTheModeIsMeasuredAgain) {
   ASSERT_NE(DiskBenchOptions{}.chunk_bytes, 16777216u);
   ASSERT_TRUE(MeasureReadBandwidth(root.path(), {state.path()}, &cached).ok());
   EXPECT_FALSE(cached);
-  { std::ofstream(cache) << entry << R"("chunk_bytes":)" << DiskBenchOptions{}.chunk_bytes << "}"; }
+  const std::string chunk = R"("chunk_bytes":)" + std::to_string(DiskBenchOptions{}.chunk_bytes);
+  { std::ofstream(cache) << entry << chunk << "}"; }  // from before the margin
+  ASSERT_TRUE(MeasureReadBandwidth(root.path(), {state.path()}, &cached).ok());
+  EXPECT_FALSE(cached);
+  {
+    std::ofstream(cache) << entry << chunk << R"(,"parallel_margin":)" << kParallelReadMargin
+                         << "}";
+  }
   auto figure = MeasureReadBandwidth(root.path(), {state.path()}, &cached);
   ASSERT_TRUE(figure.ok());
   EXPECT_TRUE(cached);
