@@ -315,7 +315,7 @@ int Run(int argc, char** argv) {
   if (!kv_dtype.ok()) return fail(kv_dtype.status());
   StatusOr<std::vector<ReadBandwidth>> bandwidths = Bandwidths(f);
   if (!bandwidths.ok()) return fail(bandwidths.status());
-  // How the engines of each (canonical) root read: the way that measured fastest.
+  // How the engines of each (canonical) root read: the disk bench's chosen way.
   std::map<std::string, ReadBandwidth> read_modes;
   for (size_t i = 0; i < f.roots.size(); ++i) {
     std::error_code ec;

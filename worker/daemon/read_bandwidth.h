@@ -1,7 +1,8 @@
 // The read bandwidth a worker advertises, and how its engines read: cold-cache
 // reads of the checkpoints under a model root in each of the disk bench's
 // modes (common/disk_bench.h), measured once and cached on disk per root, so a
-// restart does not read gigabytes again. The fastest mode's figure is the one
+// restart does not read gigabytes again. The chosen mode's figure (the
+// fastest, parallel reads only by a margin: ChooseReadMode) is the one
 // advertised and its way of reading (O_DIRECT or not, reads in flight) the one
 // the engines stream with, so that a pass reads at the figure its ETA assumes.
 // On this project's virtio disk (2026-12-02, two runs of disk-bench) one
@@ -26,7 +27,7 @@
 
 namespace nightshift::worker {
 
-// The fastest way the disk bench read a root.
+// The way the disk bench chose to read a root, and its speed.
 struct ReadBandwidth {
   double bytes_per_second = 0;
   bool direct = false;  // that mode read with O_DIRECT
