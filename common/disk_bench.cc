@@ -234,9 +234,9 @@ void ChooseReadMode(DiskBenchResult& r) {
   }
   if (single >= 0) r.single_stream_gbs = r.modes[static_cast<size_t>(single)].gbs;
   if (parallel >= 0) r.parallel_gbs = r.modes[static_cast<size_t>(parallel)].gbs;
-  r.parallel_faster =
+  r.parallel_chosen =
       parallel >= 0 && (single < 0 || r.parallel_gbs >= kParallelReadMargin * r.single_stream_gbs);
-  r.fastest = r.parallel_faster ? parallel : single;
+  r.fastest = r.parallel_chosen ? parallel : single;
   r.read_gbs = r.fastest >= 0 ? r.modes[static_cast<size_t>(r.fastest)].gbs : 0;
 }
 

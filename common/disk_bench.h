@@ -67,7 +67,7 @@ struct DiskBenchResult {
   double parallel_gbs = 0;           // fastest parallel mode that ran
   double read_gbs = 0;               // the chosen mode's: the figure to advertise
   int fastest = -1;                  // index in `modes` of the chosen mode (ChooseReadMode)
-  bool parallel_faster = false;      // the chosen mode is a parallel one
+  bool parallel_chosen = false;      // the chosen mode is a parallel one
 };
 
 // A parallel mode is chosen only when it read at least this much faster than
@@ -81,7 +81,7 @@ struct DiskBenchResult {
 inline constexpr double kParallelReadMargin = 1.10;
 
 // Fills single_stream_gbs, parallel_gbs and, from them, the mode a loader
-// should read in (`fastest`, `read_gbs`, `parallel_faster`): the fastest
+// should read in (`fastest`, `read_gbs`, `parallel_chosen`): the fastest
 // single-stream mode unless a parallel one beat it by kParallelReadMargin
 // (or no single stream ran). Modes that did not run are passed over; with
 // none, `fastest` stays -1 and read_gbs 0.

@@ -86,7 +86,7 @@ TEST_F(DiskBenchTest, FileReadInEveryMode) {
   EXPECT_TRUE(r->modes[2].ran && r->modes[3].ran);
   EXPECT_EQ(r->single_stream_gbs, std::max(r->modes[0].gbs, r->modes[2].gbs));
   EXPECT_EQ(r->parallel_gbs, std::max(r->modes[1].gbs, r->modes[3].gbs));
-  EXPECT_EQ(r->parallel_faster, r->parallel_gbs >= kParallelReadMargin * r->single_stream_gbs);
+  EXPECT_EQ(r->parallel_chosen, r->parallel_gbs >= kParallelReadMargin * r->single_stream_gbs);
   ASSERT_GE(r->fastest, 0);
   EXPECT_TRUE(r->modes[static_cast<size_t>(r->fastest)].ran);
   EXPECT_EQ(r->read_gbs, r->modes[static_cast<size_t>(r->fastest)].gbs);
@@ -115,7 +115,7 @@ TEST(ChooseReadModeTest, ParallelReadsOnlyWhenTheyBeatOneStreamByTheMargin) {
                                {false, 1, true, 0.56},
                                {false, 4, true, 1.77}});
   EXPECT_EQ(tie.fastest, 0);
-  EXPECT_FALSE(tie.parallel_faster);
+  EXPECT_FALSE(tie.parallel_chosen);
   EXPECT_DOUBLE_EQ(tie.read_gbs, 2.68);
   EXPECT_DOUBLE_EQ(tie.single_stream_gbs, 2.68);
   EXPECT_DOUBLE_EQ(tie.parallel_gbs, 2.70);
@@ -124,13 +124,13 @@ TEST(ChooseReadModeTest, ParallelReadsOnlyWhenTheyBeatOneStreamByTheMargin) {
   DiskBenchResult pays = Modes(
       {{true, 1, true, 0.8}, {true, 4, true, 1.9}, {false, 1, true, 0.7}, {false, 4, true, 2.3}});
   EXPECT_EQ(pays.fastest, 3);
-  EXPECT_TRUE(pays.parallel_faster);
+  EXPECT_TRUE(pays.parallel_chosen);
   EXPECT_DOUBLE_EQ(pays.read_gbs, 2.3);
 
   // Exactly the margin is enough; just under it is not.
-  EXPECT_TRUE(Modes({{true, 1, true, 1.0}, {true, 4, true, kParallelReadMargin}}).parallel_faster);
+  EXPECT_TRUE(Modes({{true, 1, true, 1.0}, {true, 4, true, kParallelReadMargin}}).parallel_chosen);
   EXPECT_FALSE(
-      Modes({{true, 1, true, 1.0}, {true, 4, true, kParallelReadMargin - 0.01}}).parallel_faster);
+      Modes({{true, 1, true, 1.0}, {true, 4, true, kParallelReadMargin - 0.01}}).parallel_chosen);
 
   // The fastest single stream may be buffered.
   EXPECT_EQ(Modes({{true, 1, true, 1.0}, {true, 4, true, 1.05}, {false, 1, true, 1.2}}).fastest, 2);
@@ -144,7 +144,7 @@ TEST(ChooseReadModeTest, ModesThatDidNotRunArePassedOver) {
   // No single stream ran: the parallel mode, whatever its speed.
   DiskBenchResult only_parallel = Modes({{true, 1, false, 0}, {true, 4, true, 0.5}});
   EXPECT_EQ(only_parallel.fastest, 1);
-  EXPECT_TRUE(only_parallel.parallel_faster);
+  EXPECT_TRUE(only_parallel.parallel_chosen);
   DiskBenchResult none = Modes({{true, 1, false, 0}, {true, 4, false, 0}});
   EXPECT_EQ(none.fastest, -1);
   EXPECT_EQ(none.read_gbs, 0);

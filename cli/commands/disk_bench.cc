@@ -32,7 +32,7 @@ std::string Column(const std::string& text, size_t width) {
 
 // The reads the chosen mode keeps in flight (ChooseReadMode).
 std::string Chosen(const DiskBenchResult& r) {
-  return r.parallel_faster ? "parallel" : "single stream";
+  return r.parallel_chosen ? "parallel" : "single stream";
 }
 
 nlohmann::ordered_json ResultJson(const DiskBenchResult& r, const DiskBenchOptions& options) {
@@ -89,7 +89,7 @@ void PrintHuman(const DiskBenchResult& r, const DiskBenchOptions& options) {
   }
   std::cout << "\nsingle stream " << Fixed(r.single_stream_gbs, 2) << " GB/s, "
             << options.parallel_reads << " reads in flight " << Fixed(r.parallel_gbs, 2)
-            << " GB/s: reading with " << (r.parallel_faster ? "parallel reads" : "one stream")
+            << " GB/s: reading with " << (r.parallel_chosen ? "parallel reads" : "one stream")
             << " (parallel reads are chosen only " << Fixed(100 * (kParallelReadMargin - 1), 0)
             << "% or more faster).\n"
             << "read bandwidth to advertise (plan --read-gbs): " << Fixed(r.read_gbs, 2)
