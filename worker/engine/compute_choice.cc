@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 
 // 2: weights evicted from the caches before each timed run (compute_measure.cc).
 // 3: bf16-avx512 timed too, and the OpenBLAS core in the key.
-constexpr int kCacheVersion = 3;
+// 4: every cell the fastest of three interleaved rounds.
+constexpr int kCacheVersion = 4;
 
 uint64_t Fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -176,6 +177,39 @@ double ComputeMeasurement::FlopsPerSecond(ProjectionKernel kernel, size_t bucket
   const double s = Seconds(kernel, bucket);
   if (!(s > 0)) return 0;
   return flops_per_row * static_cast<double>(kRowBuckets[bucket]) / s;
+}
+
+ComputeMeasurement MeasureInRounds(const std::vector<ProjectionShape>& shapes, int rounds,
+                                   const CellTimer& time) {
+  using Cells = std::array<std::array<double, kRowBucketCount>, kProjectionKernelCount>;
+  std::vector<Cells> fastest(shapes.size());
+  for (Cells& cells : fastest) {
+    for (auto& row : cells) row.fill(-1);
+  }
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      for (size_t b = 0; b < kRowBucketCount; ++b) {
+        for (size_t k = 0; k < static_cast<size_t>(kProjectionKernelCount); ++k) {
+          const double seconds = time(s, static_cast<ProjectionKernel>(k), b, round);
+          double& cell = fastest[s][k][b];
+          if (seconds >= 0 && (cell < 0 || seconds < cell)) cell = seconds;
+        }
+      }
+    }
+  }
+  ComputeMeasurement m;
+  m.flops_per_row = FlopsPerRow(shapes);
+  for (size_t k = 0; k < static_cast<size_t>(kProjectionKernelCount); ++k) {
+    for (size_t b = 0; b < kRowBucketCount; ++b) {
+      double total = 0;
+      for (size_t s = 0; s < shapes.size() && total >= 0; ++s) {
+        const double cell = fastest[s][k][b];
+        total = cell < 0 ? -1 : total + cell * static_cast<double>(shapes[s].per_pass);
+      }
+      m.seconds[k][b] = total;
+    }
+  }
+  return m;
 }
 
 std::string ComputeMeasurementKey(const std::vector<ProjectionShape>& shapes, int threads,

@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -95,7 +96,8 @@ struct ProjectionShape {
 double FlopsPerRow(const std::vector<ProjectionShape>& shapes);
 
 // Seconds one pass's projections took at each bucket's rows with each
-// kernel: per shape the fastest of a few timed runs, x per_pass, summed.
+// kernel: per shape the fastest of three rounds of timed runs
+// (MeasureInRounds, MeasureProjections), x per_pass, summed.
 // Negative: that kernel was not timed at that bucket (the small-batch kernel
 // beyond 64 rows, or on a CPU without AVX2/FMA/F16C; `bf16-avx512` on one
 // without AVX512-BF16).
@@ -110,6 +112,24 @@ struct ComputeMeasurement {
   // FLOP/s of `kernel` at `bucket`'s rows; 0 when not timed.
   double FlopsPerSecond(ProjectionKernel kernel, size_t bucket) const;
 };
+
+// One use of `shapes[shape]` by `kernel` at `kRowBuckets[bucket]` rows, timed
+// in `round`: its seconds, or negative where that kernel is not timed
+// there (the same in every round).
+using CellTimer =
+    std::function<double(size_t shape, ProjectionKernel kernel, size_t bucket, int round)>;
+
+// A measurement from `rounds` rounds of `time`. Each round visits the
+// shapes in order, at each shape the buckets in order, and at each bucket
+// every kernel one after another, so a burst of noise on the machine (a
+// neighbour's load, a frequency step) slows the kernels it overlaps alike
+// rather than one kernel's whole row, and a later round replaces it. A
+// cell's figure is its fastest over the rounds, x per_pass, summed over the
+// shapes; negative where untimed. Timed one kernel at a time in one round,
+// a single burst once made float32 look 2x slower at one row and moved that
+// bucket to a kernel the passes then ran 1.5x slower than float32.
+ComputeMeasurement MeasureInRounds(const std::vector<ProjectionShape>& shapes, int rounds,
+                                   const CellTimer& time);
 
 // The key a measurement is valid for: the CPU's model and flags, the
 // compute threads, the libtorch version and every shape.

@@ -125,6 +125,57 @@ TEST(ComputeChoiceTest, AutoNeverPicksAKernelSlowerThanFloat32) {
   }
 }
 
+TEST(ComputeChoiceTest, MeasuringInRoundsKeepsEachCellsFastestAndInterleavesTheKernels) {
+  const std::vector<ProjectionShape> shapes = {{8, 4, checkpoint::DType::kF16, 3},
+                                               {2, 4, checkpoint::DType::kF16, 1}};
+  struct Call {
+    size_t shape;
+    K kernel;
+    size_t bucket;
+    int round;
+  };
+  std::vector<Call> calls;
+  const ComputeMeasurement m =
+      MeasureInRounds(shapes, 3, [&](size_t shape, K kernel, size_t bucket, int round) {
+        calls.push_back({shape, kernel, bucket, round});
+        if (kernel == K::kF32Small && bucket >= 7) return -1.0;  // untimed there
+        // Shape 0 takes 1 s a use, shape 1 2 s; bf16-gemm twice as long.
+        double seconds = (shape == 0 ? 1.0 : 2.0) * (kernel == K::kBf16Gemm ? 2 : 1);
+        // A burst of noise: float32's 1-row cells 5x slower in round 0, and
+        // every kernel's 4-row cell of shape 1 in round 2.
+        if (round == 0 && bucket == 0 && (kernel == K::kF32Small || kernel == K::kF32Gemm)) {
+          seconds *= 5;
+        }
+        if (round == 2 && shape == 1 && bucket == 2) seconds *= 5;
+        return seconds;
+      });
+  // Rounds, then shapes, then buckets, then every kernel one after another.
+  ASSERT_EQ(calls.size(), 3 * shapes.size() * kRowBucketCount * kProjectionKernelCount);
+  size_t i = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t shape = 0; shape < shapes.size(); ++shape) {
+      for (size_t bucket = 0; bucket < kRowBucketCount; ++bucket) {
+        for (int k = 0; k < kProjectionKernelCount; ++k, ++i) {
+          EXPECT_EQ(calls[i].round, round) << i;
+          EXPECT_EQ(calls[i].shape, shape) << i;
+          EXPECT_EQ(calls[i].bucket, bucket) << i;
+          EXPECT_EQ(calls[i].kernel, static_cast<K>(k)) << i;
+        }
+      }
+    }
+  }
+  // Each cell its fastest round, x per_pass, summed: 3 x 1 + 1 x 2 = 5 s.
+  for (size_t b = 0; b < kRowBucketCount; ++b) {
+    EXPECT_DOUBLE_EQ(m.Seconds(K::kF32Gemm, b), 5) << b;
+    EXPECT_DOUBLE_EQ(m.Seconds(K::kBf16Avx512, b), 5) << b;
+    EXPECT_DOUBLE_EQ(m.Seconds(K::kBf16Gemm, b), 10) << b;
+    EXPECT_DOUBLE_EQ(m.Seconds(K::kF32Small, b), b >= 7 ? -1 : 5) << b;
+  }
+  EXPECT_DOUBLE_EQ(m.flops_per_row, FlopsPerRow(shapes));
+  // Without the burst's round, the 1-row bucket stays float32.
+  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, false, true, &m)[0], K::kF32Small);
+}
+
 TEST(ComputeChoiceTest, Float32WeightsStayFloat32AndAutoWithoutAMeasurementToo) {
   const ComputeMeasurement fast_bf16 = Measured(
       {9, 9, 9, 9, 9, 9, 9, -1, -1}, {9, 9, 9, 9, 9, 9, 9, 9, 9}, {1, 1, 1, 1, 1, 1, 1, 1, 1});

@@ -44,6 +44,10 @@ at::ScalarType StoredType(checkpoint::DType dtype) {
 // barely moves beyond a few thousand rows).
 constexpr int64_t kMaxTimedOut = 4096;
 
+// Rounds of MeasureInRounds (compute_choice.h); each times a cell for a
+// share of MeasureOptions::min_seconds.
+constexpr int kMeasureRounds = 3;
+
 // Evicts [data, data + bytes) from every cache level. In a pass each
 // projection's weights arrive from memory (the loader's buffer, or a pinned
 // group last touched a layer ago): timed on weights left in cache by the
@@ -60,12 +64,13 @@ void EvictFromCaches(const void* data, uint64_t bytes) {
 #endif
 }
 
-// The fastest of a few runs of `fn` after a warm-up, in seconds: one run
-// when it alone takes min_seconds, else up to 5 until they took that long.
-// `before` runs before each, untimed.
+// The fastest of a few runs of `fn`, in seconds: one run when it alone
+// takes min_seconds, else up to 5 until they took that long. `before` runs
+// before each, untimed; with `warm_up`, `fn` runs once untimed first
+// (scratch buffers, oneDNN's kernels for this shape).
 template <typename Before, typename Fn>
-double FastestRun(double min_seconds, Before before, Fn fn) {
-  fn();  // warm-up: scratch buffers, oneDNN's kernels for this shape
+double FastestRun(double min_seconds, bool warm_up, Before before, Fn fn) {
+  if (warm_up) fn();
   double best = 0, spent = 0;
   for (int run = 0; run < 5 && (run < 1 || spent < min_seconds); ++run) {
     before();
@@ -78,48 +83,56 @@ double FastestRun(double min_seconds, Before before, Fn fn) {
   return best;
 }
 
-ComputeMeasurement Measure(const std::vector<ProjectionShape>& shapes, double min_seconds) {
-  ComputeMeasurement m;
-  for (auto& row : m.seconds) row.fill(0);
-  m.flops_per_row = FlopsPerRow(shapes);
-  const int64_t max_rows = kRowBuckets.back();
-  for (const ProjectionShape& shape : shapes) {
-    // Synthetic weights of the shape's size and dtype, small like a
-    // checkpoint's, so nothing is read from disk; out of the caches before
-    // each timed run, as in a pass.
-    const int64_t out = std::min(shape.out, kMaxTimedOut);
-    const double scale = static_cast<double>(shape.per_pass) * static_cast<double>(shape.out) /
-                         static_cast<double>(out);
-    at::Tensor stored = (at::rand({out, shape.in}) - 0.5).mul_(0.1).to(StoredType(shape.dtype));
-    checkpoint::TensorInfo info;
-    info.dtype = shape.dtype;
-    info.shape = {out, shape.in};
-    info.size = static_cast<uint64_t>(stored.numel()) * checkpoint::DTypeSize(shape.dtype);
-    const at::Tensor x = at::randn({max_rows, shape.in});
-    for (int k = 0; k < kProjectionKernelCount; ++k) {
-      const auto kernel = static_cast<ProjectionKernel>(k);
-      KernelPlan plan;
-      plan.fill(kernel);
-      const Weight w{&info, static_cast<const unsigned char*>(stored.data_ptr()), std::nullopt,
-                     &plan};
-      for (size_t b = 0; b < kRowBucketCount; ++b) {
-        double& total = m.seconds[static_cast<size_t>(k)][b];
-        const int64_t rows = kRowBuckets[b];
-        if ((kernel == ProjectionKernel::kF32Small &&
-             (rows > kSmallKernelMaxTimedRows || !SmallMatmulFast())) ||
-            (kernel == ProjectionKernel::kBf16Avx512 && !Bf16MatmulSupported())) {
-          total = -1;
-          continue;
-        }
-        if (total < 0) continue;
-        const at::Tensor xr = x.narrow(0, 0, rows);
-        total += scale * FastestRun(
-                             min_seconds, [&] { EvictFromCaches(w.data, info.size); },
-                             [&] { (void)Linear(xr, w); });
-      }
-    }
+// A synthetic weight of one shape: the size and dtype of the checkpoint's,
+// values small like a checkpoint's, so nothing is read from disk.
+struct TimedWeight {
+  at::Tensor stored;
+  checkpoint::TensorInfo info;
+  double height_scale = 1;  // the shape's rows over the timed rows
+};
+
+TimedWeight MakeTimedWeight(const ProjectionShape& shape) {
+  TimedWeight t;
+  const int64_t out = std::min(shape.out, kMaxTimedOut);
+  t.height_scale = static_cast<double>(shape.out) / static_cast<double>(out);
+  t.stored = (at::rand({out, shape.in}) - 0.5).mul_(0.1).to(StoredType(shape.dtype));
+  t.info.dtype = shape.dtype;
+  t.info.shape = {out, shape.in};
+  t.info.size = static_cast<uint64_t>(t.stored.numel()) * checkpoint::DTypeSize(shape.dtype);
+  return t;
+}
+
+bool Timed(ProjectionKernel kernel, int64_t rows) {
+  if (kernel == ProjectionKernel::kF32Small) {
+    return rows <= kSmallKernelMaxTimedRows && SmallMatmulFast();
   }
-  return m;
+  return kernel != ProjectionKernel::kBf16Avx512 || Bf16MatmulSupported();
+}
+
+ComputeMeasurement Measure(const std::vector<ProjectionShape>& shapes, double min_seconds) {
+  std::vector<TimedWeight> weights;
+  std::vector<at::Tensor> xs;
+  for (const ProjectionShape& shape : shapes) {
+    weights.push_back(MakeTimedWeight(shape));
+    xs.push_back(at::randn({kRowBuckets.back(), shape.in}));
+  }
+  std::array<KernelPlan, kProjectionKernelCount> plans;
+  for (size_t k = 0; k < static_cast<size_t>(kProjectionKernelCount); ++k) {
+    plans[k].fill(static_cast<ProjectionKernel>(k));
+  }
+  return MeasureInRounds(
+      shapes, kMeasureRounds, [&](size_t s, ProjectionKernel kernel, size_t b, int round) {
+        const int64_t rows = kRowBuckets[b];
+        if (!Timed(kernel, rows)) return -1.0;
+        const TimedWeight& t = weights[s];
+        const Weight w{&t.info, static_cast<const unsigned char*>(t.stored.data_ptr()),
+                       std::nullopt, &plans[static_cast<size_t>(kernel)]};
+        const at::Tensor xr = xs[s].narrow(0, 0, rows);
+        return t.height_scale * FastestRun(
+                                    min_seconds / kMeasureRounds, /*warm_up=*/round == 0,
+                                    [&] { EvictFromCaches(w.data, t.info.size); },
+                                    [&] { (void)Linear(xr, w); });
+      });
 }
 
 std::mutex g_memo_mutex;

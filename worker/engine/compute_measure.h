@@ -18,9 +18,11 @@ struct MeasureOptions {
   // Where the measurement is cached (ComputeCachePath); "" keeps it in this
   // process only.
   std::string state_dir;
-  // Each kernel, shape and bucket is run once to warm up, then until this
-  // much time was spent on it (at least once, at most 5 times); the fastest
-  // run counts. Shapes taller than 4096 rows are timed on 4096 and scaled.
+  // Each kernel, shape and bucket is run once to warm up, then in each of
+  // three rounds until a third of this much time was spent on it (at least
+  // once, at most 5 times); the fastest run of all counts. A round times
+  // every kernel at a bucket one after another. Shapes taller than 4096
+  // rows are timed on 4096 and scaled.
   double min_seconds = 0.02;
 };
 
