@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "common/read_buffer.h"
 
@@ -245,6 +246,9 @@ StatusOr<DiskBenchResult> RunDiskBench(const std::string& path, const DiskBenchO
   if (options.parallel_reads < 2 || options.parallel_reads > 64) {
     return InvalidArgument("parallel reads must be between 2 and 64");
   }
+  if (options.rounds < 1 || options.rounds > 10) {
+    return InvalidArgument("rounds must be between 1 and 10");
+  }
   const uint64_t chunk_bytes = (options.chunk_bytes + kAlignment - 1) / kAlignment * kAlignment;
   DiskBenchResult result;
   result.path = path;
@@ -256,9 +260,21 @@ StatusOr<DiskBenchResult> RunDiskBench(const std::string& path, const DiskBenchO
   for (const Chunk& c : chunks) result.bytes_per_mode += c.length;
 
   for (bool direct : {true, false}) {
-    for (int streams : {1, options.parallel_reads}) {
-      result.modes.push_back(Mode(direct, streams));
-      NS_RETURN_IF_ERROR(RunMode(spans, chunks, chunk_bytes, result.modes.back()));
+    for (int streams : {1, options.parallel_reads}) result.modes.push_back(Mode(direct, streams));
+  }
+  for (int round = 0; round < options.rounds; ++round) {
+    for (DiskBenchMode& kept : result.modes) {
+      if (round > 0 && !kept.ran) continue;  // skipped: the filesystem refuses it
+      DiskBenchMode run = Mode(kept.direct, kept.streams);
+      NS_RETURN_IF_ERROR(RunMode(spans, chunks, chunk_bytes, run));
+      if (!run.ran) {
+        if (round == 0) kept = run;
+        continue;
+      }
+      std::vector<double> rounds = std::move(kept.round_gbs);
+      rounds.push_back(run.gbs);
+      if (round == 0 || run.gbs > kept.gbs) kept = run;
+      kept.round_gbs = std::move(rounds);
     }
   }
   ChooseReadMode(result);

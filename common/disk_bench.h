@@ -8,9 +8,9 @@
 //   N streams,   O_DIRECT     N reads in flight (N threads on one work list)
 //   one stream,  buffered     through the page cache, kernel read-ahead
 //   N streams,   buffered
-// On the machines this was written on one stream reads ~0.8 GB/s and four
-// reads in flight ~2.3 GB/s: a prefetcher must keep several large reads in
-// flight to reach the disk's limit, and this is how to find out how many.
+// in that order, in each of a few rounds (DiskBenchOptions::rounds). On the machines this was
+// written on one stream reads ~0.8 GB/s and four reads in flight ~2.3 GB/s: a prefetcher must keep
+// several large reads in flight to reach the disk's limit, and this is how to find out how many.
 //
 // DONTNEED is advice: pages that another process maps or dirties stay cached.
 // Each buffered mode therefore reports the share of its bytes found cached
@@ -43,6 +43,12 @@ struct DiskBenchOptions {
   uint64_t chunk_bytes = kDefaultReadChunkBytes;  // bytes per read; rounded up to 4096
   int parallel_reads = 4;                         // reads in flight in the parallel modes (2..64)
   uint64_t max_bytes = 0;                         // read at most this much per mode; 0 = all
+  // Rounds (1..10): each reads every mode once, one mode after another, and
+  // a mode's figures are its fastest round's. One round is at the mercy of
+  // the disk's moment: five runs of one round each on AMD EPYC family 25
+  // model 17 (2026-12-03) read bench-1.7b with one O_DIRECT stream at
+  // 1.39-2.25 GB/s and chose three different modes.
+  int rounds = 3;
 };
 
 struct DiskBenchMode {
@@ -55,6 +61,9 @@ struct DiskBenchMode {
   double seconds = 0;
   double gbs = 0;              // 10^9 bytes per second
   double cached_fraction = 0;  // share of the bytes in the page cache before the mode ran
+  // The figures above are the fastest round's; this is every round's GB/s,
+  // in order (empty when skipped).
+  std::vector<double> round_gbs;
 };
 
 struct DiskBenchResult {
@@ -88,9 +97,10 @@ inline constexpr double kParallelReadMargin = 1.10;
 void ChooseReadMode(DiskBenchResult& result);
 
 // Measures `path` (a file, or a directory whose regular files, symlinks
-// followed, are read in name order). Errors: NotFound when `path` does not
-// exist; InvalidArgument for options out of range (chunk_bytes 0,
-// parallel_reads outside 2..64) or when there is nothing to read (no
+// followed, are read in name order), `rounds` times over. Errors: NotFound
+// when `path` does not exist; InvalidArgument for options out of range
+// (chunk_bytes 0, parallel_reads outside 2..64, rounds outside 1..10) or
+// when there is nothing to read (no
 // non-empty file); Unavailable when a file cannot be opened or read (the
 // message names it and the errno text); DataLoss when a file is shorter than
 // it was when listed.

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -79,6 +80,10 @@ TEST_F(DiskBenchTest, FileReadInEveryMode) {
     EXPECT_EQ(m.bytes, size) << m.name;
     EXPECT_GT(m.seconds, 0) << m.name;
     EXPECT_GT(m.gbs, 0) << m.name;
+    // Every round's figure, the kept one the fastest of them.
+    ASSERT_EQ(m.round_gbs.size(), static_cast<size_t>(DiskBenchOptions{}.rounds)) << m.name;
+    EXPECT_EQ(m.gbs, *std::max_element(m.round_gbs.begin(), m.round_gbs.end())) << m.name;
+    EXPECT_DOUBLE_EQ(m.gbs, static_cast<double>(m.bytes) / m.seconds / 1e9) << m.name;
     EXPECT_GE(m.cached_fraction, 0) << m.name;
     EXPECT_LE(m.cached_fraction, 1) << m.name;
     best = std::max(best, m.gbs);
@@ -198,6 +203,17 @@ TEST_F(DiskBenchTest, Errors) {
   options.parallel_reads = 4;
   options.chunk_bytes = 0;
   EXPECT_EQ(RunDiskBench(file, options).status().code(), StatusCode::kInvalidArgument);
+  options.chunk_bytes = 4096;
+  for (int rounds : {0, 11}) {
+    options.rounds = rounds;
+    StatusOr<DiskBenchResult> r = RunDiskBench(file, options);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << rounds;
+    EXPECT_NE(r.status().message().find("rounds"), std::string::npos) << rounds;
+  }
+  options.rounds = 1;
+  StatusOr<DiskBenchResult> once = RunDiskBench(file, options);
+  ASSERT_TRUE(once.ok()) << once.status().ToString();
+  EXPECT_EQ(once->modes[2].round_gbs.size(), 1u);
 }
 
 struct CommandResult {
@@ -233,7 +249,9 @@ TEST_F(DiskBenchTest, CommandJson) {
   EXPECT_EQ(j["path"], file);
   EXPECT_EQ(j["bytes_per_mode"], 3 << 20);
   EXPECT_EQ(j["parallel_reads"], 2);
+  EXPECT_EQ(j["rounds"], 3);
   ASSERT_EQ(j["modes"].size(), 4u);
+  EXPECT_EQ(j["modes"][2]["round_gbs"].size(), 3u);
   EXPECT_GT(j["read_gbs"].get<double>(), 0);
   EXPECT_TRUE(j["chosen"] == "parallel" || j["chosen"] == "single stream");
   EXPECT_EQ(j["read_gbs"], j["chosen"] == "parallel" ? j["parallel_gbs"] : j["single_stream_gbs"]);
@@ -256,6 +274,12 @@ TEST_F(DiskBenchTest, CommandHumanAndErrors) {
   EXPECT_EQ(no_path.exit_code, 2);
   CommandResult bad_flag = DiskBenchCommand(file + " --parallel 0", dir_);
   EXPECT_EQ(bad_flag.exit_code, 2);
+  CommandResult bad_rounds = DiskBenchCommand(file + " --rounds 0", dir_);
+  EXPECT_NE(bad_rounds.exit_code, 0);
+  EXPECT_NE(bad_rounds.err.find("--rounds"), std::string::npos) << bad_rounds.err;
+  CommandResult one_round = DiskBenchCommand(file + " --chunk-mb 1 --rounds 1", dir_);
+  ASSERT_EQ(one_round.exit_code, 0) << one_round.err;
+  EXPECT_NE(one_round.out.find("1 round\n"), std::string::npos) << one_round.out;
 }
 
 }  // namespace

@@ -30,10 +30,12 @@ std::optional<ReadBandwidth> ReadCache(const std::string& path, const std::strin
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   // A figure measured at another read size says nothing about this one's
   // modes; one chosen under another margin for parallel reads may be a mode
-  // this rule would not choose.
+  // this rule would not choose; one of a single round (before rounds were
+  // recorded) may be one moment's disk.
   if (!j.is_object() || j.value("root", "") != root ||
       j.value("chunk_bytes", uint64_t{0}) != DiskBenchOptions{}.chunk_bytes ||
-      j.value("parallel_margin", 0.0) != kParallelReadMargin) {
+      j.value("parallel_margin", 0.0) != kParallelReadMargin ||
+      j.value("rounds", 0) != DiskBenchOptions{}.rounds) {
     return std::nullopt;
   }
   const nlohmann::json& figure = j["read_bytes_per_second"];
@@ -57,7 +59,8 @@ void WriteCache(const std::string& path, const std::string& root, const ReadBand
                           {"direct", b.direct},
                           {"streams", b.streams},
                           {"chunk_bytes", DiskBenchOptions{}.chunk_bytes},
-                          {"parallel_margin", kParallelReadMargin}}
+                          {"parallel_margin", kParallelReadMargin},
+                          {"rounds", DiskBenchOptions{}.rounds}}
                .dump()
         << "\n";
     if (!out) return;

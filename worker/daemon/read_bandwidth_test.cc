@@ -65,7 +65,7 @@ TEST(ReadBandwidthTest, ACacheWithoutTheModeIsMeasuredAgain) {
     EXPECT_NE(figure->bytes_per_second, 123);
   }
   // A complete entry is taken as written, if measured at today's read size
-  // and chosen under today's margin for parallel reads.
+  // and chosen under today's margin for parallel reads, in today's rounds.
   const std::string entry =
       R"({"root":")" + canonical + R"(","read_bytes_per_second":123,"direct":true,"streams":3,)";
   bool cached = true;
@@ -77,8 +77,12 @@ TEST(ReadBandwidthTest, ACacheWithoutTheModeIsMeasuredAgain) {
   { std::ofstream(cache) << entry << chunk << "}"; }  // from before the margin
   ASSERT_TRUE(MeasureReadBandwidth(root.path(), {state.path()}, &cached).ok());
   EXPECT_FALSE(cached);
+  const std::string margin = R"(,"parallel_margin":)" + std::to_string(kParallelReadMargin);
+  { std::ofstream(cache) << entry << chunk << margin << "}"; }  // one round, before rounds
+  ASSERT_TRUE(MeasureReadBandwidth(root.path(), {state.path()}, &cached).ok());
+  EXPECT_FALSE(cached);
   {
-    std::ofstream(cache) << entry << chunk << R"(,"parallel_margin":)" << kParallelReadMargin
+    std::ofstream(cache) << entry << chunk << margin << R"(,"rounds":)" << DiskBenchOptions{}.rounds
                          << "}";
   }
   auto figure = MeasureReadBandwidth(root.path(), {state.path()}, &cached);
