@@ -129,13 +129,13 @@ Status AtAMemoryBudget(const std::string& dir, uint64_t memory_budget,
       "%.0f prompt tokens of KV or %lld pass tokens; fastest cold read %.2f GB/s\n",
       static_cast<double>(memory_budget) / 1e6, static_cast<double>(left) / 1e6,
       static_cast<double>(left) / static_cast<double>(kv_per_token),
-      static_cast<long long>(options.pass_token_budget), disk.read_gbs);
+      static_cast<long long>(options.pass_token_budget), disk.FastestGbs());
   std::printf("%-12s %7s %14s %9s %10s %8s %12s %16s\n", "mode", "passes", "prompts/pass",
               "seconds", "prompts/s", "s/pass", "MB/pass", "pass/cold read");
   for (auto [name, o] : {std::pair{"reserve-kv", before}, {"pass-tokens", after}}) {
     const double passes = static_cast<double>(o.passes);
     const double bytes_per_pass = static_cast<double>(o.bytes_read) / passes;
-    const double cold = bytes_per_pass / (disk.read_gbs * 1e9);
+    const double cold = bytes_per_pass / (disk.FastestGbs() * 1e9);
     std::printf("%-12s %7lld %14.1f %9.2f %10.2f %8.3f %12.1f %16.2f\n", name,
                 static_cast<long long>(o.passes), static_cast<double>(requests.size()) / passes,
                 o.seconds, static_cast<double>(requests.size()) / o.seconds, o.seconds / passes,

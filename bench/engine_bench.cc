@@ -103,11 +103,7 @@ double FastestReadWithCoresBusy(const std::string& model_dir) {
   StatusOr<DiskBenchResult> disk = RunDiskBench(model_dir);
   stop = true;
   for (std::thread& t : spinners) t.join();
-  double best = 0;  // the fastest mode, not the one a loader would choose
-  if (disk.ok()) {
-    for (const DiskBenchMode& mode : disk->modes) best = std::max(best, mode.ran ? mode.gbs : 0);
-  }
-  return best;
+  return disk.ok() ? disk->FastestGbs() : 0;  // not the mode a loader would choose
 }
 
 int Main(int argc, char** argv) {
@@ -308,12 +304,10 @@ int Main(int argc, char** argv) {
                 << (disk.ok() ? "no disk-bench mode ran" : disk.status().ToString()) << "\n";
       return 1;
     }
-    double best = 0;
     for (const DiskBenchMode& mode : disk->modes) {
-      if (!mode.ran) continue;
-      mode_gbs[mode.name].push_back(mode.gbs);
-      best = std::max(best, mode.gbs);
+      if (mode.ran) mode_gbs[mode.name].push_back(mode.gbs);
     }
+    const double best = disk->FastestGbs();
     fastest_read_seconds.push_back(static_cast<double>(disk->bytes_per_mode) / (best * 1e9));
     best_gbs.push_back(best);
     const DiskBenchMode& chosen = disk->modes[static_cast<size_t>(disk->fastest)];

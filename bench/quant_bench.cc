@@ -4,8 +4,9 @@
 // and AWQ GEMM int4 group 128 (F16 for what stays unquantized), all from the
 // same float weights (make-checkpoint --quantize). Each of --runs rounds
 // drops the page cache before every step and measures:
-//   - the fastest cold read of the BF16 checkpoint's files (common/disk_bench.h),
-//     whose mode (O_DIRECT or not, reads in flight) the round's engine runs read in;
+//   - the fastest cold read of the BF16 checkpoint's files (common/disk_bench.h);
+//     the round's engine runs read in the mode the disk bench chose (O_DIRECT
+//     or not, reads in flight: the fastest, parallel ones only by a margin);
 //   - bin/engine-stream-run on each checkpoint at 1 and 16 sequences, inside
 //     the same memory cgroup (a third of the BF16 checkpoint by default):
 //     the median decode pass, its compute-only seconds and the bytes it read.
@@ -121,13 +122,16 @@ int Main(int argc, char** argv) {
                 << (disk.ok() ? "no disk-bench mode ran" : disk.status().ToString()) << "\n";
       return 1;
     }
-    const DiskBenchMode& fastest = disk->modes[static_cast<size_t>(disk->fastest)];
-    best_gbs.push_back(fastest.gbs);
-    printf("run %lld (load %.2f): fastest cold read %.2f GB/s (%s; the engine reads so)\n",
-           static_cast<long long>(run + 1), loads.back(), fastest.gbs, fastest.name.c_str());
+    const DiskBenchMode& chosen = disk->modes[static_cast<size_t>(disk->fastest)];
+    best_gbs.push_back(disk->FastestGbs());
+    printf(
+        "run %lld (load %.2f): fastest cold read %.2f GB/s; chosen mode %s (%.2f GB/s; the "
+        "engine reads so)\n",
+        static_cast<long long>(run + 1), loads.back(), disk->FastestGbs(), chosen.name.c_str(),
+        chosen.gbs);
     for (const Variant& v : variants) {
       Bench bench(v.dir, stream_run, 2, 3);
-      bench.ReadLike(fastest);
+      bench.ReadLike(chosen);
       if (!bench.SetUpCgroup(cap)) {
         std::cerr << "quant_bench: cannot set up the memory cgroup " << kCgroup
                   << " (root, cgroup v1?)\n";

@@ -8,9 +8,10 @@
 //   N streams,   O_DIRECT     N reads in flight (N threads on one work list)
 //   one stream,  buffered     through the page cache, kernel read-ahead
 //   N streams,   buffered
-// in that order, in each of a few rounds (DiskBenchOptions::rounds). On the machines this was
-// written on one stream reads ~0.8 GB/s and four reads in flight ~2.3 GB/s: a prefetcher must keep
-// several large reads in flight to reach the disk's limit, and this is how to find out how many.
+// in that order, in each of a few rounds (DiskBenchOptions::rounds). On the
+// machines this was written on one stream reads ~0.8 GB/s and four reads in
+// flight ~2.3 GB/s: a prefetcher must keep several large reads in flight to
+// reach the disk's limit, and this is how to find out how many.
 //
 // DONTNEED is advice: pages that another process maps or dirties stay cached.
 // Each buffered mode therefore reports the share of its bytes found cached
@@ -21,6 +22,7 @@
 // uses its own descriptors, buffers and threads.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -77,6 +79,10 @@ struct DiskBenchResult {
   double read_gbs = 0;               // the chosen mode's: the figure to advertise
   int fastest = -1;                  // index in `modes` of the chosen mode (ChooseReadMode)
   bool parallel_chosen = false;      // the chosen mode is a parallel one
+
+  // The fastest mode's GB/s, chosen or not: the disk's limit that benches
+  // set passes against.
+  double FastestGbs() const { return std::max(single_stream_gbs, parallel_gbs); }
 };
 
 // A parallel mode is chosen only when it read at least this much faster than
