@@ -124,6 +124,7 @@ TEST(ChooseReadModeTest, ParallelReadsOnlyWhenTheyBeatOneStreamByTheMargin) {
   EXPECT_DOUBLE_EQ(tie.read_gbs, 2.68);
   EXPECT_DOUBLE_EQ(tie.single_stream_gbs, 2.68);
   EXPECT_DOUBLE_EQ(tie.parallel_gbs, 2.70);
+  EXPECT_DOUBLE_EQ(tie.FastestGbs(), 2.70);  // the disk's limit, though not chosen
 
   // Where several reads in flight pay, by far more than the margin.
   DiskBenchResult pays = Modes(
