@@ -161,6 +161,16 @@ struct LayerLoader::Impl {
   std::condition_variable work;  // chunks queued or stopping
   std::condition_variable done;  // a group finished reading
   std::deque<Chunk> queue;
+  // Reads in flight, all of one group (`reading_group`): a group's reads
+  // start once the group before it is read. Two groups read at once share
+  // the disk and arrive together, the first later than alone; then both
+  // stream buffers are full while the first computes, and the disk idles.
+  // With 128 MB reads and 90 MB layers, four streams read two layers at a
+  // time so, and the disk idled ~20 ms every two layers: a 64-sequence pass
+  // of bench-1.7b took 0.98-1.16 s against 0.72-0.98 s one group at a time
+  // (AMD EPYC family 25, 2026-12-03).
+  size_t in_flight = 0;
+  size_t reading_group = 0;
   bool stopping = false;
   std::vector<std::thread> threads;
 
@@ -181,15 +191,21 @@ struct LayerLoader::Impl {
   void ReadLoop() {
     std::unique_lock<std::mutex> lock(mu);
     while (true) {
-      work.wait(lock, [this] { return stopping || !queue.empty(); });
+      work.wait(lock, [this] {
+        return stopping ||
+               (!queue.empty() && (in_flight == 0 || queue.front().group == reading_group));
+      });
       if (stopping) return;
       Chunk chunk = queue.front();
       queue.pop_front();
+      ++in_flight;
+      reading_group = chunk.group;
       Group& g = groups[chunk.group];
       if (!g.first_read) g.first_read = Clock::now();
       lock.unlock();
       Status st = ReadChunk(chunk);
       lock.lock();
+      if (--in_flight == 0) work.notify_all();  // the next group's reads may start
       if (!st.ok() && g.status.ok()) g.status = st;
       if (--g.pending == 0) {
         g.last_read = Clock::now();
@@ -454,7 +470,9 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
   const bool fresh = g.fresh;
   if (g.fresh) {
     out.bytes_read = g.layout.tensor_bytes;
-    out.load_seconds = Seconds(g.last_read - *g.first_read);
+    out.read_began = *g.first_read;
+    out.read_ended = g.last_read;
+    out.load_seconds = Seconds(out.read_ended - out.read_began);
     g.fresh = false;
   }
   const unsigned char* base = d.slots[static_cast<size_t>(g.slot)].get();

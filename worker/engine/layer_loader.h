@@ -5,7 +5,11 @@
 // norm and LM head). Reading is done by `read_streams` I/O threads with
 // `pread` of large chunks into buffers this object owns, several reads in
 // flight: on the machines this was written on one read stream gets ~0.8 GB/s
-// and four ~2 GB/s (see common/disk_bench.h). Buffered reads drop their
+// and four ~2 GB/s (see common/disk_bench.h). The reads in flight are all of
+// one group: the next group's start when its last has finished, so each
+// group arrives as soon as the disk can deliver it (two groups read at once
+// arrive together, and the disk then idles while the first computes; see
+// ReadLoop). A group smaller than a chunk is one read. Buffered reads drop their
 // page-cache pages after each chunk (POSIX_FADV_DONTNEED); O_DIRECT reads
 // (optional) bypass it. Either way neither the process nor the page cache
 // grows with the checkpoint.
@@ -30,6 +34,7 @@
 // I/O threads are internal.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,7 +54,9 @@ struct LayerLoaderOptions {
   // in a buffer of its own. SetPinned sets this later, between passes.
   std::vector<bool> pinned;
   bool prefetch = true;  // read group i + 1 while group i is in use
-  int read_streams = 4;  // I/O threads, each with one read in flight (1..64)
+  // I/O threads, each with one read in flight (1..64), all reading chunks
+  // of the same group.
+  int read_streams = 4;
   // Read with O_DIRECT where the filesystem allows it: no page cache to fill
   // (and be charged for under a memory cgroup) and no copy out of it. Else,
   // or when false, reads go through the page cache and each read's pages are
@@ -84,6 +91,10 @@ struct LoadedGroup {
   uint64_t bytes_read = 0;  // the group's tensor bytes when read for this acquire; 0 when resident
   double wait_seconds = 0;  // how long Acquire blocked
   double load_seconds = 0;  // from the group's first read starting to its last finishing
+  // When read for this acquire: its first read started and its last finished
+  // (load_seconds apart); the clock's epoch otherwise.
+  std::chrono::steady_clock::time_point read_began;
+  std::chrono::steady_clock::time_point read_ended;
 };
 
 class LayerLoader {

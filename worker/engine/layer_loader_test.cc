@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -109,6 +110,9 @@ TEST_P(LayerLoaderModes, DeliversTheFilesBytesPassAfterPass) {
       LayerLoader::Open(ckpt, groups, GetParam().options);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   EXPECT_EQ((*loader)->groups(), 3u);
+  // The groups are read in the order acquired, one at a time: a group's
+  // first read starts after the last read of the group read before it.
+  std::chrono::steady_clock::time_point last_read_ended;
   for (int pass = 0; pass < 3; ++pass) {
     for (size_t g = 0; g < groups.size(); ++g) {
       StatusOr<LoadedGroup> loaded = (*loader)->Acquire(g);
@@ -129,6 +133,9 @@ TEST_P(LayerLoaderModes, DeliversTheFilesBytesPassAfterPass) {
       EXPECT_EQ(loaded->bytes_read, reads ? Bytes(groups[g]) : 0u) << g << " pass " << pass;
       if (reads) {
         EXPECT_GT(loaded->load_seconds, 0);
+        EXPECT_GE(loaded->read_began, last_read_ended) << g << " pass " << pass;
+        EXPECT_GE(loaded->read_ended, loaded->read_began);
+        last_read_ended = loaded->read_ended;
       }
       EXPECT_GE(loaded->wait_seconds, 0);
       (*loader)->Release(g);
