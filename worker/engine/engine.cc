@@ -930,9 +930,10 @@ void Engine::Impl::Release(size_t index) {
 
 StatusOr<at::Tensor> Engine::Impl::RunLayers(const PassPlan& plan, PassStats* stats) {
   Clock::time_point start = Clock::now();
+  const uint64_t row_bytes = tensors.embedding->size / static_cast<uint64_t>(config.vocab_size);
+  mapped->PrefetchRows(*tensors.embedding, plan.ids, row_bytes);
   at::Tensor hidden = Embed(config, View(tensors.embedding), plan.ids);
   if (options.residency == Residency::kStream) mapped->Release({tensors.embedding});
-  const uint64_t row_bytes = tensors.embedding->size / static_cast<uint64_t>(config.vocab_size);
   stats->bytes_read += plan.ids.size() * row_bytes;
   stats->io_seconds += SecondsSince(start);
   stats->load_seconds += SecondsSince(start);

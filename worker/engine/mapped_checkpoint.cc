@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -46,6 +47,38 @@ StatusOr<std::unique_ptr<MappedCheckpoint>> MappedCheckpoint::Open(
 
 const unsigned char* MappedCheckpoint::Data(const checkpoint::TensorInfo& tensor) const {
   return files_[static_cast<size_t>(tensor.file)].base + tensor.offset;
+}
+
+void MappedCheckpoint::PrefetchRows(const checkpoint::TensorInfo& tensor,
+                                    const std::vector<int64_t>& rows, uint64_t row_bytes) const {
+  const Mapping& m = files_[static_cast<size_t>(tensor.file)];
+  const uint64_t page = PageSize();
+  const uint64_t first_page = tensor.offset / page * page;
+  madvise(m.base + first_page, tensor.offset + tensor.size - first_page, MADV_RANDOM);
+  std::vector<int64_t> sorted = rows;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  // Pages [begin, end) of the file, grown while the next row's pages touch them.
+  uint64_t begin = 0, end = 0;
+  for (int64_t row : sorted) {
+    const uint64_t at = tensor.offset + static_cast<uint64_t>(row) * row_bytes;
+    const uint64_t row_begin = at / page * page;
+    const uint64_t row_end = (at + row_bytes + page - 1) / page * page;
+    if (end > begin && row_begin <= end) {
+      end = std::max(end, row_end);
+      continue;
+    }
+    if (end > begin) {
+      posix_fadvise(m.fd, static_cast<off_t>(begin), static_cast<off_t>(end - begin),
+                    POSIX_FADV_WILLNEED);
+    }
+    begin = row_begin;
+    end = row_end;
+  }
+  if (end > begin) {
+    posix_fadvise(m.fd, static_cast<off_t>(begin), static_cast<off_t>(end - begin),
+                  POSIX_FADV_WILLNEED);
+  }
 }
 
 void MappedCheckpoint::Release(const std::vector<const checkpoint::TensorInfo*>& tensors) const {
