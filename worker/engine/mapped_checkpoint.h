@@ -6,7 +6,7 @@
 // the checkpoint. Layers are read by LayerLoader.
 //
 // libtorch-free. After Open the object is immutable apart from the kernel's
-// page state: Data() and Release are thread-safe.
+// page state: Data(), PrefetchRows and Release are thread-safe.
 #pragma once
 
 #include <cstdint>
