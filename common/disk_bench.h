@@ -90,7 +90,11 @@ struct DiskBenchResult {
 // shows: on AMD EPYC family 25 model 17 (2026-12-03) four O_DIRECT streams
 // read bench-1.7b at 2.70 GB/s against one stream's 2.68, and a 64-sequence
 // pass reading that way took 0.93-0.94 s against 0.66-0.71 s with one stream
-// (two groups read at once, the readers' threads beside the compute's).
+// (mostly because the loader read two layers at once, which it no longer
+// does: worker/engine/layer_loader.h). A layer smaller than a read is one
+// read whatever the streams, so a worker that chose parallel reads prices
+// such a model's passes at the parallel figure though it streams them one
+// read at a time (its measured passes then correct the ETA).
 // Where parallel reads pay, they pay by far more (0.8 against 2.3 GB/s on
 // the machines the disk bench was written on).
 inline constexpr double kParallelReadMargin = 1.10;
