@@ -192,7 +192,7 @@ StatusOr<std::vector<ReadBandwidth>> Bandwidths(const Flags& f) {
   std::vector<ReadBandwidth> figures;
   for (const std::string& root : f.roots) {
     if (f.read_bandwidth > 0) {
-      figures.push_back({f.read_bandwidth, false, 0});
+      figures.push_back({f.read_bandwidth, false, 0, f.read_bandwidth});
       continue;
     }
     bool cached = false;
@@ -200,8 +200,12 @@ StatusOr<std::vector<ReadBandwidth>> Bandwidths(const Flags& f) {
     std::ostringstream line;
     line << "read bandwidth of " << root << ": " << figure.bytes_per_second / 1e9 << " GB/s, "
          << figure.streams << (figure.streams == 1 ? " stream" : " streams")
-         << (figure.direct ? " with O_DIRECT" : " through the page cache") << " ("
-         << (cached ? "cached" : "measured") << ")";
+         << (figure.direct ? " with O_DIRECT" : " through the page cache");
+    if (figure.streams > 1) {
+      line << "; one stream " << figure.one_read_bytes_per_second / 1e9
+           << " GB/s (models whose layers fit in one read)";
+    }
+    line << " (" << (cached ? "cached" : "measured") << ")";
     LogLine(line.str());
     figures.push_back(figure);
   }
@@ -327,6 +331,7 @@ int Run(int argc, char** argv) {
   catalog_options.roots = f.roots;
   for (const ReadBandwidth& b : *bandwidths) {
     catalog_options.read_bytes_per_second.push_back(b.bytes_per_second);
+    catalog_options.one_read_bytes_per_second.push_back(b.one_read_bytes_per_second);
   }
   catalog_options.memory_budget_bytes = *memory;
   catalog_options.kv_budget_bytes = kv_budget;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/disk_bench.h"
 #include "planner/checkpoint_shape.h"
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
@@ -73,8 +74,11 @@ StatusOr<checkpoint::Checkpoint> ReadCheckpointInsideRoot(const std::string& roo
 // Places and prices one valid checkpoint; the reason when it cannot be served.
 StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Checkpoint& ckpt,
                            const engine::ModelConfig& config, checkpoint::DType projection_dtype,
-                           double read_bytes_per_second) {
+                           double read_bytes_per_second, double one_read_bytes_per_second) {
   NS_ASSIGN_OR_RETURN(planner::CheckpointShape shape, planner::ShapeOf(ckpt));
+  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
+  read_bytes_per_second =
+      StreamReadBandwidth(groups, read_bytes_per_second, one_read_bytes_per_second);
   const int compute_bytes = planner::ComputeDtypeBytes(shape, options.device);
   // Weights are held in the compute dtype once loaded (fp32 on a CPU).
   const double widen = static_cast<double>(compute_bytes) / std::max(1, shape.stored_dtype_bytes);
@@ -121,7 +125,6 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   entry.offer.kv_bytes_per_token =
       static_cast<int64_t>(planner::KvBytesPerToken(config, kv_dtype_bytes));
   const bool partial = !entry.resident && options.streaming != planner::StreamingRequest::kAlways;
-  const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
   std::vector<bool> pinned;
   if (partial && options.kv_budget_bytes > 0) {
     // What the engine will pin under this memory budget (EngineOptions::
@@ -167,16 +170,17 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
 
 // Reads, validates, places and prices `root/name`, with its tokenizer.
 StatusOr<ModelEntry> ScanOne(const CatalogOptions& options, const std::string& root,
-                             const std::string& name, double read_bytes_per_second) {
+                             const std::string& name, double read_bytes_per_second,
+                             double one_read_bytes_per_second) {
   NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, ReadCheckpointInsideRoot(root, name));
   const std::string& dir = ckpt.dir;
   NS_ASSIGN_OR_RETURN(engine::ModelConfig config, engine::ParseModelConfig(ckpt.config));
   NS_ASSIGN_OR_RETURN(const engine::Architecture* arch,
                       engine::FindArchitecture(config.model_type));
   NS_ASSIGN_OR_RETURN(engine::ModelTensors tensors, engine::BindTensors(*arch, config, ckpt));
-  NS_ASSIGN_OR_RETURN(
-      ModelEntry entry,
-      Price(options, ckpt, config, engine::ProjectionDType(tensors), read_bytes_per_second));
+  NS_ASSIGN_OR_RETURN(ModelEntry entry,
+                      Price(options, ckpt, config, engine::ProjectionDType(tensors),
+                            read_bytes_per_second, one_read_bytes_per_second));
   entry.root = root;
   entry.offer.name = name;
   NS_ASSIGN_OR_RETURN(entry.tokenizer_files, ReadTokenizerFiles(root, dir));
@@ -263,6 +267,14 @@ const ModelEntry* Catalog::Find(const std::string& name) const {
   return nullptr;
 }
 
+double StreamReadBandwidth(const std::vector<uint64_t>& group_bytes, double read_bytes_per_second,
+                           double one_read_bytes_per_second) {
+  const bool one_read = std::all_of(group_bytes.begin(), group_bytes.end(),
+                                    [](uint64_t bytes) { return bytes <= kDefaultReadChunkBytes; });
+  return one_read && one_read_bytes_per_second > 0 ? one_read_bytes_per_second
+                                                   : read_bytes_per_second;
+}
+
 int64_t AdvertPassTokens(const ModelEntry& entry, uint64_t kv_budget_bytes) {
   const uint64_t per_sequence =
       static_cast<uint64_t>(std::max<int64_t>(0, entry.offer.kv_bytes_per_token)) *
@@ -291,6 +303,10 @@ StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options) {
   if (options.read_bytes_per_second.size() != options.roots.size()) {
     return InvalidArgument("one read bandwidth per model root is needed");
   }
+  if (!options.one_read_bytes_per_second.empty() &&
+      options.one_read_bytes_per_second.size() != options.roots.size()) {
+    return InvalidArgument("one one-stream read bandwidth per model root, or none, is needed");
+  }
   Catalog catalog;
   for (size_t i = 0; i < options.roots.size(); ++i) {
     NS_ASSIGN_OR_RETURN(fs::path root, Canonical(options.roots[i]));
@@ -302,7 +318,10 @@ StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options) {
             {name, root.string(), "a model of that name is in an earlier root"});
         continue;
       }
-      auto entry = ScanOne(options, root.string(), name, options.read_bytes_per_second[i]);
+      const double one_read =
+          options.one_read_bytes_per_second.empty() ? 0 : options.one_read_bytes_per_second[i];
+      auto entry =
+          ScanOne(options, root.string(), name, options.read_bytes_per_second[i], one_read);
       if (!entry.ok()) {
         catalog.skipped.push_back({name, root.string(), entry.status().ToString()});
         continue;

@@ -54,6 +54,12 @@ struct CatalogOptions {
   // Parallel cold-read bandwidth of each root (same order as `roots`),
   // bytes per second; prices seconds per pass.
   std::vector<double> read_bytes_per_second;
+  // Each root's one-stream figure of the same kind (ReadBandwidth::
+  // one_read_bytes_per_second), same order; empty, or 0 for a root: the
+  // figure above. It prices a checkpoint whose every streamed group fits in
+  // one read (kDefaultReadChunkBytes): the loader reads one group at a time,
+  // so such a checkpoint streams one read at a time whatever the streams.
+  std::vector<double> one_read_bytes_per_second;
   uint64_t memory_budget_bytes = 0;
   // KV cache budget; 0 = what the memory budget leaves after the largest
   // footprint of the models advertised. Given (--kv-budget), a streamed
@@ -135,6 +141,16 @@ struct Catalog {
 // the roots; NotFound when a root is not a directory. Problems with single
 // checkpoints never fail the scan: they become SkippedModel entries.
 StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options);
+
+// The read bandwidth a checkpoint streams at, from its streamed groups'
+// bytes (planner::StreamedGroupBytes) and its root's figures: the loader
+// reads one group at a time (worker/engine/layer_loader.h), so a checkpoint
+// whose every group fits in one read (kDefaultReadChunkBytes) streams at
+// `one_read_bytes_per_second` whatever the root's reads in flight; any other
+// at `read_bytes_per_second`, as does every checkpoint when the one-read
+// figure is unknown (<= 0).
+double StreamReadBandwidth(const std::vector<uint64_t>& group_bytes, double read_bytes_per_second,
+                           double one_read_bytes_per_second);
 
 // The tokens the advert prices one pass at: a decode pass of as many
 // sequences as `kv_budget_bytes` holds at the model's full context

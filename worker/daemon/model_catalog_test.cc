@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/disk_bench.h"
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/daemon/test_util.h"
@@ -103,6 +104,34 @@ TEST(ScanModelRootsTest, AdvertisesValidCheckpointsWithExactFigures) {
   EXPECT_EQ(ids_only->offer.tokenizer_hash, "");
   // Derived KV budget: what the memory budget leaves after the footprint.
   EXPECT_EQ(catalog->kv_budget_bytes, (1ull << 30) - m->footprint_bytes);
+}
+
+// The loader reads one group at a time, so a checkpoint whose groups each
+// fit in one read streams at one stream's figure whatever the root's reads
+// in flight; one with a larger group at the root's.
+TEST(StreamReadBandwidthTest, GroupsThatFitOneReadStreamAtOneStreamsFigure) {
+  const uint64_t read = kDefaultReadChunkBytes;
+  EXPECT_EQ(StreamReadBandwidth({read / 2, read, 1000}, 2e9, 1.5e9), 1.5e9);
+  EXPECT_EQ(StreamReadBandwidth({read / 2, read + 1, 1000}, 2e9, 1.5e9), 2e9);
+  EXPECT_EQ(StreamReadBandwidth({read / 2}, 2e9, 0), 2e9);  // unknown: the root's
+}
+
+// stories260k's groups are far smaller than a read: its passes are priced
+// at the root's one-stream figure when one is given.
+TEST(ScanModelRootsTest, ASmallModelIsPricedAtTheRootsOneStreamFigure) {
+  TempDir root;
+  MakeStoriesModel(root.path(), "stories");
+  CatalogOptions options = Options(root.path(), 1ull << 30);
+  options.read_bytes_per_second = {2e9};
+  options.one_read_bytes_per_second = {5e8};
+  auto catalog = ScanModelRoots(options);
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  const ModelEntry* m = catalog->Find("stories");
+  ASSERT_NE(m, nullptr);
+  EXPECT_DOUBLE_EQ(m->offer.seconds_per_pass, kStoriesTensorBytes / 5e8);
+  EXPECT_DOUBLE_EQ(m->read_bytes_per_second, 5e8);
+  options.one_read_bytes_per_second = {5e8, 5e8};
+  EXPECT_EQ(ScanModelRoots(options).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PriceComputeTest, AComputeBoundPassIsPricedAsOne) {

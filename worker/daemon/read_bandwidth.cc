@@ -21,7 +21,7 @@ std::string CanonicalOrSelf(const std::string& path) {
 }
 
 // The cached figure, or nullopt when there is none (or it is unreadable, or
-// from before the cache held the mode).
+// from before the cache held the mode and the one-stream figure).
 std::optional<ReadBandwidth> ReadCache(const std::string& path, const std::string& root) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -41,11 +41,14 @@ std::optional<ReadBandwidth> ReadCache(const std::string& path, const std::strin
   const nlohmann::json& figure = j["read_bytes_per_second"];
   const nlohmann::json& direct = j["direct"];
   const nlohmann::json& streams = j["streams"];
+  const nlohmann::json& one_read = j["one_read_bytes_per_second"];
   if (!figure.is_number() || !(figure.get<double>() > 0) || !direct.is_boolean() ||
-      !streams.is_number_integer() || streams.get<int>() < 1 || streams.get<int>() > 64) {
+      !streams.is_number_integer() || streams.get<int>() < 1 || streams.get<int>() > 64 ||
+      !one_read.is_number() || !(one_read.get<double>() > 0)) {
     return std::nullopt;
   }
-  return ReadBandwidth{figure.get<double>(), direct.get<bool>(), streams.get<int>()};
+  return ReadBandwidth{figure.get<double>(), direct.get<bool>(), streams.get<int>(),
+                       one_read.get<double>()};
 }
 
 void WriteCache(const std::string& path, const std::string& root, const ReadBandwidth& b) {
@@ -58,6 +61,7 @@ void WriteCache(const std::string& path, const std::string& root, const ReadBand
                           {"read_bytes_per_second", b.bytes_per_second},
                           {"direct", b.direct},
                           {"streams", b.streams},
+                          {"one_read_bytes_per_second", b.one_read_bytes_per_second},
                           {"chunk_bytes", DiskBenchOptions{}.chunk_bytes},
                           {"parallel_margin", kParallelReadMargin},
                           {"rounds", DiskBenchOptions{}.rounds}}
@@ -92,7 +96,13 @@ StatusOr<ReadBandwidth> MeasureReadBandwidth(const std::string& root,
     return Unavailable("no read mode of the disk bench ran on " + root);
   }
   const DiskBenchMode& fastest = result.modes[static_cast<size_t>(result.fastest)];
-  const ReadBandwidth figure{result.read_gbs * 1e9, fastest.direct, fastest.streams};
+  ReadBandwidth figure{result.read_gbs * 1e9, fastest.direct, fastest.streams,
+                       result.read_gbs * 1e9};
+  for (const DiskBenchMode& mode : result.modes) {
+    if (mode.ran && mode.streams == 1 && mode.direct == fastest.direct && mode.gbs > 0) {
+      figure.one_read_bytes_per_second = mode.gbs * 1e9;
+    }
+  }
   WriteCache(cache, canonical, figure);
   if (cached != nullptr) *cached = false;
   return figure;

@@ -13,9 +13,9 @@
 //
 // The cache is one small file per root in the state directory
 // (`bandwidth-<hash of the canonical root>.json`, holding the root, the figure,
-// the mode, and the read size, parallel-read margin and rounds measured
-// with); a cached figure is used as long as that file exists, holds all of
-// them and they are the disk bench's now.
+// the mode, the one-stream figure, and the read size, parallel-read margin
+// and rounds measured with); a cached figure is used as long as that file
+// exists, holds all of them and they are the disk bench's now.
 //
 // Thread-safety: free functions; concurrent calls for the same root may both
 // measure (the last write wins, both figures valid).
@@ -33,6 +33,11 @@ struct ReadBandwidth {
   double bytes_per_second = 0;
   bool direct = false;  // that mode read with O_DIRECT
   int streams = 1;      // with this many reads in flight
+  // One stream of the same kind (O_DIRECT or not): how a checkpoint whose
+  // every streamed group fits in one read streams, whatever `streams` (the
+  // loader reads one group at a time, worker/engine/layer_loader.h). Equal
+  // to bytes_per_second when one stream was chosen.
+  double one_read_bytes_per_second = 0;
 };
 
 struct BandwidthOptions {

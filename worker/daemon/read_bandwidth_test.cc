@@ -23,6 +23,10 @@ TEST(ReadBandwidthTest, MeasuresOnceThenUsesTheCachePerRoot) {
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_GT(first->bytes_per_second, 0);
   EXPECT_TRUE(first->streams == 1 || first->streams == DiskBenchOptions{}.parallel_reads);
+  EXPECT_GT(first->one_read_bytes_per_second, 0);
+  if (first->streams == 1) {
+    EXPECT_DOUBLE_EQ(first->one_read_bytes_per_second, first->bytes_per_second);
+  }
   EXPECT_FALSE(cached);
   EXPECT_TRUE(std::filesystem::exists(BandwidthCachePath(root.path(), state.file("cache"))));
 
@@ -33,6 +37,7 @@ TEST(ReadBandwidthTest, MeasuresOnceThenUsesTheCachePerRoot) {
   EXPECT_DOUBLE_EQ(second->bytes_per_second, first->bytes_per_second);
   EXPECT_EQ(second->direct, first->direct);
   EXPECT_EQ(second->streams, first->streams);
+  EXPECT_DOUBLE_EQ(second->one_read_bytes_per_second, first->one_read_bytes_per_second);
 
   // Another root has its own entry.
   TempDir other;
@@ -66,8 +71,9 @@ TEST(ReadBandwidthTest, ACacheWithoutTheModeIsMeasuredAgain) {
   }
   // A complete entry is taken as written, if measured at today's read size
   // and chosen under today's margin for parallel reads, in today's rounds.
-  const std::string entry =
-      R"({"root":")" + canonical + R"(","read_bytes_per_second":123,"direct":true,"streams":3,)";
+  const std::string entry = R"({"root":")" + canonical +
+                            R"(","read_bytes_per_second":123,"direct":true,"streams":3,)" +
+                            R"("one_read_bytes_per_second":45,)";
   bool cached = true;
   { std::ofstream(cache) << entry << R"("chunk_bytes":16777216})"; }
   ASSERT_NE(DiskBenchOptions{}.chunk_bytes, 16777216u);
@@ -91,6 +97,17 @@ TEST(ReadBandwidthTest, ACacheWithoutTheModeIsMeasuredAgain) {
   EXPECT_EQ(figure->bytes_per_second, 123);
   EXPECT_TRUE(figure->direct);
   EXPECT_EQ(figure->streams, 3);
+  EXPECT_EQ(figure->one_read_bytes_per_second, 45);
+  // One from before it held the one-stream figure is measured again.
+  {
+    std::ofstream(cache) << R"({"root":")" << canonical
+                         << R"(","read_bytes_per_second":123,"direct":true,"streams":3,)" << chunk
+                         << margin << R"(,"rounds":)" << DiskBenchOptions{}.rounds << "}";
+  }
+  figure = MeasureReadBandwidth(root.path(), {state.path()}, &cached);
+  ASSERT_TRUE(figure.ok());
+  EXPECT_FALSE(cached);
+  EXPECT_NE(figure->bytes_per_second, 123);
 }
 
 TEST(ReadBandwidthTest, IgnoresACorruptCacheAndReportsBenchErrors) {
