@@ -92,9 +92,9 @@ struct DiskBenchResult {
 // pass reading that way took 0.93-0.94 s against 0.66-0.71 s with one stream
 // (mostly because the loader read two layers at once, which it no longer
 // does: worker/engine/layer_loader.h). A layer smaller than a read is one
-// read whatever the streams, so a worker that chose parallel reads prices
-// such a model's passes at the parallel figure though it streams them one
-// read at a time (its measured passes then correct the ETA).
+// read whatever the streams, so a worker that chose parallel reads prices a
+// model whose layers all fit in one read at the one-stream figure of the
+// same kind (worker/daemon/model_catalog.h, StreamReadBandwidth).
 // Where parallel reads pay, they pay by far more (0.8 against 2.3 GB/s on
 // the machines the disk bench was written on).
 inline constexpr double kParallelReadMargin = 1.10;
