@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "worker/engine/convert.h"
+#include "worker/engine/isa.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -265,7 +266,7 @@ bool Detect() {
 
 bool Bf16MatmulSupported() {
   static const bool supported = Detect();
-  return supported;
+  return supported && IsaActive(Isa::kAvx512Bf16);
 }
 
 void PackBf16Activations(const float* x, int64_t rows, int64_t in, int64_t panel_begin,

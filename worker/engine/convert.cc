@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "worker/engine/isa.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -118,12 +120,12 @@ void F16ToBf16Scalar(const unsigned char* in, int64_t count, uint16_t* out) {
   }
 }
 
+// The fastest loop this CPU has, under the instruction-set ceiling (isa.h).
 F16ToBf16Loop FastestF16ToBf16Loop() {
-  static const F16ToBf16Loop loop = Supported(F16ToBf16Loop::kAvx512Bf16)
-                                        ? F16ToBf16Loop::kAvx512Bf16
-                                    : Supported(F16ToBf16Loop::kAvx2) ? F16ToBf16Loop::kAvx2
-                                                                      : F16ToBf16Loop::kScalar;
-  return loop;
+  static const bool avx512 = Supported(F16ToBf16Loop::kAvx512Bf16);
+  static const bool avx2 = Supported(F16ToBf16Loop::kAvx2);
+  if (avx512 && IsaActive(Isa::kAvx512Bf16)) return F16ToBf16Loop::kAvx512Bf16;
+  return avx2 && IsaActive(Isa::kAvx2) ? F16ToBf16Loop::kAvx2 : F16ToBf16Loop::kScalar;
 }
 
 }  // namespace

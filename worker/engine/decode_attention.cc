@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "worker/engine/isa.h"
+
 namespace nightshift::engine {
 namespace {
 
@@ -149,19 +151,18 @@ Kernel WithLanes(int lanes) {
   }
 }
 
+// The widest kernel this CPU has, under the instruction-set ceiling (isa.h).
 Kernel Widest() {
-  for (int lanes : {16, 8, 4}) {
-    if (Kernel k = WithLanes(lanes)) return k;
-  }
-  return &Portable;
+  static const Kernel k16 = WithLanes(16), k8 = WithLanes(8);
+  if (k16 != nullptr && IsaActive(Isa::kAvx512)) return k16;
+  return k8 != nullptr && IsaActive(Isa::kAvx2) ? k8 : &Portable;
 }
 
 }  // namespace
 
 void DecodeAttention(const DecodeAttentionShape& shape, const float* q, const float* keys,
                      const float* values, float scale, float* scratch, float* out) {
-  static const Kernel kernel = Widest();
-  kernel(shape, q, keys, values, scale, scratch, out);
+  Widest()(shape, q, keys, values, scale, scratch, out);
 }
 
 bool DecodeAttentionLanesSupported(int lanes) { return WithLanes(lanes) != nullptr; }

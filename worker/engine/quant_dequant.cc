@@ -6,6 +6,7 @@
 
 #include "worker/checkpoint/quantization.h"
 #include "worker/engine/convert.h"
+#include "worker/engine/isa.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -183,7 +184,7 @@ bool QuantView::input_major() const {
 bool QuantDequantFast() {
 #ifdef NS_QUANT_X86
   static const bool fast = DetectAvx2();
-  return fast;
+  return fast && IsaActive(Isa::kAvx2);
 #else
   return false;
 #endif

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "worker/engine/convert.h"
+#include "worker/engine/isa.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -150,7 +151,7 @@ bool DetectFast() {
 bool SmallMatmulFast() {
 #ifdef NS_SMALL_MATMUL_X86
   static const bool fast = DetectFast();
-  return fast;
+  return fast && IsaActive(Isa::kAvx2);
 #else
   return false;
 #endif
