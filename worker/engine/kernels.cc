@@ -264,7 +264,7 @@ at::Tensor Bf16TileLinear(const at::Tensor& x, const Weight& w) {
 }  // namespace
 
 at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int64_t block_bytes) {
-  if (w.info->quant) return QuantLinear(x, w, bias, block_bytes);  // quant_linear.h
+  if (w.info->quant) return QuantLinear(x, w, bias);  // quant_linear.h
   if (w.device) {
     const at::ScalarType dtype = MatmulDtype(w);
     at::Tensor y = at::linear(x.to(dtype), WeightAs(w, dtype)).to(x.scalar_type());

@@ -9,23 +9,15 @@
 #include "worker/checkpoint/quantization.h"
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/quant_dequant.h"
-#include "worker/engine/small_matmul.h"
+#include "worker/engine/quant_matmul.h"
 
 namespace nightshift::engine {
 namespace {
 
-using checkpoint::DType;
 using checkpoint::QuantFormat;
 using checkpoint::QuantizedTensor;
 
 at::TensorOptions FloatOptions() { return at::TensorOptions().dtype(at::kFloat); }
-
-// The calling thread's scratch of `floats` floats, grown as needed and kept.
-float* Scratch(size_t floats) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < floats) buffer.resize(floats);
-  return buffer.data();
-}
 
 void ThrowIfError(const Status& status) {
   if (!status.ok()) throw std::invalid_argument(status.message());
@@ -118,70 +110,20 @@ at::Tensor DequantizeOnDevice(const Weight& w, at::ScalarType dtype) {
   throw std::invalid_argument("tensor '" + w.info->name + "' is not quantized");
 }
 
-// AWQ/GPTQ on the host: each compute thread owns ranges of output columns
-// and accumulates x's input blocks times the decoded W^T blocks.
-at::Tensor InputMajorLinear(const at::Tensor& x, const QuantView& v, int64_t block_bytes) {
+// On the host: the engine's own kernel (quant_matmul.h), the compute
+// threads sharing the output tiles.
+at::Tensor HostQuantLinear(const at::Tensor& x, const QuantView& v) {
   const QuantizedTensor& q = *v.q;
   const at::Tensor xc = x.contiguous();
   const int64_t rows = x.size(0);
   at::Tensor y = at::empty({rows, q.out}, FloatOptions());
-  // Column ranges (multiples of 8), at least two per thread.
-  const int64_t threads = ComputePoolThreads();
-  const int64_t columns =
-      std::max<int64_t>(8, ((q.out + 2 * threads - 1) / (2 * threads) + 7) / 8 * 8);
-  const int64_t ranges = (q.out + columns - 1) / columns;
-  const int64_t block_floats = std::max<int64_t>(block_bytes / 4, 8);
-  ParallelFor(ranges, 1, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      const int64_t c0 = r * columns;
-      const int64_t n = std::min(columns, q.out - c0);
-      const int64_t block = std::clamp<int64_t>(block_floats / n, 1, q.in);
-      float* scratch = Scratch(static_cast<size_t>(block * n));
-      at::Tensor acc = at::zeros({rows, n}, FloatOptions());
-      for (int64_t i0 = 0; i0 < q.in; i0 += block) {
-        const int64_t m = std::min(block, q.in - i0);
-        DequantInputRows(v, i0, i0 + m, c0, c0 + n, scratch);
-        acc.addmm_(xc.narrow(1, i0, m), at::from_blob(scratch, {m, n}, FloatOptions()));
-      }
-      y.narrow(1, c0, n).copy_(acc);
-    }
+  const int64_t tiles = (q.out + kQuantTileColumns - 1) / kQuantTileColumns;
+  const Isa isa = ActiveIsa();
+  ParallelFor(tiles, 1, [&](int64_t first, int64_t last) {
+    QuantMatmul(v, xc.data_ptr<float>(), rows, first * kQuantTileColumns,
+                std::min(last * kQuantTileColumns, q.out), y.data_ptr<float>(), q.out, isa);
   });
   return y;
-}
-
-// FP8 on the host: blocks of output rows, each decoded then multiplied into
-// its rows of y^T.
-at::Tensor OutputMajorLinear(const at::Tensor& x, const QuantView& v, int64_t block_bytes) {
-  const QuantizedTensor& q = *v.q;
-  const int64_t threads = ComputePoolThreads();
-  const int64_t per_thread = (q.out + 2 * threads - 1) / (2 * threads);
-  const int64_t block =
-      std::clamp<int64_t>(std::min(block_bytes / (q.in * 4), per_thread), 1, q.out);
-  const int64_t blocks = (q.out + block - 1) / block;
-  // A few rows (decode): each decoded block, still in cache, is multiplied
-  // by small_matmul.h's kernel straight into y [T, out]; more: a GEMM per
-  // block into its rows of y^T [out, T].
-  const bool small = x.size(0) <= kSmallMatmulMaxRows && SmallMatmulFast();
-  const at::Tensor xc = x.contiguous();
-  const at::Tensor xt = x.t();
-  at::Tensor y = small ? at::empty({x.size(0), q.out}, FloatOptions())
-                       : at::empty({q.out, x.size(0)}, FloatOptions());
-  ParallelFor(blocks, 1, [&](int64_t first, int64_t last) {
-    float* scratch = Scratch(static_cast<size_t>(block * q.in));
-    for (int64_t b = first; b < last; ++b) {
-      const int64_t row = b * block;
-      const int64_t n = std::min(block, q.out - row);
-      DequantOutputRows(v, row, row + n, scratch);
-      if (small) {
-        SmallMatmul(xc.data_ptr<float>(), x.size(0), q.in, scratch, DType::kF32, 0, n,
-                    y.data_ptr<float>() + row, q.out);
-      } else {
-        at::Tensor out_rows = y.narrow(0, row, n);
-        at::mm_out(out_rows, at::from_blob(scratch, {n, q.in}, FloatOptions()), xt);
-      }
-    }
-  });
-  return small ? y : y.t().contiguous();
 }
 
 }  // namespace
@@ -202,8 +144,7 @@ at::Tensor DequantizeWeight(const Weight& w, at::ScalarType dtype) {
   return out;
 }
 
-at::Tensor QuantLinear(const at::Tensor& x, const Weight& w, const Weight& bias,
-                       int64_t block_bytes) {
+at::Tensor QuantLinear(const at::Tensor& x, const Weight& w, const Weight& bias) {
   if (w.device) {
     // F16 where the device multiplies it (CUDA), else float32 (MatmulDtype's rule for F16).
     const at::ScalarType dtype = w.device->is_cuda() ? at::kHalf : at::kFloat;
@@ -214,8 +155,7 @@ at::Tensor QuantLinear(const at::Tensor& x, const Weight& w, const Weight& bias,
   const QuantView v(*w.info, w.data);
   ThrowIfError(CheckScalesFinite(v));
   ThrowIfError(CheckGroupIndex(v));
-  const int64_t block = std::min(block_bytes, kQuantBlockBytes);
-  at::Tensor y = v.input_major() ? InputMajorLinear(x, v, block) : OutputMajorLinear(x, v, block);
+  at::Tensor y = HostQuantLinear(x, v);
   if (bias) y.add_(ToFloat(bias));
   return y;
 }

@@ -1,13 +1,13 @@
 // Linear for quantized projections (Weight::info->quant; see
 // checkpoint/quantization.h), which kernels.h's Linear hands over to.
 //
-// Host memory (the CPU path): the packed bytes are read as the loader
-// placed them and dequantised to float32 a cache-sized block at a time
-// (quant_dequant.h) into a per-thread scratch, each block multiplied as
-// soon as it is decoded: never a float copy of the whole matrix. The int4
-// formats decode blocks of input rows over a range of output columns (each
-// compute thread owns its columns and accumulates over the blocks); FP8
-// decodes blocks of output rows.
+// Host memory (the CPU path): the engine's own kernel (quant_matmul.h)
+// multiplies straight from the packed bytes as the loader placed them, a
+// cache-sized tile decoded at a time, never a float copy of the matrix; the
+// compute threads share the output tiles. Its sums are in a fixed order per
+// format, so a row's outputs do not depend on the other rows of the pass.
+// Whatever kernel plan the projection's Weight carries, a quantized weight
+// runs this kernel (the plan chooses among the 16-bit kernels).
 //
 // On a device (the accelerator path): the packed bytes are what was staged;
 // ATen ops unpack and scale them there into the projection's matmul dtype,
@@ -28,13 +28,8 @@
 
 namespace nightshift::engine {
 
-// Host blocks of decoded float32 are at most this many bytes (and at most
-// Linear's block_bytes): they stay in a core's L2 until multiplied.
-inline constexpr int64_t kQuantBlockBytes = 256 << 10;
-
 // x [T, in] times the quantized weight [out, in] transposed, plus bias.
-at::Tensor QuantLinear(const at::Tensor& x, const Weight& weight, const Weight& bias,
-                       int64_t block_bytes);
+at::Tensor QuantLinear(const at::Tensor& x, const Weight& weight, const Weight& bias);
 
 // The whole quantized weight dequantised as `dtype` [out, in] (device
 // weights: ATen ops on the device; host weights: float32 only). For tests
