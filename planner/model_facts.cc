@@ -256,10 +256,12 @@ double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second) {
 
 namespace {
 
+// A weight matrix a pass multiplies: a float one, or a quantized module
+// (its logical [out, in], whatever its packed parts' dtypes).
 bool IsProjectionMatrix(const checkpoint::TensorInfo& t) {
   return t.shape.size() == 2 &&
-         (t.dtype == checkpoint::DType::kF32 || t.dtype == checkpoint::DType::kF16 ||
-          t.dtype == checkpoint::DType::kBF16);
+         (t.quant != nullptr || t.dtype == checkpoint::DType::kF32 ||
+          t.dtype == checkpoint::DType::kF16 || t.dtype == checkpoint::DType::kBF16);
 }
 
 double MatrixFlops(const checkpoint::TensorInfo& t) {

@@ -196,9 +196,10 @@ uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
 double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second);
 
 // FLOPs of one token through every decoder layer's projections: 2 x the
-// elements of each layer's matrices (2-D F32/F16/BF16 tensors; norms and
-// biases are not counted, nor attention's scores, which grow with the
-// context and are a few percent of a pass at these sizes).
+// elements of each layer's matrices (2-D F32/F16/BF16 tensors, and quantized
+// modules at their logical [out, in]; norms and biases are not counted, nor
+// attention's scores, which grow with the context and are a few percent of
+// a pass at these sizes).
 double LayerFlopsPerToken(const checkpoint::Checkpoint& checkpoint);
 // FLOPs of one row through the LM head: 2 x its elements (the embedding's
 // when tied).

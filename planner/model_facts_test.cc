@@ -139,6 +139,28 @@ checkpoint::Checkpoint FlopsCheckpoint() {
   return ckpt;
 }
 
+// A quantized module multiplies its logical [out, in] like a float one: an
+// int4 and an FP8 checkpoint cost the FLOPs of their shapes, not none.
+TEST(PassFlopsTest, QuantizedModulesCountAtTheirLogicalShape) {
+  for (const char* fixture : {"awq-int4", "fp8-block"}) {
+    StatusOr<checkpoint::Checkpoint> ckpt =
+        checkpoint::ReadCheckpoint(testutil::DataPath(std::string("models/") + fixture));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    double expected = 0;
+    int quantized = 0;
+    for (const checkpoint::TensorGroup& layer : ckpt->layers) {
+      for (int t : layer.tensors) {
+        const checkpoint::TensorInfo& info = ckpt->tensors[static_cast<size_t>(t)];
+        if (info.shape.size() != 2) continue;
+        expected += 2.0 * static_cast<double>(info.shape[0] * info.shape[1]);
+        quantized += info.quant != nullptr;
+      }
+    }
+    EXPECT_GT(quantized, 0) << fixture;
+    EXPECT_DOUBLE_EQ(LayerFlopsPerToken(*ckpt), expected) << fixture;
+  }
+}
+
 TEST(PassFlopsTest, TwiceTheMatrixElementsPerTokenAndPerLogitRow) {
   checkpoint::Checkpoint ckpt = FlopsCheckpoint();
   EXPECT_DOUBLE_EQ(LayerFlopsPerToken(ckpt), 2.0 * 2 * 8 * 4);  // norms are not counted

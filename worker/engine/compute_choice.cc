@@ -11,7 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/checkpoint/quantization.h"
 #include "worker/engine/bf16_matmul.h"
+#include "worker/engine/isa.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -25,7 +27,9 @@ namespace fs = std::filesystem;
 // 2: weights evicted from the caches before each timed run (compute_measure.cc).
 // 3: bf16-avx512 timed too, and the OpenBLAS core in the key.
 // 4: every cell the fastest of three interleaved rounds.
-constexpr int kCacheVersion = 4;
+// 5: quantized shapes timed on the quantized kernel; the active instruction
+//    set; f32-tile timed too.
+constexpr int kCacheVersion = 5;
 
 uint64_t Fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -175,6 +179,27 @@ double FlopsPerRow(const std::vector<ProjectionShape>& shapes) {
 
 double ComputeMeasurement::FlopsPerSecond(ProjectionKernel kernel, size_t bucket) const {
   const double s = Seconds(kernel, bucket);
+ProjectionShape ShapeOf(const checkpoint::TensorInfo& t) {
+  ProjectionShape s;
+  s.out = t.shape.size() == 2 ? t.shape[0] : 0;
+  s.in = t.shape.size() == 2 ? t.shape[1] : 0;
+  s.dtype = t.dtype;
+  if (const checkpoint::QuantizedTensor* q = t.quant.get()) {
+    s.quant = q->format;
+    const bool int4 =
+        q->format == checkpoint::QuantFormat::kAwq || q->format == checkpoint::QuantFormat::kGptq;
+    if (int4) {
+      s.group_size = q->group_size;
+      s.g_idx = q->format == checkpoint::QuantFormat::kGptq && q->parts.size() > 3;
+    } else {
+      s.block_out = q->block_out;
+      s.block_in = q->block_in;
+    }
+    s.scale_dtype = q->parts[int4 ? 2 : 1].dtype;
+  }
+  return s;
+}
+
   if (!(s > 0)) return 0;
   return flops_per_row * static_cast<double>(kRowBuckets[bucket]) / s;
 }
@@ -216,10 +241,17 @@ std::string ComputeMeasurementKey(const std::vector<ProjectionShape>& shapes, in
                                   const std::string& torch_version) {
   const CpuInfo& cpu = HostCpu();
   std::ostringstream key;
-  key << "v" << kCacheVersion << "; cpu " << cpu.model << " [" << cpu.FlagsString() << "]; "
-      << threads << " threads; libtorch " << torch_version << "; shapes";
+  key << "v" << kCacheVersion << "; cpu " << cpu.model << " [" << cpu.FlagsString() << "]; isa "
+      << IsaName(ActiveIsa()) << "; " << threads << " threads; libtorch " << torch_version
+      << "; shapes";
   for (const ProjectionShape& s : shapes) {
-    key << " " << s.out << "x" << s.in << ":" << DTypeLabel(s.dtype) << "*" << s.per_pass;
+    key << " " << s.out << "x" << s.in << ":" << DTypeLabel(s.dtype);
+    if (s.quant != checkpoint::QuantFormat::kNone) {
+      key << "/" << checkpoint::QuantFormatName(s.quant) << "/g" << s.group_size
+          << (s.g_idx ? "/g_idx" : "") << "/b" << s.block_out << "x" << s.block_in << "/"
+          << DTypeLabel(s.scale_dtype);
+    }
+    key << "*" << s.per_pass;
   }
   return key.str();
 }

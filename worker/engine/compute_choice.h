@@ -85,20 +85,41 @@ KernelPlan Bf16Plan();
 struct ProjectionShape {
   int64_t out = 0;
   int64_t in = 0;
-  checkpoint::DType dtype = checkpoint::DType::kF32;
+  checkpoint::DType dtype = checkpoint::DType::kF32;  // a quantized weight's first part's
   int64_t per_pass = 1;
   bool operator==(const ProjectionShape& o) const {
-    return out == o.out && in == o.in && dtype == o.dtype && per_pass == o.per_pass;
+    return SameWeight(o) && per_pass == o.per_pass;
   }
+//
+// A quantized weight (TensorInfo::quant) runs the quantized kernel
+// (quant_matmul.h) whichever kernel a plan names, so the measurement times
+// that kernel on a synthetic weight of the same format (quant_synthetic.h)
+// and counts it in every kernel's figure alike: the plan is chosen by the
+// 16-bit shapes, and the pass is priced with every shape.
 };
 // The FLOPs of one row through every shape, once per use: 2 x sum(out x in
 // x per_pass).
 double FlopsPerRow(const std::vector<ProjectionShape>& shapes);
 
+  // Quantized weights: the format and its parameters; kNone otherwise.
+  checkpoint::QuantFormat quant = checkpoint::QuantFormat::kNone;
+  int64_t group_size = 0;               // AWQ/GPTQ
+  bool g_idx = false;                   // GPTQ with g_idx
+  int64_t block_out = 0, block_in = 0;  // FP8 blocks
+  checkpoint::DType scale_dtype = checkpoint::DType::kF32;
+
+  // The same weight (everything but per_pass).
+  bool SameWeight(const ProjectionShape& o) const {
+    return out == o.out && in == o.in && dtype == o.dtype && quant == o.quant &&
+           group_size == o.group_size && g_idx == o.g_idx && block_out == o.block_out &&
+           block_in == o.block_in && scale_dtype == o.scale_dtype;
+  }
 // Seconds one pass's projections took at each bucket's rows with each
 // kernel: per shape the fastest of three rounds of timed runs
 // (MeasureInRounds, MeasureProjections), x per_pass, summed.
 // Negative: that kernel was not timed at that bucket (the small-batch kernel
+// The shape of a 2-D weight tensor, its quantization included; per_pass 1.
+ProjectionShape ShapeOf(const checkpoint::TensorInfo& tensor);
 // beyond 64 rows, or on a CPU without AVX2/FMA/F16C; `bf16-avx512` on one
 // without AVX512-BF16).
 struct ComputeMeasurement {

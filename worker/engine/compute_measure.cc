@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <mutex>
 
 #include "worker/engine/bf16_matmul.h"
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/kernels.h"
+#include "worker/engine/quant_synthetic.h"
 #include "worker/engine/small_matmul.h"
 
 namespace nightshift::engine {
@@ -85,9 +87,13 @@ double FastestRun(double min_seconds, bool warm_up, Before before, Fn fn) {
 
 // A synthetic weight of one shape: the size and dtype of the checkpoint's,
 // values small like a checkpoint's, so nothing is read from disk.
+// Quantized ones: a synthetic weight of the same format (quant_synthetic.h).
 struct TimedWeight {
   at::Tensor stored;
+  SyntheticQuantWeight quantized;
   checkpoint::TensorInfo info;
+  const unsigned char* data = nullptr;
+  uint64_t bytes = 0;
   double height_scale = 1;  // the shape's rows over the timed rows
 };
 
@@ -95,10 +101,28 @@ TimedWeight MakeTimedWeight(const ProjectionShape& shape) {
   TimedWeight t;
   const int64_t out = std::min(shape.out, kMaxTimedOut);
   t.height_scale = static_cast<double>(shape.out) / static_cast<double>(out);
+  if (shape.quant != checkpoint::QuantFormat::kNone) {
+    QuantWeightSpec spec;
+    spec.format = shape.quant;
+    spec.out = out;
+    spec.in = shape.in;
+    spec.group_size = shape.group_size;
+    spec.g_idx = shape.g_idx;
+    spec.block_out = shape.block_out;
+    spec.block_in = shape.block_in;
+    spec.scale_dtype = shape.scale_dtype;
+    t.quantized = MakeSyntheticQuantWeight(spec);
+    t.info = t.quantized.info;
+    t.data = t.quantized.data();
+    t.bytes = t.quantized.bytes.size();
+    return t;
+  }
   t.stored = (at::rand({out, shape.in}) - 0.5).mul_(0.1).to(StoredType(shape.dtype));
   t.info.dtype = shape.dtype;
   t.info.shape = {out, shape.in};
   t.info.size = static_cast<uint64_t>(t.stored.numel()) * checkpoint::DTypeSize(shape.dtype);
+  t.data = static_cast<const unsigned char*>(t.stored.data_ptr());
+  t.bytes = t.info.size;
   return t;
 }
 
@@ -123,18 +147,31 @@ ComputeMeasurement Measure(const std::vector<ProjectionShape>& shapes, double mi
   for (size_t k = 0; k < static_cast<size_t>(kProjectionKernelCount); ++k) {
     plans[k].fill(static_cast<ProjectionKernel>(k));
   }
+  // A quantized shape runs one kernel whatever the plan: timed once per
+  // bucket and round, the figure shared by every kernel timed there.
+  struct Shared {
+    size_t shape = SIZE_MAX, bucket = 0;
+    int round = -1;
+    double seconds = 0;
+  } shared;
   return MeasureInRounds(
       shapes, kMeasureRounds, [&](size_t s, ProjectionKernel kernel, size_t b, int round) {
         const int64_t rows = kRowBuckets[b];
         if (!Timed(kernel, rows)) return -1.0;
+        const bool quantized = shapes[s].quant != checkpoint::QuantFormat::kNone;
+        if (quantized && shared.shape == s && shared.bucket == b && shared.round == round) {
+          return shared.seconds;
+        }
         const TimedWeight& t = weights[s];
-        const Weight w{&t.info, static_cast<const unsigned char*>(t.stored.data_ptr()),
-                       std::nullopt, &plans[static_cast<size_t>(kernel)]};
+        const Weight w{&t.info, t.data, std::nullopt, &plans[static_cast<size_t>(kernel)]};
         const at::Tensor xr = xs[s].narrow(0, 0, rows);
-        return t.height_scale * FastestRun(
-                                    min_seconds / kMeasureRounds, /*warm_up=*/round == 0,
-                                    [&] { EvictFromCaches(w.data, t.info.size); },
-                                    [&] { (void)Linear(xr, w); });
+        const double seconds =
+            t.height_scale * FastestRun(
+                                 min_seconds / kMeasureRounds, /*warm_up=*/round == 0,
+                                 [&] { EvictFromCaches(t.data, t.bytes); },
+                                 [&] { (void)Linear(xr, w); });
+        if (quantized) shared = {s, b, round, seconds};
+        return seconds;
       });
 }
 
@@ -156,8 +193,8 @@ StatusOr<MeasuredCompute> MeasureProjections(const std::vector<ProjectionShape>&
       return InvalidArgument("projection shape " + std::to_string(s.out) + "x" +
                              std::to_string(s.in) + " is empty");
     }
-    if (s.dtype != checkpoint::DType::kF32 && s.dtype != checkpoint::DType::kF16 &&
-        s.dtype != checkpoint::DType::kBF16) {
+    if (s.quant == checkpoint::QuantFormat::kNone && s.dtype != checkpoint::DType::kF32 &&
+        s.dtype != checkpoint::DType::kF16 && s.dtype != checkpoint::DType::kBF16) {
       return InvalidArgument(std::string("no projection kernels for ") +
                              checkpoint::DTypeName(s.dtype) + " weights");
     }

@@ -36,8 +36,9 @@ struct MeasuredCompute {
 // pool's current threads (SetComputeThreads), unless the cache in
 // options.state_dir (or this process) already holds that key. A cache that
 // cannot be written is not an error (the figures are still returned).
-// InvalidArgument for no shapes or a shape that is not F32, F16 or BF16;
-// Internal for a libtorch failure.
+// Quantized shapes are timed on the quantized kernel (see ProjectionShape).
+// InvalidArgument for no shapes or an unquantized shape that is not F32, F16
+// or BF16; Internal for a libtorch failure.
 StatusOr<MeasuredCompute> MeasureProjections(const std::vector<ProjectionShape>& shapes,
                                              const MeasureOptions& options = {});
 

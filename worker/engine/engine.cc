@@ -18,10 +18,12 @@
 
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/quantization.h"
 #include "worker/engine/architecture.h"
 #include "worker/engine/compute_measure.h"
 #include "worker/engine/decoder.h"
 #include "worker/engine/device_stager.h"
+#include "worker/engine/isa.h"
 #include "worker/engine/kernels.h"
 #include "worker/engine/layer_loader.h"
 #include "worker/engine/mapped_checkpoint.h"
@@ -339,13 +341,14 @@ std::vector<ProjectionShape> ProjectionShapes(const ModelTensors& tensors,
   std::vector<ProjectionShape> shapes;
   auto add = [&](const checkpoint::TensorInfo& t) {
     if (t.shape.size() != 2) return;  // norms and biases
+    const ProjectionShape shape = ShapeOf(t);
     for (ProjectionShape& s : shapes) {
-      if (s.out == t.shape[0] && s.in == t.shape[1] && s.dtype == t.dtype) {
+      if (s.SameWeight(shape)) {
         ++s.per_pass;
         return;
       }
     }
-    shapes.push_back({t.shape[0], t.shape[1], t.dtype, 1});
+    shapes.push_back(shape);
   };
   for (const LayerTensors& layer : tensors.layers) {
     for (const checkpoint::TensorInfo* t : PresentTensors(layer)) add(*t);
@@ -510,6 +513,9 @@ struct Engine::Impl {
   double head_flops_per_row = 0;     // planner::HeadFlopsPerRow
 
   std::vector<std::unique_ptr<Sequence>> active;  // in the order added
+  // The quantized formats of the layers' projections (QuantFormatName),
+  // which run the quantized kernel (quant_matmul.h) whatever `plan` says.
+  std::vector<std::string> quant_formats;
   std::vector<SequenceResult> finished;
   SequenceId next_id = 0;
   int64_t passes = 0;
@@ -613,6 +619,11 @@ void Engine::Impl::ReportCompute(PassStats* stats) const {
   }
   stats->compute_dtype = bf16 && f32 ? "mixed" : (bf16 ? "bf16" : "f32");
 }
+  // Quantized projections multiply in float32 on the instruction set active now.
+  for (const std::string& format : quant_formats) {
+    stats->projection_kernels += "+" + format + "-" + IsaName(ActiveIsa());
+    f32 = true;
+  }
 
 uint64_t Engine::Impl::FirstPassActivationBytes(const PassPlan& plan) const {
   const uint64_t tokens = plan.ids.size();
@@ -1090,6 +1101,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
   if (staged) {
     impl->compute.requested = options.compute_dtype;
   } else {
+  for (const LayerTensors& layer : impl->tensors.layers) {
+    for (const checkpoint::TensorInfo* t : PresentTensors(layer)) {
+      if (!t->quant) continue;
+      const std::string name = checkpoint::QuantFormatName(t->quant->format);
+      auto& formats = impl->quant_formats;
+      if (std::find(formats.begin(), formats.end(), name) == formats.end()) formats.push_back(name);
+    }
+  }
     NS_ASSIGN_OR_RETURN(impl->compute,
                         ChooseCompute(ProjectionShapes(impl->tensors, impl->head_slices), options,
                                       /*always_measure=*/false));

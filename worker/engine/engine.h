@@ -181,7 +181,9 @@ struct PassStats {
   Residency residency = Residency::kStream;
   // What the pass's projections ran: "f32", "bf16" or "mixed" (some row
   // counts in each; see Engine::compute), and the kernels by name
-  // (ProjectionKernelName, '+'-joined: its micro-batches' and the LM head's);
+  // (ProjectionKernelName, '+'-joined: its micro-batches' and the LM head's,
+  // then each quantized format's kernel with the instruction set it ran on,
+  // e.g. "awq-avx512", which computes in float32);
   // "accelerator" on the accelerator path, which multiplies in the weights'
   // dtype (MatmulDtype).
   std::string compute_dtype = "f32";

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/isa.h"
 #include "worker/engine/layer_loader.h"
 #include "worker/engine/quant_linear.h"
 #include "worker/engine/test_fixtures.h"
@@ -150,6 +152,92 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantFixtureTest, ::testing::ValuesIn(kQuanti
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+// Every quantized fixture (any in tests/data whose config.json declares a
+// quantization_config) under each --compute-dtype, streamed and resident,
+// on each instruction set this CPU has (the ceiling standing in for a CPU
+// without AVX512-BF16, without AVX-512, without AVX2): the reference's
+// logits and greedy tokens, and the pass names the quantized kernel it ran.
+struct QuantRunCase {
+  std::string fixture;
+  ComputeDType compute = ComputeDType::kAuto;
+  Residency residency = Residency::kStream;
+  Isa isa = Isa::kScalar;
+};
+
+std::vector<std::string> QuantizedFixtures() {
+  std::vector<std::string> names;
+  for (const std::string& name : checkpoint::testing::FixtureNames()) {
+    if (json::parse(ReadFileBytes(FixtureDir(name) + "/config.json"))
+            .contains("quantization_config")) {
+      names.push_back(name);
+    }
+  }
+  return names;
+}
+
+std::vector<QuantRunCase> QuantRunCases() {
+  std::vector<QuantRunCase> cases;
+  for (const std::string& fixture : QuantizedFixtures()) {
+    for (ComputeDType compute :
+         {ComputeDType::kAuto, ComputeDType::kFloat32, ComputeDType::kBFloat16}) {
+      for (Residency residency : {Residency::kStream, Residency::kResident}) {
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+          if (static_cast<int>(isa) <= static_cast<int>(HostIsa())) {
+            cases.push_back({fixture, compute, residency, isa});
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+class QuantComputeTest : public ::testing::TestWithParam<QuantRunCase> {};
+
+TEST_P(QuantComputeTest, MatchesTheReferenceUnderEveryComputeChoiceAndInstructionSet) {
+  const QuantRunCase& c = GetParam();
+  ScopedIsaCeiling ceiling(c.isa);
+  const Golden golden = LoadGolden(c.fixture);
+  EngineOptions options = OneThread();
+  options.compute_dtype = c.compute;
+  options.residency = c.residency;
+  std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(c.fixture), options);
+  ASSERT_NE(engine, nullptr);
+  for (size_t i = 0; i < golden.prompts.size(); ++i) {
+    ASSERT_TRUE(engine
+                    ->Add(testing::GreedyRequest(golden.prompts[i],
+                                                 static_cast<int64_t>(golden.greedy[i].size())))
+                    .ok());
+  }
+  std::vector<PassStats> passes;
+  std::vector<SequenceResult> results = testing::Drain(*engine, &passes);
+  ASSERT_EQ(results.size(), golden.prompts.size());
+  // BF16 projections round their inputs where the unquantized weights
+  // (embedding, LM head) are 16-bit; the quantized ones stay float32.
+  const std::string stored = testing::FixtureTorchDtype(c.fixture);
+  const bool bf16_head = engine->compute().PlanDType() != std::string("f32") &&
+                         (stored == "bfloat16" || stored == "float16");
+  const double atol = bf16_head ? testing::Bf16ProjectionAtol(golden) : golden.atol;
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_LE(MaxAbsDiff(results[i].last_logits, golden.last_logits[i]), atol) << "prompt " << i;
+    EXPECT_EQ(results[i].generated, golden.greedy[i]) << "prompt " << i;
+  }
+  ASSERT_FALSE(passes.empty());
+  EXPECT_NE(passes[0].projection_kernels.find(std::string("-") + IsaName(c.isa)), std::string::npos)
+      << passes[0].projection_kernels;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, QuantComputeTest, ::testing::ValuesIn(QuantRunCases()),
+                         [](const ::testing::TestParamInfo<QuantRunCase>& info) {
+                           std::string name = info.param.fixture + "_" +
+                                              ComputeDTypeName(info.param.compute) + "_" +
+                                              ResidencyName(info.param.residency) + "_" +
+                                              IsaName(info.param.isa);
+                           for (char& c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
 

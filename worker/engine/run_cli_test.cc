@@ -25,6 +25,7 @@
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/compute_choice.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/isa.h"
 #include "worker/engine/test_fixtures.h"
 
 namespace nightshift::engine {
@@ -51,11 +52,12 @@ struct Outcome {
   std::string err;
 };
 
-// Runs `binary args` under a 120 s timeout, capturing stdout and stderr.
-Outcome RunBinary(const std::string& binary, const std::string& args) {
+// Runs `binary args` under a 120 s timeout, capturing stdout and stderr;
+// `env` ("NAME=value ...") is added to its environment.
+Outcome RunBinary(const std::string& binary, const std::string& args, const std::string& env = "") {
   TempDir tmp;
   // auto's kernel timings are cached in the temporary directory, not $HOME.
-  const std::string command = "XDG_CACHE_HOME=" + tmp.path() + " timeout 120 " +
+  const std::string command = env + " XDG_CACHE_HOME=" + tmp.path() + " timeout 120 " +
                               testutil::BinPath(binary) + " " + args + " >" + tmp.file("out") +
                               " 2>" + tmp.file("err");
   int status = std::system(command.c_str());
@@ -178,6 +180,44 @@ TEST(RunCommandTest, ComputeDtypeIsMeasuredOnceCachedAndReported) {
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_THAT(bad.err,
               HasSubstr("--compute-dtype: compute dtype 'fp8': expected auto, f32 or bf16"));
+}
+
+// A quantized checkpoint with the default flags (--compute-dtype auto
+// measures the quantized projections too) on every instruction set this
+// CPU has: NIGHTSHIFT_MAX_ISA stands in for a CPU without AVX512-BF16,
+// without AVX-512, without AVX2. The reference's tokens and logits, and
+// each pass names the quantized kernel it ran.
+TEST(RunCommandTest, QuantizedCheckpointsRunWithTheDefaultFlagsOnEveryInstructionSet) {
+  for (const std::string fixture : {"awq-int4", "gptq-int4", "ct-fp8-channel", "fp8-block"}) {
+    const Golden golden = LoadGolden(fixture);
+    const std::string format = fixture == "awq-int4"         ? "awq"
+                               : fixture == "gptq-int4"      ? "gptq"
+                               : fixture == "ct-fp8-channel" ? "fp8-channel"
+                                                             : "fp8-block";
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+      if (static_cast<int>(isa) > static_cast<int>(HostIsa())) continue;
+      SCOPED_TRACE(fixture + " under NIGHTSHIFT_MAX_ISA=" + IsaName(isa));
+      Outcome o = RunBinary("nightshift",
+                            "run --model-dir " + FixtureDir(fixture) + IdsFlags(golden.prompts) +
+                                " --max-new-tokens " + std::to_string(golden.greedy[0].size()) +
+                                " --logits --json",
+                            std::string("NIGHTSHIFT_MAX_ISA=") + IsaName(isa));
+      ASSERT_EQ(o.exit_code, 0) << o.err;
+      const json doc = json::parse(o.out);
+      EXPECT_EQ(doc["compute"]["requested"], "auto");
+      for (size_t i = 0; i < golden.prompts.size(); ++i) {
+        const json& seq = doc["sequences"][i];
+        EXPECT_EQ(seq["generated_ids"].get<std::vector<TokenId>>(),
+                  std::vector<TokenId>(golden.greedy[i].begin(),
+                                       golden.greedy[i].begin() + golden.greedy[0].size()));
+        EXPECT_LE(MaxAbsDiff(seq["last_logits"].get<std::vector<float>>(), golden.last_logits[i]),
+                  testing::Bf16ProjectionAtol(golden));
+      }
+      for (const json& pass : doc["pass_compute"]) {
+        EXPECT_THAT(pass["kernels"].get<std::string>(), HasSubstr(format + "-" + IsaName(isa)));
+      }
+    }
+  }
 }
 
 TEST(RunCommandTest, LogitsOnlyWhenAskedAndStopIds) {
@@ -472,9 +512,10 @@ class CorruptCheckpointTest : public ::testing::TestWithParam<Corruption> {
         const std::string dir = root_->file(cases[i].name);
         CopyFixture(cases[i].fixture, dir);
         cases[i].corrupt(dir);
-        running.push_back(
-            std::async(std::launch::async, RunBinary, "nightshift-engine",
-                       "run --model-dir " + dir + " --ids 1,2,3,4,5,6,7 --max-new-tokens 2"));
+        running.push_back(std::async(std::launch::async, [dir] {
+          return RunBinary("nightshift-engine",
+                           "run --model-dir " + dir + " --ids 1,2,3,4,5,6,7 --max-new-tokens 2");
+        }));
       }
       for (size_t i = first; i < first + running.size(); ++i) {
         (*outcomes_)[cases[i].name] = running[i - first].get();
