@@ -40,6 +40,7 @@ struct RunFlags {
   bool logits = false;
   bool json = false;
   bool direct_io = false;
+  bool batch_invariant = true;
   std::string device = "cpu";
   std::string activation_budget;
   int64_t pass_token_budget = 0;
@@ -171,6 +172,7 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
   StatusOr<engine::ComputeDType> compute = engine::ParseComputeDType(f.compute_dtype);
   if (!compute.ok()) return compute.status().Prefixed("--compute-dtype");
   options.compute_dtype = *compute;
+  options.batch_invariant = f.batch_invariant;
   options.compute_state_dir = f.state_dir.empty() ? DefaultStateDir() : f.state_dir;
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(f.model_dir, options));
   RunOutput out;
@@ -221,6 +223,7 @@ nlohmann::json ComputeJson(const engine::ComputeChoice& c) {
   }
   nlohmann::json doc = {{"requested", engine::ComputeDTypeName(c.requested)},
                         {"dtype", c.PlanDType()},
+                        {"batch_invariant", c.batch_invariant},
                         {"kernels", kernels},
                         {"measured", c.measurement.has_value()},
                         {"cached", c.cached},
@@ -329,7 +332,8 @@ int Run(int argc, char** argv) {
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
       "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "
       "[--pass-token-budget N] [--memory-budget SIZE] [--host-memory-budget SIZE] "
-      "[--kv-dtype auto|f32|bf16|f16] [--compute-dtype auto|f32|bf16] [--state-dir DIR]",
+      "[--kv-dtype auto|f32|bf16|f16] [--compute-dtype auto|f32|bf16] [--batch-invariant=false] "
+      "[--state-dir DIR]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -346,9 +350,14 @@ int Run(int argc, char** argv) {
       "keeps more layers in page-locked host memory, copied each pass instead of read). Without\n"
       "them every pass streams the whole checkpoint.\n"
       "--compute-dtype auto (default) times the projection kernels on this checkpoint's shapes\n"
-      "(float32, and BF16 through oneDNN) once per CPU and shape, caches the figures in\n"
-      "--state-dir, and runs the fastest per row count; F32 checkpoints stay float32. bf16 runs\n"
-      "every projection in BF16 (inputs rounded to BF16, float32 accumulation); f32 never does.");
+      "once per CPU and shape, caches the figures in --state-dir, and runs the fastest; F32\n"
+      "checkpoints stay float32. bf16 runs every projection in BF16 (inputs rounded to BF16,\n"
+      "float32 accumulation); f32 never does. Quantized projections run the engine's own\n"
+      "float32 kernel whatever is chosen. Passes are batch-invariant by default: one kernel\n"
+      "at every row count, each summing in one order, so a prompt's logits and tokens are\n"
+      "bitwise the same alone or beside any others; --batch-invariant=false instead runs the\n"
+      "fastest measured kernel per row count (OpenBLAS, oneDNN), whose numerics move with the\n"
+      "pass's rows.");
   flags.String("model-dir", &f.model_dir, "checkpoint directory (config.json, *.safetensors)",
                "DIR");
   flags.StringList("ids", &f.ids, "a prompt as comma-separated token ids", "IDS");
@@ -373,6 +382,9 @@ int Run(int argc, char** argv) {
                "DTYPE");
   flags.String("compute-dtype", &f.compute_dtype,
                "projections in auto (the fastest measured; default), f32 or bf16", "DTYPE");
+  flags.Bool("batch-invariant", &f.batch_invariant,
+             "one summation order at every row count: results independent of the batch "
+             "(default true; --batch-invariant=false for the fastest kernel per row count)");
   flags.String("state-dir", &f.state_dir,
                "where auto's kernel timings are cached (default $XDG_CACHE_HOME/nightshift or "
                "~/.cache/nightshift, as the worker's)",

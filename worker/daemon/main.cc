@@ -48,6 +48,7 @@ struct Flags {
   int64_t pass_token_budget = 0;
   std::string kv_dtype = "auto";
   std::string compute_dtype = "auto";
+  bool batch_invariant = true;
   std::string device;
   std::string streaming;
   int64_t metrics_port = -1;
@@ -118,6 +119,10 @@ FlagSet MakeFlags(Flags* f) {
                "on each model's shapes, cached in --state-dir; F32 models stay float32), f32 or "
                "bf16",
                "DTYPE");
+  flags.Bool("batch-invariant", &f->batch_invariant,
+             "one summation order at every row count, so a job's result does not depend on the "
+             "jobs beside it (default true; --batch-invariant=false: the fastest kernel per row "
+             "count)");
   flags.String("device", &f->device,
                "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
@@ -220,6 +225,7 @@ void PriceComputeOfModels(const Flags& f, engine::ComputeDType compute, Catalog*
   for (ModelEntry& m : catalog->models) {
     engine::EngineOptions options;
     options.compute_dtype = compute;
+    options.batch_invariant = f.batch_invariant;
     options.compute_state_dir = f.state_dir;
     options.threads = static_cast<int>(f.threads);
     StatusOr<engine::ComputeChoice> choice = engine::MeasureCompute(m.dir, options);
@@ -369,7 +375,7 @@ int Run(int argc, char** argv) {
   const std::string engine_device = *device;
   const int threads = static_cast<int>(f.threads);
   EngineFactory factory = [engine_device, threads, activation_budget, kv_dtype = *kv_dtype, compute,
-                           state_dir = f.state_dir,
+                           state_dir = f.state_dir, batch_invariant = f.batch_invariant,
                            read_modes](const ModelEntry& model,
                                        uint64_t kv) -> StatusOr<std::unique_ptr<BatchEngine>> {
     engine::EngineOptions options;
@@ -388,6 +394,7 @@ int Run(int argc, char** argv) {
     options.device = engine_device;
     options.threads = threads;
     options.compute_dtype = compute;
+    options.batch_invariant = batch_invariant;
     options.compute_state_dir = state_dir;  // the choice measured at start, from the cache
     NS_ASSIGN_OR_RETURN(std::unique_ptr<EngineBatchEngine> engine,
                         EngineBatchEngine::Open(model.dir, options));

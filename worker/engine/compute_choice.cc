@@ -134,8 +134,19 @@ const char* ProjectionKernelName(ProjectionKernel kernel) {
       return "bf16-gemm";
     case ProjectionKernel::kBf16Avx512:
       return "bf16-avx512";
+    case ProjectionKernel::kF32Tile:
+      return "f32-tile";
   }
   return "?";
+}
+
+bool IsBatchInvariant(ProjectionKernel kernel) {
+  return kernel == ProjectionKernel::kF32Tile || kernel == ProjectionKernel::kBf16Avx512;
+}
+
+bool IsInvariantPlan(const KernelPlan& plan) {
+  return IsBatchInvariant(plan[0]) &&
+         std::all_of(plan.begin(), plan.end(), [&](ProjectionKernel k) { return k == plan[0]; });
 }
 
 bool IsBf16Kernel(ProjectionKernel kernel) {
@@ -168,17 +179,6 @@ KernelPlan Bf16Plan() {
   return plan;
 }
 
-double FlopsPerRow(const std::vector<ProjectionShape>& shapes) {
-  double flops = 0;
-  for (const ProjectionShape& s : shapes) {
-    flops += 2.0 * static_cast<double>(s.out) * static_cast<double>(s.in) *
-             static_cast<double>(s.per_pass);
-  }
-  return flops;
-}
-
-double ComputeMeasurement::FlopsPerSecond(ProjectionKernel kernel, size_t bucket) const {
-  const double s = Seconds(kernel, bucket);
 ProjectionShape ShapeOf(const checkpoint::TensorInfo& t) {
   ProjectionShape s;
   s.out = t.shape.size() == 2 ? t.shape[0] : 0;
@@ -200,6 +200,17 @@ ProjectionShape ShapeOf(const checkpoint::TensorInfo& t) {
   return s;
 }
 
+double FlopsPerRow(const std::vector<ProjectionShape>& shapes) {
+  double flops = 0;
+  for (const ProjectionShape& s : shapes) {
+    flops += 2.0 * static_cast<double>(s.out) * static_cast<double>(s.in) *
+             static_cast<double>(s.per_pass);
+  }
+  return flops;
+}
+
+double ComputeMeasurement::FlopsPerSecond(ProjectionKernel kernel, size_t bucket) const {
+  const double s = Seconds(kernel, bucket);
   if (!(s > 0)) return 0;
   return flops_per_row * static_cast<double>(kRowBuckets[bucket]) / s;
 }
@@ -256,8 +267,22 @@ std::string ComputeMeasurementKey(const std::vector<ProjectionShape>& shapes, in
   return key.str();
 }
 
+namespace {
+
+KernelPlan InvariantPlan(ComputeDType requested, bool all_f32) {
+  KernelPlan plan;
+  plan.fill(ProjectionKernel::kF32Tile);
+  if (!all_f32 && requested != ComputeDType::kFloat32 && Bf16MatmulSupported()) {
+    plan.fill(ProjectionKernel::kBf16Avx512);
+  }
+  return plan;
+}
+
+}  // namespace
+
 KernelPlan ChoosePlan(ComputeDType requested, bool all_f32, bool small_fast,
-                      const ComputeMeasurement* m) {
+                      const ComputeMeasurement* m, bool batch_invariant) {
+  if (batch_invariant) return InvariantPlan(requested, all_f32);
   KernelPlan plan = Float32Plan(small_fast);
   if (all_f32 || requested == ComputeDType::kFloat32) return plan;
   if (requested == ComputeDType::kBFloat16) return Bf16Plan();

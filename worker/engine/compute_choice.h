@@ -54,11 +54,19 @@ enum class ProjectionKernel {
                     // F32 weights run float32 instead
   kBf16Avx512 = 3,  // the same numerics in the engine's AVX512-BF16 kernel (bf16_matmul.h),
                     // F16 weights converted a tile of rows at a time; only where supported
+  kF32Tile = 4,     // float32 in the engine's own dot kernel (dot_kernel.h): 8 weight rows
+                    // widened at a time, one summation order whatever the rows
 };
-inline constexpr int kProjectionKernelCount = 4;
-// "f32-small", "f32-gemm", "bf16-gemm" or "bf16-avx512".
+inline constexpr int kProjectionKernelCount = 5;
+// "f32-small", "f32-gemm", "bf16-gemm", "bf16-avx512" or "f32-tile".
 const char* ProjectionKernelName(ProjectionKernel kernel);
 bool IsBf16Kernel(ProjectionKernel kernel);
+// Whether a row's products through `kernel` are bitwise the same whatever
+// the other rows multiplied with it, the output range a thread covers and
+// the instruction set: f32-tile and bf16-avx512 (each output one fixed
+// chain of sums over the inputs). f32-small's order depends on how many
+// rows share its register tile; the GEMM libraries' on the matrix shape.
+bool IsBatchInvariant(ProjectionKernel kernel);
 
 // The row counts the kernels are timed at; a projection of R rows uses the
 // choice of the largest bucket <= R (the last one beyond it).
@@ -82,25 +90,17 @@ KernelPlan Bf16Plan();
 
 // A weight matrix shape the projections of one pass multiply, and how many
 // times a pass multiplies it (layers x uses per layer; head slices).
-struct ProjectionShape {
-  int64_t out = 0;
-  int64_t in = 0;
-  checkpoint::DType dtype = checkpoint::DType::kF32;  // a quantized weight's first part's
-  int64_t per_pass = 1;
-  bool operator==(const ProjectionShape& o) const {
-    return SameWeight(o) && per_pass == o.per_pass;
-  }
 //
 // A quantized weight (TensorInfo::quant) runs the quantized kernel
 // (quant_matmul.h) whichever kernel a plan names, so the measurement times
 // that kernel on a synthetic weight of the same format (quant_synthetic.h)
 // and counts it in every kernel's figure alike: the plan is chosen by the
 // 16-bit shapes, and the pass is priced with every shape.
-};
-// The FLOPs of one row through every shape, once per use: 2 x sum(out x in
-// x per_pass).
-double FlopsPerRow(const std::vector<ProjectionShape>& shapes);
-
+struct ProjectionShape {
+  int64_t out = 0;
+  int64_t in = 0;
+  checkpoint::DType dtype = checkpoint::DType::kF32;  // a quantized weight's first part's
+  int64_t per_pass = 1;
   // Quantized weights: the format and its parameters; kNone otherwise.
   checkpoint::QuantFormat quant = checkpoint::QuantFormat::kNone;
   int64_t group_size = 0;               // AWQ/GPTQ
@@ -114,12 +114,20 @@ double FlopsPerRow(const std::vector<ProjectionShape>& shapes);
            group_size == o.group_size && g_idx == o.g_idx && block_out == o.block_out &&
            block_in == o.block_in && scale_dtype == o.scale_dtype;
   }
+  bool operator==(const ProjectionShape& o) const {
+    return SameWeight(o) && per_pass == o.per_pass;
+  }
+};
+// The shape of a 2-D weight tensor, its quantization included; per_pass 1.
+ProjectionShape ShapeOf(const checkpoint::TensorInfo& tensor);
+// The FLOPs of one row through every shape, once per use: 2 x sum(out x in
+// x per_pass).
+double FlopsPerRow(const std::vector<ProjectionShape>& shapes);
+
 // Seconds one pass's projections took at each bucket's rows with each
 // kernel: per shape the fastest of three rounds of timed runs
 // (MeasureInRounds, MeasureProjections), x per_pass, summed.
 // Negative: that kernel was not timed at that bucket (the small-batch kernel
-// The shape of a 2-D weight tensor, its quantization included; per_pass 1.
-ProjectionShape ShapeOf(const checkpoint::TensorInfo& tensor);
 // beyond 64 rows, or on a CPU without AVX2/FMA/F16C; `bf16-avx512` on one
 // without AVX512-BF16).
 struct ComputeMeasurement {
@@ -158,19 +166,36 @@ std::string ComputeMeasurementKey(const std::vector<ProjectionShape>& shapes, in
                                   const std::string& torch_version);
 
 // The plan for `requested`. F32 weights (`all_f32`) stay float32 whatever
-// is asked (Float32Plan), as on the accelerator path, which multiplies only
-// 16-bit weights in 16 bits: rounding an F32 model's weights to BF16 moved
-// the stories260k fixture's logits 12 BF16 steps (the bound is 4) and turned
-// its greedy rollout. Otherwise kFloat32 -> Float32Plan; kBFloat16 ->
-// Bf16Plan; kAuto -> per bucket the kernel with the least measured seconds
+// is asked, as on the accelerator path, which multiplies only 16-bit
+// weights in 16 bits: rounding an F32 model's weights to BF16 moved the
+// stories260k fixture's logits 12 BF16 steps (the bound is 4) and turned
+// its greedy rollout.
+//
+// With `batch_invariant` (the engine's default) the plan is one
+// IsBatchInvariant kernel at every bucket, so a sequence's numerics never
+// depend on how many rows its pass has, and it is a function of the CPU's
+// instruction sets and the weights alone, never of a measurement (which
+// moves with the thread count and the machine's load: two workers, or two
+// runs, could choose differently and answer differently): kFloat32 and F32
+// weights -> f32-tile; kBFloat16 and kAuto -> bf16-avx512 where the CPU has
+// AVX512-BF16 (several times float32's rate there), else f32-tile (oneDNN's
+// BF16 GEMM is not invariant). f32-tile's sums are in the same order on
+// every instruction set, so `f32` answers the same on every CPU.
+//
+// Without it, per bucket as fast as measured: kFloat32 -> Float32Plan;
+// kBFloat16 -> Bf16Plan; kAuto -> per bucket the kernel with the least
+// measured seconds among f32-small, f32-gemm, bf16-gemm and bf16-avx512
 // (ties to float32), so a BF16 kernel is chosen only where it measured
 // faster than every float32 one; Float32Plan without a measurement.
 KernelPlan ChoosePlan(ComputeDType requested, bool all_f32, bool small_fast,
-                      const ComputeMeasurement* measurement);
+                      const ComputeMeasurement* measurement, bool batch_invariant);
+// Whether every bucket of `plan` runs the same IsBatchInvariant kernel.
+bool IsInvariantPlan(const KernelPlan& plan);
 
 // What the engine runs and why, for reports.
 struct ComputeChoice {
   ComputeDType requested = ComputeDType::kFloat32;
+  bool batch_invariant = false;  // asked for (ChoosePlan); the plan then IsInvariantPlan
   KernelPlan plan{};
   std::optional<ComputeMeasurement> measurement;  // when measured (or read from the cache)
   bool cached = false;                            // measurement read from the cache file

@@ -7,6 +7,8 @@
 #include <random>
 
 #include "worker/checkpoint/test_util.h"
+#include "worker/engine/bf16_matmul.h"
+#include "worker/engine/isa.h"
 
 namespace nightshift::engine {
 namespace {
@@ -17,7 +19,7 @@ using Row = std::array<double, kRowBucketCount>;
 constexpr Row kNotTimed = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
 
 ComputeMeasurement Measured(const Row& small, const Row& gemm, const Row& bf16,
-                            const Row& avx512 = kNotTimed) {
+                            const Row& avx512 = kNotTimed, const Row& tile = kNotTimed) {
   ComputeMeasurement m;
   m.key = "test";
   m.flops_per_row = 1e9;
@@ -25,6 +27,7 @@ ComputeMeasurement Measured(const Row& small, const Row& gemm, const Row& bf16,
   m.seconds[static_cast<size_t>(K::kF32Gemm)] = gemm;
   m.seconds[static_cast<size_t>(K::kBf16Gemm)] = bf16;
   m.seconds[static_cast<size_t>(K::kBf16Avx512)] = avx512;
+  m.seconds[static_cast<size_t>(K::kF32Tile)] = tile;
   return m;
 }
 
@@ -65,7 +68,8 @@ TEST(ComputeChoiceTest, AutoTakesTheFastestKernelPerBucketAndTiesStayFloat32) {
   // untimed beyond 64 rows (-1).
   const ComputeMeasurement m = Measured({1, 2, 3, 4, 5, 6, 7, -1, -1}, {2, 3, 4, 5, 6, 7, 8, 9, 10},
                                         {1.5, 2.5, 3, 1, 1, 1, 1, 1, 1});
-  const KernelPlan plan = ChoosePlan(ComputeDType::kAuto, false, true, &m);
+  const KernelPlan plan =
+      ChoosePlan(ComputeDType::kAuto, false, true, &m, /*batch_invariant=*/false);
   EXPECT_EQ(plan[0], K::kF32Small);
   EXPECT_EQ(plan[1], K::kF32Small);
   EXPECT_EQ(plan[2], K::kF32Small);  // a tie keeps float32
@@ -78,7 +82,8 @@ TEST(ComputeChoiceTest, AutoTakesTheFastestKernelPerBucketAndTiesStayFloat32) {
   EXPECT_DOUBLE_EQ(choice.FlopsPerSecond(1), 1e9 / 1.0);    // f32-small, 1 row in 1 s
   EXPECT_DOUBLE_EQ(choice.FlopsPerSecond(300), 1e9 * 256);  // bf16-gemm, 256 rows in 1 s
   // Without the small kernel (no AVX2), the GEMM is float32's figure.
-  const KernelPlan no_small = ChoosePlan(ComputeDType::kAuto, false, false, &m);
+  const KernelPlan no_small =
+      ChoosePlan(ComputeDType::kAuto, false, false, &m, /*batch_invariant=*/false);
   EXPECT_EQ(no_small[0], K::kBf16Gemm);  // 1.5 s beats the GEMM's 2
   EXPECT_EQ(no_small[2], K::kBf16Gemm);  // 3 s beats 4
 
@@ -87,7 +92,7 @@ TEST(ComputeChoiceTest, AutoTakesTheFastestKernelPerBucketAndTiesStayFloat32) {
   const ComputeMeasurement own =
       Measured({1, 2, 3, 4, 5, 6, 7, -1, -1}, {2, 3, 4, 5, 6, 7, 8, 9, 10},
                {1.5, 2.5, 3, 1, 1, 1, 1, 1, 1}, {9, 9, 9, -1, 1, 0.5, 0.5, 0.5, 0.5});
-  choice.plan = ChoosePlan(ComputeDType::kAuto, false, true, &own);
+  choice.plan = ChoosePlan(ComputeDType::kAuto, false, true, &own, /*batch_invariant=*/false);
   choice.measurement = own;
   EXPECT_EQ(choice.Describe(),
             "f32-small from 1 row, bf16-gemm from 8 rows, bf16-avx512 from 32 rows");
@@ -107,7 +112,8 @@ TEST(ComputeChoiceTest, AutoNeverPicksAKernelSlowerThanFloat32) {
       avx512[b] = trial % 2 == 0 ? -1 : seconds(rng);  // untimed where the CPU lacks it
     }
     const ComputeMeasurement m = Measured(small, gemm, bf16, avx512);
-    const KernelPlan plan = ChoosePlan(ComputeDType::kAuto, false, true, &m);
+    const KernelPlan plan =
+        ChoosePlan(ComputeDType::kAuto, false, true, &m, /*batch_invariant=*/false);
     for (size_t b = 0; b < kRowBucketCount; ++b) {
       const double chosen = m.Seconds(plan[b], b);
       EXPECT_GT(chosen, 0);
@@ -173,24 +179,74 @@ TEST(ComputeChoiceTest, MeasuringInRoundsKeepsEachCellsFastestAndInterleavesTheK
   }
   EXPECT_DOUBLE_EQ(m.flops_per_row, FlopsPerRow(shapes));
   // Without the burst's round, the 1-row bucket stays float32.
-  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, false, true, &m)[0], K::kF32Small);
+  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, false, true, &m, /*batch_invariant=*/false)[0],
+            K::kF32Small);
 }
 
 TEST(ComputeChoiceTest, Float32WeightsStayFloat32AndAutoWithoutAMeasurementToo) {
   const ComputeMeasurement fast_bf16 = Measured(
       {9, 9, 9, 9, 9, 9, 9, -1, -1}, {9, 9, 9, 9, 9, 9, 9, 9, 9}, {1, 1, 1, 1, 1, 1, 1, 1, 1});
-  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, /*all_f32=*/true, true, &fast_bf16), Float32Plan(true));
-  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, false, true, nullptr), Float32Plan(true));
-  EXPECT_EQ(ChoosePlan(ComputeDType::kFloat32, false, true, &fast_bf16), Float32Plan(true));
-  EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, /*all_f32=*/true, true, nullptr),
+  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, /*all_f32=*/true, true, &fast_bf16,
+                       /*batch_invariant=*/false),
             Float32Plan(true));
-  EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, false, true, nullptr), Bf16Plan());
+  EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, false, true, nullptr, /*batch_invariant=*/false),
+            Float32Plan(true));
+  EXPECT_EQ(ChoosePlan(ComputeDType::kFloat32, false, true, &fast_bf16, /*batch_invariant=*/false),
+            Float32Plan(true));
+  EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, /*all_f32=*/true, true, nullptr,
+                       /*batch_invariant=*/false),
+            Float32Plan(true));
+  EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, false, true, nullptr, /*batch_invariant=*/false),
+            Bf16Plan());
   ComputeChoice choice;
   choice.plan = Bf16Plan();
   EXPECT_STREQ(choice.PlanDType(), "bf16");
   EXPECT_EQ(choice.FlopsPerSecond(16), 0);  // not measured
   choice.plan = Float32Plan(false);
   EXPECT_STREQ(choice.PlanDType(), "f32");
+}
+
+// Batch-invariant plans: one invariant kernel at every bucket, never one
+// whose order of sums moves with the rows (f32-small, the GEMM libraries),
+// and never chosen by a measurement, however fast a kernel measured.
+TEST(ComputeChoiceTest, InvariantPlansRunOneInvariantKernelChosenByTheCpuAlone) {
+  auto all = [](K k) {
+    KernelPlan plan;
+    plan.fill(k);
+    return plan;
+  };
+  const K bf16 = Bf16MatmulSupported() ? K::kBf16Avx512 : K::kF32Tile;
+  // f32-small and oneDNN measured ten times faster than either: not used.
+  const ComputeMeasurement fast_variant =
+      Measured({0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, -1, -1}, {1, 1, 1, 1, 1, 1, 1, 1, 1},
+               {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, {1, 1, 1, 1, 1, 1, 1, 1, 1},
+               {1, 1, 1, 1, 1, 1, 1, 1, 1});
+  // f32-tile measured faster than bf16-avx512 everywhere: the choice stays.
+  const ComputeMeasurement fast_tile = Measured(
+      {1, 1, 1, 1, 1, 1, 1, -1, -1}, {1, 1, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1, 1},
+      {9, 9, 9, 9, 9, 9, 9, 9, 9}, {1, 1, 1, 1, 1, 1, 1, 1, 1});
+  for (const ComputeMeasurement* m :
+       {&fast_variant, &fast_tile, static_cast<const ComputeMeasurement*>(nullptr)}) {
+    EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, false, true, m, true), all(bf16));
+    EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, false, true, m, true), all(bf16));
+    EXPECT_EQ(ChoosePlan(ComputeDType::kFloat32, false, true, m, true), all(K::kF32Tile));
+    EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, /*all_f32=*/true, true, m, true), all(K::kF32Tile));
+    EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, /*all_f32=*/true, true, m, true),
+              all(K::kF32Tile));
+  }
+  {
+    ScopedIsaCeiling no_bf16(Isa::kAvx512);  // a CPU without AVX512-BF16
+    EXPECT_EQ(ChoosePlan(ComputeDType::kAuto, false, true, &fast_variant, true), all(K::kF32Tile));
+    EXPECT_EQ(ChoosePlan(ComputeDType::kBFloat16, false, true, nullptr, true), all(K::kF32Tile));
+  }
+  for (ComputeDType d : {ComputeDType::kAuto, ComputeDType::kFloat32, ComputeDType::kBFloat16}) {
+    EXPECT_TRUE(IsInvariantPlan(ChoosePlan(d, false, true, &fast_variant, true)));
+  }
+  EXPECT_FALSE(IsInvariantPlan(Float32Plan(true)));
+  EXPECT_FALSE(IsInvariantPlan(all(K::kBf16Gemm)));
+  KernelPlan mixed = all(K::kF32Tile);
+  mixed[3] = K::kBf16Avx512;
+  EXPECT_FALSE(IsInvariantPlan(mixed));
 }
 
 TEST(ComputeChoiceTest, TheCacheKeepsAMeasurementForItsKeyOnly) {

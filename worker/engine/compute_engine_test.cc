@@ -1,7 +1,9 @@
 // The engine's compute choice (EngineOptions::compute_dtype): auto measures
-// 16-bit checkpoints once and caches the figures, never choosing a kernel
-// its measurement found slower than float32; F32 checkpoints stay float32;
-// every pass reports what its projections ran and their FLOPs.
+// 16-bit checkpoints once and caches the figures; without batch invariance
+// it never chooses a kernel its measurement found slower than float32, with
+// it (the default) it runs one invariant kernel at every row count; F32
+// checkpoints stay float32; every pass reports what its projections ran and
+// their FLOPs.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/test_util.h"
+#include "worker/engine/bf16_matmul.h"
 #include "worker/engine/compute_choice.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/small_matmul.h"
@@ -33,8 +36,9 @@ EngineOptions Options(ComputeDType dtype, const std::string& state_dir = "") {
 
 TEST(ComputeEngineTest, AutoMeasuresA16BitCheckpointAndCachesTheChoice) {
   TempDir state;
-  std::unique_ptr<Engine> first =
-      OpenEngine(FixtureDir("llama-bf16"), Options(ComputeDType::kAuto, state.path()));
+  EngineOptions per_bucket = Options(ComputeDType::kAuto, state.path());
+  per_bucket.batch_invariant = false;
+  std::unique_ptr<Engine> first = OpenEngine(FixtureDir("llama-bf16"), per_bucket);
   ASSERT_NE(first, nullptr);
   const ComputeChoice& choice = first->compute();
   ASSERT_TRUE(choice.measurement.has_value());
@@ -56,12 +60,21 @@ TEST(ComputeEngineTest, AutoMeasuresA16BitCheckpointAndCachesTheChoice) {
     }
   }
   // The next engine (here, and in another process through the file) takes the same plan.
-  std::unique_ptr<Engine> second =
-      OpenEngine(FixtureDir("llama-bf16"), Options(ComputeDType::kAuto, state.path()));
+  std::unique_ptr<Engine> second = OpenEngine(FixtureDir("llama-bf16"), per_bucket);
   ASSERT_NE(second, nullptr);
   EXPECT_TRUE(second->compute().cached);
   EXPECT_EQ(second->compute().plan, choice.plan);
   EXPECT_EQ(second->compute().measurement->seconds, choice.measurement->seconds);
+  // By default the same measurement (read back) prices the passes, and the
+  // plan is one invariant kernel, whatever it says.
+  std::unique_ptr<Engine> invariant =
+      OpenEngine(FixtureDir("llama-bf16"), Options(ComputeDType::kAuto, state.path()));
+  ASSERT_NE(invariant, nullptr);
+  EXPECT_TRUE(invariant->compute().cached);
+  EXPECT_TRUE(invariant->compute().batch_invariant);
+  EXPECT_TRUE(IsInvariantPlan(invariant->compute().plan)) << invariant->compute().Describe();
+  EXPECT_EQ(invariant->compute().plan[0],
+            Bf16MatmulSupported() ? ProjectionKernel::kBf16Avx512 : ProjectionKernel::kF32Tile);
 }
 
 TEST(ComputeEngineTest, F32CheckpointsStayFloat32AndAreNotMeasured) {
@@ -90,15 +103,21 @@ TEST(ComputeEngineTest, EveryPassSaysWhatItsProjectionsRanAndTheirFlops) {
   struct Case {
     ComputeDType dtype;
     bool accelerator;
+    bool batch_invariant;
     std::string dtype_name, kernels;
   };
   const std::string f32_small = SmallMatmulFast() ? "f32-small" : "f32-gemm";
-  for (const Case& c :
-       {Case{ComputeDType::kBFloat16, false, "bf16", ProjectionKernelName(DefaultBf16Kernel())},
-        Case{ComputeDType::kFloat32, false, "f32", f32_small},
-        Case{ComputeDType::kBFloat16, true, "accelerator", "accelerator"}}) {
+  const std::string invariant_bf16 = Bf16MatmulSupported() ? "bf16-avx512" : "f32-tile";
+  for (const Case& c : {Case{ComputeDType::kBFloat16, false, false, "bf16",
+                             ProjectionKernelName(DefaultBf16Kernel())},
+                        Case{ComputeDType::kFloat32, false, false, "f32", f32_small},
+                        Case{ComputeDType::kBFloat16, false, true,
+                             Bf16MatmulSupported() ? "bf16" : "f32", invariant_bf16},
+                        Case{ComputeDType::kFloat32, false, true, "f32", "f32-tile"},
+                        Case{ComputeDType::kBFloat16, true, true, "accelerator", "accelerator"}}) {
     EngineOptions options = Options(c.dtype);
     options.accelerator_path_on_cpu = c.accelerator;
+    options.batch_invariant = c.batch_invariant;
     std::unique_ptr<Engine> engine = OpenEngine(FixtureDir("llama-bf16"), options);
     ASSERT_NE(engine, nullptr);
     ASSERT_TRUE(engine->Add(GreedyRequest({1, 2, 3, 4, 5}, 3)).ok());

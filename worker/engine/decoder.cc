@@ -52,6 +52,38 @@ Projections Project(const ModelConfig& c, const LayerWeights& w, const at::Tenso
           v.reshape({tokens, c.num_kv_heads, d})};
 }
 
+// Rows [first, first + m) of `s`, at rows [row, row + m) of q and out, each
+// attending alone over exactly the keys it may see (PassRows::batch_invariant):
+// a causal row the prefix of its cache up to itself, a label branch's row
+// the prompt's keys then its own branch's up to itself, gathered.
+void AttendRowByRow(const SequenceRows& s, int64_t first, int64_t m, int64_t row,
+                    const at::Tensor& keys, const at::Tensor& values, const at::Tensor& q,
+                    double scale, at::Tensor& out) {
+  int64_t prompt = s.count;
+  for (int64_t length : s.branches) prompt -= length;
+  std::vector<DecodeRow> prefix_rows;
+  for (int64_t k = 0; k < m; ++k) {
+    const int64_t feed = first + k;  // this row's index in the sequence's feed
+    const int64_t seen = s.past + feed + 1;
+    if (feed < prompt) {
+      prefix_rows.push_back({row + k, keys.narrow(1, 0, seen), values.narrow(1, 0, seen)});
+      continue;
+    }
+    int64_t segment = prompt;  // where this row's branch starts in the feed
+    for (int64_t length : s.branches) {
+      if (feed < segment + length) break;
+      segment += length;
+    }
+    const int64_t context = s.past + prompt, own = feed + 1 - segment;
+    const at::Tensor k_seen =
+        at::cat({keys.narrow(1, 0, context), keys.narrow(1, s.past + segment, own)}, 1);
+    const at::Tensor v_seen =
+        at::cat({values.narrow(1, 0, context), values.narrow(1, s.past + segment, own)}, 1);
+    AttendDecodeRows(q, {{row + k, k_seen, v_seen}}, scale, out);
+  }
+  AttendDecodeRows(q, prefix_rows, scale, out);
+}
+
 // Attention of the micro-batch rows [a, a + x.size(0)) of the pass: each
 // sequence's rows in it append their keys and values and attend to the cache
 // up to themselves.
@@ -88,6 +120,10 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
     const int64_t m = hi - lo;
     auto [keys, values] =
         s.cache->Append(layer, s.past + first, k.narrow(0, lo - a, m), p.v.narrow(0, lo - a, m));
+    if (rows.batch_invariant && !rows.device) {
+      AttendRowByRow(s, first, m, lo - a, keys, values, q, scale, out);
+      continue;
+    }
     at::Tensor allowed = AllowedKeys(s, first, m);
     if (!allowed.defined() && m == 1) {  // a decode row: it sees all of its cache
       decode_rows.push_back({lo - a, std::move(keys), std::move(values)});

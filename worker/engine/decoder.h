@@ -92,6 +92,11 @@ struct PassRows {
   std::optional<at::Device> device;
   int64_t micro_batch_rows = kMaxMicroBatchRows;
   int64_t max_score_bytes = kMaxAttentionScoreBytes;
+  // Batch invariance (EngineOptions::batch_invariant; CPU only): every row
+  // attends alone, over exactly the keys it may see, through the decode
+  // rows' loops (AttendDecodeRows), so its scores and sums never depend on
+  // which rows share its micro-batch or how long the keys are at the time.
+  bool batch_invariant = false;
 };
 
 using LayerWeights = std::array<Weight, kLayerWeightCount>;

@@ -363,6 +363,7 @@ StatusOr<ComputeChoice> ChooseCompute(const std::vector<ProjectionShape>& shapes
                                       const EngineOptions& options, bool always_measure) {
   ComputeChoice choice;
   choice.requested = options.compute_dtype;
+  choice.batch_invariant = options.batch_invariant;
   const bool all_f32 = std::all_of(shapes.begin(), shapes.end(), [](const ProjectionShape& s) {
     return s.dtype == checkpoint::DType::kF32;
   });
@@ -373,8 +374,9 @@ StatusOr<ComputeChoice> ChooseCompute(const std::vector<ProjectionShape>& shapes
     choice.cached = measured.cached;
     choice.cache_path = std::move(measured.cache_path);
   }
-  choice.plan = ChoosePlan(options.compute_dtype, all_f32, SmallMatmulFast(),
-                           choice.measurement ? &*choice.measurement : nullptr);
+  choice.plan =
+      ChoosePlan(options.compute_dtype, all_f32, SmallMatmulFast(),
+                 choice.measurement ? &*choice.measurement : nullptr, options.batch_invariant);
   return choice;
 }
 
@@ -511,11 +513,11 @@ struct Engine::Impl {
   const KernelPlan* plan = nullptr;
   double layer_flops_per_token = 0;  // planner::LayerFlopsPerToken
   double head_flops_per_row = 0;     // planner::HeadFlopsPerRow
-
-  std::vector<std::unique_ptr<Sequence>> active;  // in the order added
   // The quantized formats of the layers' projections (QuantFormatName),
   // which run the quantized kernel (quant_matmul.h) whatever `plan` says.
   std::vector<std::string> quant_formats;
+
+  std::vector<std::unique_ptr<Sequence>> active;  // in the order added
   std::vector<SequenceResult> finished;
   SequenceId next_id = 0;
   int64_t passes = 0;
@@ -617,13 +619,13 @@ void Engine::Impl::ReportCompute(PassStats* stats) const {
     stats->projection_kernels += (stats->projection_kernels.empty() ? "" : "+");
     stats->projection_kernels += ProjectionKernelName(k);
   }
-  stats->compute_dtype = bf16 && f32 ? "mixed" : (bf16 ? "bf16" : "f32");
-}
   // Quantized projections multiply in float32 on the instruction set active now.
   for (const std::string& format : quant_formats) {
     stats->projection_kernels += "+" + format + "-" + IsaName(ActiveIsa());
     f32 = true;
   }
+  stats->compute_dtype = bf16 && f32 ? "mixed" : (bf16 ? "bf16" : "f32");
+}
 
 uint64_t Engine::Impl::FirstPassActivationBytes(const PassPlan& plan) const {
   const uint64_t tokens = plan.ids.size();
@@ -892,6 +894,7 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
   plan.rows.device = device;
   plan.rows.micro_batch_rows = micro_batch_rows;
   plan.rows.max_score_bytes = max_score_bytes;
+  plan.rows.batch_invariant = options.batch_invariant;
   stats->micro_batch_rows = micro_batch_rows;
   stats->sequences = static_cast<int64_t>(active.size());
   stats->tokens = static_cast<int64_t>(plan.ids.size());
@@ -1098,9 +1101,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
   SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(Cores()));
   impl->layer_flops_per_token = planner::LayerFlopsPerToken(impl->checkpoint);
   impl->head_flops_per_row = planner::HeadFlopsPerRow(impl->checkpoint);
-  if (staged) {
-    impl->compute.requested = options.compute_dtype;
-  } else {
   for (const LayerTensors& layer : impl->tensors.layers) {
     for (const checkpoint::TensorInfo* t : PresentTensors(layer)) {
       if (!t->quant) continue;
@@ -1109,11 +1109,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
       if (std::find(formats.begin(), formats.end(), name) == formats.end()) formats.push_back(name);
     }
   }
+  if (staged) {
+    impl->compute.requested = options.compute_dtype;
+  } else {
     NS_ASSIGN_OR_RETURN(impl->compute,
                         ChooseCompute(ProjectionShapes(impl->tensors, impl->head_slices), options,
                                       /*always_measure=*/false));
-    // Float32 as before unless something was chosen.
-    if (impl->compute.measurement || IsBf16Kernel(impl->compute.plan[0])) {
+    // Without a plan the projections run float32 as before the plans
+    // (kernels.h): what a non-invariant float32 choice means.
+    if (options.batch_invariant || impl->compute.measurement ||
+        IsBf16Kernel(impl->compute.plan[0])) {
       impl->plan = &impl->compute.plan;
     }
   }

@@ -299,6 +299,15 @@ struct EngineOptions {
   // weights stay float32 under all three, as on the accelerator path (see
   // ChoosePlan). Ignored on the accelerator path.
   ComputeDType compute_dtype = ComputeDType::kFloat32;
+  // Batch invariance (ChoosePlan): the projections run one kernel at every
+  // row count, one whose sums over the inputs are in the same order
+  // whatever else rides the pass (quantized weights always do), so a
+  // sequence's logits and tokens are bitwise the same alone or in any
+  // batch, any micro-batch split, any compute threads. false: the fastest
+  // measured kernel per row count (f32-small, OpenBLAS, oneDNN), whose
+  // numerics then move with the pass's rows. Ignored on the accelerator
+  // path.
+  bool batch_invariant = true;
   // Where kAuto's measurement is cached (compute-<hash>.json); "" keeps it
   // in this process only.
   std::string compute_state_dir;

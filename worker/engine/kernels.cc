@@ -18,6 +18,8 @@
 #include "worker/engine/compute_pool.h"
 #include "worker/engine/convert.h"
 #include "worker/engine/decode_attention.h"
+#include "worker/engine/dot_kernel.h"
+#include "worker/engine/isa.h"
 #include "worker/engine/quant_linear.h"
 #include "worker/engine/small_matmul.h"
 
@@ -237,6 +239,22 @@ at::Tensor Bf16Linear(const at::Tensor& x, const Weight& w, int64_t block_bytes)
   return yt.t().to(at::kFloat).contiguous();
 }
 
+// Float32 through the engine's batch-invariant dot kernel (dot_kernel.h):
+// the compute threads share blocks of weight rows.
+at::Tensor DotLinear(const at::Tensor& x, const Weight& w) {
+  const int64_t out_features = w.info->shape[0];
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty({x.size(0), out_features}, FloatOptions());
+  const Isa isa = ActiveIsa();
+  constexpr int64_t kRowsPerTask = 4 * kDotOutputs;
+  ParallelFor((out_features + kRowsPerTask - 1) / kRowsPerTask, 1, [&](int64_t begin, int64_t end) {
+    DotMatmul(xc.data_ptr<float>(), x.size(0), w.info->shape[1], w.data, w.info->dtype,
+              begin * kRowsPerTask, std::min(end * kRowsPerTask, out_features), y.data_ptr<float>(),
+              out_features, isa);
+  });
+  return y;
+}
+
 // The same product through the engine's AVX512-BF16 kernel (bf16_matmul.h):
 // x packed once, then the compute threads share tiles of weight rows.
 at::Tensor Bf16TileLinear(const at::Tensor& x, const Weight& w) {
@@ -274,8 +292,12 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
   const int64_t rows = x.size(0);
   const ProjectionKernel* kernel = w.plan ? &(*w.plan)[RowBucket(rows)] : nullptr;
   // F32 weights stay float32 under BF16, as on the accelerator path
-  // (MatmulDtype): the float32 path as without a plan.
-  if (kernel && IsBf16Kernel(*kernel) && w.info->dtype == DType::kF32) kernel = nullptr;
+  // (MatmulDtype): the float32 path as without a plan, or the invariant
+  // float32 kernel under an invariant plan.
+  static constexpr ProjectionKernel kTile = ProjectionKernel::kF32Tile;
+  if (kernel && IsBf16Kernel(*kernel) && w.info->dtype == DType::kF32) {
+    kernel = IsInvariantPlan(*w.plan) ? &kTile : nullptr;
+  }
   at::Tensor y;
   if (kernel == nullptr) {
     // Float32 as before the plans: zero-copy weights straight to the GEMM.
@@ -297,6 +319,9 @@ at::Tensor Linear(const at::Tensor& x, const Weight& w, const Weight& bias, int6
       case ProjectionKernel::kF32Gemm:
         y = GemmLinear(x, w, block_bytes);
         break;
+      case ProjectionKernel::kF32Tile:
+        y = DotLinear(x, w);
+        break;
     }
   }
   if (bias) y.add_(ToFloat(bias));
@@ -314,7 +339,9 @@ at::Tensor Norm(const at::Tensor& x, NormKind kind, const Weight& weight, const 
   return kind == NormKind::kRmsUnitOffset ? normed * (w + 1.0) : w * normed;
 }
 
-at::Tensor Activate(const at::Tensor& x, Activation activation) {
+namespace {
+
+at::Tensor ActivateAll(const at::Tensor& x, Activation activation) {
   switch (activation) {
     case Activation::kSilu:
       return at::silu(x);
@@ -324,6 +351,23 @@ at::Tensor Activate(const at::Tensor& x, Activation activation) {
       return at::gelu(x, "tanh");
   }
   return x;
+}
+
+}  // namespace
+
+at::Tensor Activate(const at::Tensor& x, Activation activation) {
+  // ATen runs an elementwise op over a contiguous tensor as one flat array:
+  // vector code (Sleef's exp, erf, tanh) two vectors at a time, plain libm
+  // calls for the last (numel mod 2 vectors) elements, whose results can
+  // differ in the last bit. Rows as wide as a multiple of 64 floats have no
+  // such tail whatever their number; narrower ones are run a row at a time,
+  // so that which elements take the plain path depends on the row alone,
+  // never on how many rows the pass has (batch invariance).
+  if (x.dim() != 2 || x.size(1) % 64 == 0 || !x.is_cpu()) return ActivateAll(x, activation);
+  at::Tensor out = at::empty_like(x);
+  for (int64_t t = 0; t < x.size(0); ++t)
+    out.select(0, t).copy_(ActivateAll(x.select(0, t), activation));
+  return out;
 }
 
 at::Tensor GatherRows(const Weight& table, const std::vector<int64_t>& ids) {
@@ -349,8 +393,22 @@ RopeAngles ComputeRopeAngles(const std::vector<float>& inv_freq,
     for (int64_t i = 0; i < half; ++i)
       f[static_cast<int64_t>(t) * half + i] = position * inv_freq[i];
   }
-  at::Tensor angles = at::cat({freqs, freqs}, 1);
-  return {angles.cos(), angles.sin()};
+  // cos and sin one value at a time (libm): ATen's vector code and its
+  // plain tail could round a position's angles differently depending on
+  // how many rows the micro-batch has.
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  at::Tensor cos = at::empty({rows, 2 * half}, FloatOptions());
+  at::Tensor sin = at::empty({rows, 2 * half}, FloatOptions());
+  float* c = cos.data_ptr<float>();
+  float* s = sin.data_ptr<float>();
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = f[t * half + i];
+      c[t * 2 * half + i] = c[t * 2 * half + half + i] = std::cos(angle);
+      s[t * 2 * half + i] = s[t * 2 * half + half + i] = std::sin(angle);
+    }
+  }
+  return {cos, sin};
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const RopeAngles& angles) {

@@ -97,7 +97,9 @@ at::ScalarType MatmulDtype(const Weight& weight);
 // `block_bytes` of float32) at a time into a scratch buffer, or widen them
 // in registers (the small-batch kernel); the BF16 kernel rounds x to BF16
 // and multiplies BF16 weights in place (others converted to BF16 in blocks
-// of about `block_bytes`) through ATen, as a device does. On a device, x is
+// of about `block_bytes`) through ATen, as a device does; f32-tile widens 8
+// weight rows at a time for the engine's own dot kernel (dot_kernel.h),
+// whose sums are in one order whatever the rows. On a device, x is
 // cast to MatmulDtype and the product (accumulated in float32 by the BLAS)
 // cast back before the bias. The bias is added in float32 on every path.
 inline constexpr int64_t kConvertBlockBytes = 4 << 20;

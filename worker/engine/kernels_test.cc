@@ -138,11 +138,42 @@ TEST_F(KernelsTest, Bf16PlanConvertsF16WeightsToBf16AndLeavesF32Ones) {
     for (int64_t block : {int64_t{3 * 24 * 2}, kConvertBlockBytes}) {
       ExpectClose(Linear(x, host, {}, block), Linear(x, reference), 0);
     }
-    // F32 weights stay float32 under the BF16 plan: the float32 path's result.
+    // F32 weights stay float32 under the BF16 plan: the float32 path's
+    // result, or under an invariant plan (bf16-avx512 at every bucket) the
+    // invariant float32 kernel's.
     StoredWeight f32(w, DType::kF32);
     Weight f32_host = f32.weight();
     f32_host.plan = &bf16;
-    ExpectClose(Linear(x, f32_host), Linear(x, f32.weight()), 0);
+    KernelPlan tile;
+    tile.fill(ProjectionKernel::kF32Tile);
+    Weight f32_tile = f32.weight();
+    f32_tile.plan = &tile;
+    ExpectClose(Linear(x, f32_host), Linear(x, IsInvariantPlan(bf16) ? f32_tile : f32.weight()), 0);
+  }
+}
+
+// f32-tile: float32 within float32 rounding of ATen's product, for every
+// stored dtype and alignment, with a bias; and a row's products bitwise the
+// same in any batch.
+TEST_F(KernelsTest, F32TilePlanIsFloat32AndBatchInvariant) {
+  KernelPlan tile;
+  tile.fill(ProjectionKernel::kF32Tile);
+  at::Tensor w = at::randn({37, 24});
+  at::Tensor b = at::randn({37});
+  at::Tensor x = at::randn({9, 24});
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (size_t offset : {0, 2}) {
+      StoredWeight weight(w, dtype, offset);
+      StoredWeight bias(b, DType::kF32);
+      Weight host = weight.weight();
+      host.plan = &tile;
+      const at::Tensor ours = Linear(x, host, bias.weight());
+      ExpectClose(ours, at::linear(x, weight.exact(), b), 1e-5);
+      for (int64_t t : {0, 4, 8}) {
+        EXPECT_TRUE(at::equal(Linear(x.narrow(0, t, 1), host, bias.weight()), ours.narrow(0, t, 1)))
+            << "row " << t;
+      }
+    }
   }
 }
 

@@ -86,6 +86,7 @@ nlohmann::json ComputeJson(const ComputeChoice& c) {
   nlohmann::json out = {{"requested", ComputeDTypeName(c.requested)},
                         {"dtype", c.PlanDType()},
                         {"plan", c.Describe()},
+                        {"batch_invariant", c.batch_invariant},
                         {"cached", c.cached},
                         {"rows", std::vector<int64_t>(kRowBuckets.begin(), kRowBuckets.end())},
                         {"openblas_core", OpenBlasCore()}};
@@ -112,8 +113,8 @@ int Run(int argc, char** argv) {
                                                             compute_dtype = "f32", state_dir;
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
   int64_t labels = 0;
-  bool prefetch = true, logits = false, accelerator_path = false, adaptive_split = false,
-       stagger = false;
+  bool prefetch = true, batch_invariant = true, logits = false, accelerator_path = false,
+       adaptive_split = false, stagger = false;
   FlagSet flags("engine-stream-run --model-dir DIR [flags]",
                 "Runs one batched generation and prints its passes and memory as JSON.");
   flags.String("model-dir", &dir, "checkpoint directory", "DIR");
@@ -151,6 +152,9 @@ int Run(int argc, char** argv) {
   flags.String("pin-placement", &pin_placement, "spread (default), head or tail", "WORD");
   flags.String("compute-dtype", &compute_dtype, "projections in auto, f32 (default) or bf16",
                "DTYPE");
+  flags.Bool("batch-invariant", &batch_invariant,
+             "one summation order at every row count (default true; =false: the fastest kernel "
+             "per row count)");
   flags.String("state-dir", &state_dir, "where auto's kernel timings are cached (default: none)",
                "DIR");
   flags.Bool("accelerator-path-on-cpu", &accelerator_path,
@@ -207,6 +211,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   options.compute_dtype = *compute;
+  options.batch_invariant = batch_invariant;
   options.compute_state_dir = state_dir;
   if (!warm_up_dir.empty()) {
     Status warmed = WarmUp(warm_up_dir, options);
