@@ -21,7 +21,9 @@
 //     the median decode pass against the fastest cold read of the bytes that
 //     pass streams, with its compute seconds beside it.
 //   - the compute table: f32 beside --compute-dtype (auto by default) at 1,
-//     16 and 64 sequences and a --prefill-tokens (1024) prefill pass, capped:
+//     16 and 64 sequences and a --prefill-tokens (1024) prefill pass, capped
+//     (the asked dtype also with --batch-invariant=false, "variant": what
+//     the default batch invariance costs):
 //     the pass against the fastest read, the kernels that ran, the FLOP/s the
 //     projections reached against the chosen kernel's measured rate (auto's
 //     measurement, printed first per row bucket and kernel, with the CPU's
@@ -76,6 +78,8 @@ constexpr double kLlamaStepSeconds16 = 1.03, kLlamaTokensPerSecond16 = 15.5;
 // llama.cpp's 64-sequence decode step; ours in float32 then, and its
 // 1024-token prefill pass.
 constexpr double kLlamaStepSeconds64 = 1.515;
+// The compute table's runs of the asked dtype with --batch-invariant=false.
+constexpr const char* kVariantSuffix = ", variant";
 constexpr double kIssue22F32Seconds64 = 1.355, kIssue22F32PrefillSeconds = 7.5;
 
 using namespace bench;  // NOLINT: the shared bench helpers
@@ -205,6 +209,14 @@ int Main(int argc, char** argv) {
       prefill.first_pass = true;
       configs.push_back(prefill);
       compute_names.push_back(prefill.name);
+    }
+    // The same as the asked dtype without batch invariance: what it costs.
+    const std::vector<Config> invariant(configs.end() - 4, configs.end());
+    for (Config c : invariant) {
+      c.name += kVariantSuffix;
+      c.extra += " --batch-invariant=false";
+      configs.push_back(c);
+      compute_names.push_back(c.name);
     }
   }
   if (!sweep_only && !compute_only) {
@@ -401,6 +413,14 @@ int Main(int argc, char** argv) {
     printf("prefill %lld tokens: %s %.3f s, f32 %.3f s: %s %.2fx faster than f32\n",
            static_cast<long long>(prefill_tokens), other.c_str(), pre, fpre, other.c_str(),
            fpre / pre);
+    printf("batch invariance (%s, the default) against --batch-invariant=false:", other.c_str());
+    for (const std::string& name :
+         {std::string("1 seq "), std::string("16 seqs "), std::string("64 seqs "), prefill}) {
+      const double on = median_of(name + other, &Measured::pass_seconds);
+      const double off = median_of(name + other + kVariantSuffix, &Measured::pass_seconds);
+      printf("  %s%.3f s / %.3f s = %.3f;", name.c_str(), on, off, on / off);
+    }
+    printf(" (goal <= 1.05)\n");
     printf(
         "issue 22's figures (Intel Xeon, AVX-512 + AMX, f32): 64 seqs %.3f s, prefill %.1f s; "
         "goals where the CPU multiplies BF16 natively: 64 seqs <= 1.15x the read, prefill >= 4x "

@@ -1,27 +1,33 @@
 // Quantized checkpoints against BF16: the bench-1.7b shape (hidden 2048, 16
-// layers, 16/4 heads, intermediate 5632, vocab 32000) written three ways into
+// layers, 16/4 heads, intermediate 5632, vocab 32000) written four ways into
 // --work-dir (once): BF16, compressed-tensors FP8 per channel (BF16 scales),
-// and AWQ GEMM int4 group 128 (F16 for what stays unquantized), all from the
-// same float weights (make-checkpoint --quantize). Each of --runs rounds
-// drops the page cache before every step and measures:
+// AWQ GEMM int4 and GPTQ int4, group 128 (F16 for what stays unquantized),
+// all from the same float weights (make-checkpoint --quantize). Each of
+// --runs rounds drops the page cache before every step and measures:
 //   - the fastest cold read of the BF16 checkpoint's files (common/disk_bench.h);
 //     the round's engine runs read in the mode the disk bench chose (O_DIRECT
 //     or not, reads in flight: the fastest, parallel ones only by a margin);
-//   - bin/engine-stream-run on each checkpoint at 1 and 16 sequences, inside
-//     the same memory cgroup (a third of the BF16 checkpoint by default):
-//     the median decode pass, its compute-only seconds and the bytes it read.
+//   - bin/engine-stream-run with --compute-dtype auto (what `run` and the
+//     worker use) on each checkpoint at 1 and 16 sequences, inside the same
+//     memory cgroup (a third of the BF16 checkpoint by default): the median
+//     decode pass, its compute-only seconds, its projection FLOPs and the
+//     bytes it read.
 // Then prints the medians: bytes per pass, s/pass, the ratio of the pass to
 // the fastest cold read of the bytes that checkpoint streams, the speed-up
-// over BF16 beside the bytes ratio, and the compute-only seconds; with the
-// CPU model, its SIMD (the kernels choose AVX2 at run time) and the load.
-// Prints figures, never pass/fail; not a test. Needs root (drop_caches,
-// cgroup v1).
+// over BF16 beside the bytes ratio, the compute-only seconds, and what the
+// compute did: stored weight bytes multiplied per compute second, and its
+// GFLOP/s against the CPU's measured float32 peak (bench/cpu_peak.h; the
+// quantized kernels multiply in float32). With the CPU model, its SIMD, the
+// kernels each pass ran (quantized ones with their instruction set) and the
+// load. Prints figures, never pass/fail; not a test. Needs root
+// (drop_caches, cgroup v1).
 //
 //   quant_bench [--work-dir DIR] [--runs 3] [--cap-fraction 0.3333] [--stream-run PATH]
 #include <sys/sysinfo.h>
 
 #include <map>
 
+#include "bench/cpu_peak.h"
 #include "bench/stream_bench.h"
 #include "common/disk_bench.h"
 #include "common/flags.h"
@@ -51,7 +57,7 @@ std::string CpuDescription() {
       flags = " " + line.substr(line.find(':') + 1) + " ";
   }
   std::string simd;
-  for (const char* f : {"avx2", "fma", "f16c", "avx512f"}) {
+  for (const char* f : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16"}) {
     const bool has = flags.find(std::string(" ") + f + " ") != std::string::npos;
     simd += std::string(simd.empty() ? "" : " ") + (has ? "" : "no ") + f;
   }
@@ -79,8 +85,9 @@ int Main(int argc, char** argv) {
   int64_t runs = 3;
   double cap_fraction = 1.0 / 3;
   FlagSet flags("quant_bench [flags]",
-                "bench-1.7b as BF16, FP8 and AWQ int4: pass time against the fastest cold read "
-                "of the bytes each streams, speed-up over BF16, compute-only seconds.");
+                "bench-1.7b as BF16, FP8, AWQ int4 and GPTQ int4: pass time against the fastest "
+                "cold read of the bytes each streams, speed-up over BF16, compute-only seconds "
+                "and their rate against the CPU's peak.");
   flags.String("work-dir", &work_dir, "where the generated checkpoints are kept", "DIR");
   flags.String("stream-run", &stream_run, "engine-stream-run (default: <build>/bin/)", "PATH");
   flags.Int("runs", &runs, "rounds; medians are reported");
@@ -98,6 +105,7 @@ int Main(int argc, char** argv) {
       {"BF16", QuantFormat::kNone, DType::kBF16, work_dir + "/bf16"},
       {"FP8 (ct, channel)", QuantFormat::kFp8Channel, DType::kBF16, work_dir + "/fp8"},
       {"AWQ int4 g128", QuantFormat::kAwq, DType::kF16, work_dir + "/awq"},
+      {"GPTQ int4 g128", QuantFormat::kGptq, DType::kF16, work_dir + "/gptq"},
   };
   for (Variant& v : variants) {
     Status st = Generate(v);
@@ -111,8 +119,11 @@ int Main(int argc, char** argv) {
   const std::vector<int64_t> batches = {1, 16};
   std::map<std::string, std::vector<Measured>> results;  // by "variant/batch"
   std::vector<double> best_gbs, loads;
-  printf("CPU: %s, %d cores; cgroup cap %.0f MiB (%.2f of the BF16 files)\n",
-         CpuDescription().c_str(), get_nprocs(), Mb(cap), cap_fraction);
+  const CpuPeak peak = MeasureCpuPeak(get_nprocs());
+  printf(
+      "CPU: %s, %d cores; float32 FMA peak %.0f GFLOP/s; cgroup cap %.0f MiB (%.2f of the BF16 "
+      "files)\n",
+      CpuDescription().c_str(), get_nprocs(), peak.F32() / 1e9, Mb(cap), cap_fraction);
   for (int64_t run = 0; run < runs; ++run) {
     loads.push_back(LoadAverage());
     DropCaches();
@@ -130,7 +141,7 @@ int Main(int argc, char** argv) {
         static_cast<long long>(run + 1), loads.back(), disk->FastestGbs(), chosen.name.c_str(),
         chosen.gbs);
     for (const Variant& v : variants) {
-      Bench bench(v.dir, stream_run, 2, 3);
+      Bench bench(v.dir, stream_run, 2, 3, work_dir + "/state");
       bench.ReadLike(chosen);
       if (!bench.SetUpCgroup(cap)) {
         std::cerr << "quant_bench: cannot set up the memory cgroup " << kCgroup
@@ -139,11 +150,12 @@ int Main(int argc, char** argv) {
       }
       for (int64_t batch : batches) {
         Measured m;
-        if (!bench.Run({v.name, batch, true, true, ""}, &m)) return 1;
+        if (!bench.Run({v.name, batch, true, true, "", "auto"}, &m)) return 1;
         printf(
-            "  %-18s %2lld seq  pass %.3f s (compute %.3f)  read %.0f MB  cgroup peak %.0f MiB\n",
+            "  %-18s %2lld seq  pass %.3f s (compute %.3f)  read %.0f MB  cgroup peak %.0f MiB  "
+            "kernels %s\n",
             v.name.c_str(), static_cast<long long>(batch), m.pass_seconds, m.compute_seconds,
-            m.pass_bytes / 1e6, Mb(m.cgroup_peak_bytes));
+            m.pass_bytes / 1e6, Mb(m.cgroup_peak_bytes), m.kernels.c_str());
         fflush(stdout);
         results[v.name + "/" + std::to_string(batch)].push_back(m);
       }
@@ -155,8 +167,8 @@ int Main(int argc, char** argv) {
       "cold read %.2f GB/s\n",
       static_cast<long long>(runs), Median(loads), *std::max_element(loads.begin(), loads.end()),
       gbs);
-  printf("%-18s %5s %10s %9s %9s %8s %10s %10s %10s\n", "", "seqs", "MB/pass", "pass s", "read s",
-         "/ read", "speed-up", "bytes x", "compute s");
+  printf("%-18s %5s %8s %8s %8s %7s %9s %8s %9s %8s %8s %7s\n", "", "seqs", "MB/pass", "pass s",
+         "read s", "/ read", "speed-up", "bytes x", "compute s", "GB/s w", "GFLOP/s", "% peak");
   for (int64_t batch : batches) {
     auto median = [&](const std::string& key, double Measured::*field) {
       std::vector<double> v;
@@ -171,14 +183,19 @@ int Main(int argc, char** argv) {
       const double pass = median(key, &Measured::pass_seconds);
       const double bytes = static_cast<double>(results[key].back().pass_bytes);
       const double read = bytes / (gbs * 1e9);
-      printf("%-18s %5lld %10.0f %9.3f %9.3f %8.2f %9.2fx %9.3fx %10.3f\n", v.name.c_str(),
-             static_cast<long long>(batch), bytes / 1e6, pass, read, pass / read, bf16_pass / pass,
-             bytes / bf16_bytes, median(key, &Measured::compute_seconds));
+      const double compute = median(key, &Measured::compute_seconds);
+      const double gflops = median(key, &Measured::projection_flops) / compute / 1e9;
+      printf("%-18s %5lld %8.0f %8.3f %8.3f %7.2f %8.2fx %7.3fx %9.3f %8.2f %8.1f %6.1f%%\n",
+             v.name.c_str(), static_cast<long long>(batch), bytes / 1e6, pass, read, pass / read,
+             bf16_pass / pass, bytes / bf16_bytes, compute, bytes / compute / 1e9, gflops,
+             peak.F32() > 0 ? 100 * gflops * 1e9 / peak.F32() : 0.0);
     }
   }
   printf(
       "(/ read: pass time over the fastest cold read of the bytes that pass streams; "
-      "speed-up: BF16's pass over this one; bytes x: this pass's bytes over BF16's)\n");
+      "speed-up: BF16's pass over this one; bytes x: this pass's bytes over BF16's; GB/s w: the "
+      "pass's bytes over its compute seconds; GFLOP/s: its projection FLOPs over them, %% peak "
+      "against the float32 FMA peak)\n");
   return 0;
 }
 
