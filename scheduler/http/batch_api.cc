@@ -219,23 +219,39 @@ api::ResultLine ResultOf(const JobView& view) {
   return line;
 }
 
-// errors.data[] entries: one per bad line, its reasons joined.
+// errors.data[] entries: one per bad line, its reasons joined, for the first
+// kMaxErrorLines bad lines; when there are more, a last entry (code
+// "too_many_errors", line null) counts them, so a batch's JSON stays small
+// whatever the file.
 json LineErrors(std::vector<api::LineError> errors) {
   std::stable_sort(
       errors.begin(), errors.end(),
       [](const api::LineError& a, const api::LineError& b) { return a.line < b.line; });
   json data = json::array();
+  int64_t bad_lines = 0;
   for (size_t i = 0; i < errors.size();) {
     std::string message = errors[i].reason;
     size_t j = i + 1;
     for (; j < errors.size() && errors[j].line == errors[i].line; ++j) {
       message += "; " + errors[j].reason;
     }
-    data.push_back({{"code", "invalid_request"},
-                    {"message", message},
-                    {"param", nullptr},
-                    {"line", errors[i].line}});
+    if (++bad_lines <= kMaxErrorLines) {
+      data.push_back({{"code", "invalid_request"},
+                      {"message", message},
+                      {"param", nullptr},
+                      {"line", errors[i].line}});
+    }
     i = j;
+  }
+  if (bad_lines > kMaxErrorLines) {
+    const int64_t more = bad_lines - kMaxErrorLines;
+    data.push_back(
+        {{"code", "too_many_errors"},
+         {"message", "... and " + std::to_string(more) + " more bad line" + (more == 1 ? "" : "s") +
+                         " (" + std::to_string(bad_lines) + " in all); the first " +
+                         std::to_string(kMaxErrorLines) + " are listed"},
+         {"param", nullptr},
+         {"line", nullptr}});
   }
   return data;
 }

@@ -14,7 +14,9 @@
 // batch `validating`; the runner (a thread of its own, or Step() in tests)
 // then checks every line as `nightshift submit` would (the line format, the
 // batch's endpoint, the scheduler's CheckJobs) and either fails the batch
-// with every bad line in errors.data[] (nothing queued) or submits it in
+// with its bad lines in errors.data[] (nothing queued; the first
+// kMaxErrorLines, every kind together, then one `too_many_errors` entry
+// counting them all) or submits it in
 // chunks (in_progress). It also ends batches: expired once their completion
 // window passes (unfinished jobs are cancelled with a `batch_expired`
 // reason), finalizing -> completed when every job is done, cancelling ->
@@ -42,6 +44,9 @@
 #include "scheduler/store.h"
 
 namespace nightshift::scheduler::http {
+
+// How many bad lines a failed batch's errors.data[] names.
+inline constexpr int64_t kMaxErrorLines = 100;
 
 struct BatchApiOptions {
   // Bearer tokens, as for gRPC: both empty = no authentication. A worker

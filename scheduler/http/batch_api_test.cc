@@ -349,6 +349,35 @@ TEST_F(BatchApiTest, AMalformedFileFailsValidationWithEveryBadLineAndQueuesNothi
   EXPECT_EQ(Call("POST", "/v1/batches/batch_1/cancel").status, 409);
 }
 
+TEST_F(BatchApiTest, ManyBadLinesAreListedUpToACapAndCountedAll) {
+  AttachWorker();
+  std::string file = "{not json\n";
+  for (int i = 0; i < 250; ++i) file += Line("typo" + std::to_string(i), "nobody") + "\n";
+  Create(Upload(file));
+  api_->Step();
+  const Reply reply = Call("GET", "/v1/batches/batch_1");
+  const json& failed = reply.body;
+  EXPECT_EQ(failed["status"], "failed");
+  const json& data = failed["errors"]["data"];
+  ASSERT_EQ(data.size(), static_cast<size_t>(kMaxErrorLines) + 1) << reply.text.substr(0, 2000);
+  // The first lines in order, every kind together: the format error and the unknown models.
+  EXPECT_EQ(data[0]["line"], 1);
+  EXPECT_NE(data[0]["message"].get<std::string>().find("not valid JSON"), std::string::npos);
+  for (int64_t i = 1; i < kMaxErrorLines; ++i) {
+    EXPECT_EQ(data[i]["line"], i + 1);
+    EXPECT_NE(data[i]["message"].get<std::string>().find("model 'nobody' is served by no worker"),
+              std::string::npos);
+  }
+  const json& count = data[kMaxErrorLines];
+  EXPECT_EQ(count["code"], "too_many_errors");
+  EXPECT_TRUE(count["line"].is_null());
+  EXPECT_NE(count["message"].get<std::string>().find("151 more bad lines (251 in all)"),
+            std::string::npos)
+      << count.dump();
+  EXPECT_LT(reply.text.size(), 64u << 10);
+  EXPECT_TRUE(scheduler_->ListJobs({}, 0, 10)->jobs.empty());
+}
+
 TEST_F(BatchApiTest, FileLevelProblemsFailTheBatchToo) {
   AttachWorker();
   options_.max_batch_requests = 3;
