@@ -385,6 +385,93 @@ TEST_F(CliEndToEndTest, AModelNoWorkerServesIsALineErrorNamingTheKnownOnes) {
   EXPECT_EQ(json::parse(list.out, nullptr, false)["jobs"].size(), 0u) << list.out;
 }
 
+// Every line names a model no worker serves: the refusal names the first 50
+// lines and counts them all, however many, and never breaks the transport
+// (the whole list once rode in gRPC metadata: "received initial metadata
+// size exceeds limit" at 300 lines).
+TEST_F(CliEndToEndTest, ManyBadLinesAreCountedAndTheFirstNamedWhateverTheirNumber) {
+  for (const int n : {300, 50'000}) {
+    SCOPED_TRACE(n);
+    const std::string path = dir_.file("many-" + std::to_string(n) + ".jsonl");
+    {
+      std::ofstream out(path);
+      for (int i = 0; i < n; ++i) {
+        out << json{{"custom_id", "c" + std::to_string(i)},
+                    {"method", "POST"},
+                    {"url", "/v1/completions"},
+                    {"body", {{"model", "nobody"}, {"prompt", "x"}, {"max_tokens", 1}}}}
+                   .dump()
+            << "\n";
+      }
+    }
+    Outcome run = Nightshift("submit " + path);
+    EXPECT_EQ(run.code, 1);
+    EXPECT_TRUE(run.out.empty()) << run.out;
+    EXPECT_EQ(run.err.find("metadata"), std::string::npos) << run.err.substr(0, 2000);
+    EXPECT_NE(run.err.find(std::to_string(n) + " bad lines; nothing was submitted"),
+              std::string::npos)
+        << run.err.substr(0, 2000);
+    for (int line : {1, 2, 50}) {
+      EXPECT_NE(run.err.find("\nline " + std::to_string(line) +
+                             ": model 'nobody' is served by no worker that has attached (known: "
+                             "tiny)"),
+                std::string::npos)
+          << line << "\n"
+          << run.err.substr(0, 2000);
+    }
+    EXPECT_EQ(run.err.find("\nline 51:"), std::string::npos) << run.err.substr(0, 2000);
+    EXPECT_NE(run.err.find("... and " + std::to_string(n - 50) + " more bad lines (" +
+                           std::to_string(n) + " in all)"),
+              std::string::npos)
+        << run.err.substr(run.err.size() > 500 ? run.err.size() - 500 : 0);
+    EXPECT_LT(run.err.size(), 32u << 10);
+  }
+  Outcome list = Nightshift("list --json");
+  EXPECT_EQ(json::parse(list.out, nullptr, false)["jobs"].size(), 0u) << list.out;
+}
+
+// A format error, a model no worker serves and a prompt over the context:
+// one refusal names all three (the local parse no longer stops before the
+// scheduler's check, nor the scheduler's validation before tokenisation).
+TEST_F(CliEndToEndTest, OneRefusalNamesFormatErrorsUnknownModelsAndLongPromptsTogether) {
+  const std::string file = Write(
+      "kinds.jsonl", {Completion("fine", {{"prompt", "x"}, {"max_tokens", 1}}),
+                      Completion("hot", {{"prompt", "x"}, {"max_tokens", 1}, {"temperature", 3}}),
+                      {{"custom_id", "typo"},
+                       {"method", "POST"},
+                       {"url", "/v1/completions"},
+                       {"body", {{"model", "tinny"}, {"prompt", "x"}, {"max_tokens", 1}}}},
+                      Completion("long", {{"prompt", "xyz"}, {"max_tokens", 4095}})});
+  for (const char* extra : {"", " --chunk-jobs 1"}) {
+    Outcome run = Nightshift("submit " + file + extra);
+    EXPECT_EQ(run.code, 1);
+    EXPECT_NE(run.err.find("3 bad lines; nothing was submitted"), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("line 2: temperature 3 is out of range [0, 2]"), std::string::npos)
+        << run.err;
+    EXPECT_NE(run.err.find("line 3: model 'tinny' is served by no worker"), std::string::npos)
+        << run.err;
+    EXPECT_NE(run.err.find("line 4: prompt of "), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("exceeds the model's context of 4096 tokens"), std::string::npos)
+        << run.err;
+    EXPECT_EQ(run.err.find("line 1:"), std::string::npos) << run.err;
+  }
+  // Without the format error, the scheduler's refusal of a chunk names both of its kinds too.
+  const std::string server_only = Write(
+      "server-only.jsonl", {Completion("fine", {{"prompt", "x"}, {"max_tokens", 1}}),
+                            {{"custom_id", "typo"},
+                             {"method", "POST"},
+                             {"url", "/v1/completions"},
+                             {"body", {{"model", "tinny"}, {"prompt", "x"}, {"max_tokens", 1}}}},
+                            Completion("long", {{"prompt", "xyz"}, {"max_tokens", 4095}})});
+  Outcome run = Nightshift("submit " + server_only);
+  EXPECT_EQ(run.code, 1);
+  EXPECT_NE(run.err.find("2 bad lines; nothing was submitted"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("line 2: model 'tinny'"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("line 3: prompt of "), std::string::npos) << run.err;
+  Outcome list = Nightshift("list --json");
+  EXPECT_EQ(json::parse(list.out, nullptr, false)["jobs"].size(), 0u) << list.out;
+}
+
 TEST_F(CliEndToEndTest, ListWithManyPagesIsOneDocumentAndAFailedListPrintsNoHeader) {
   std::vector<json> input;
   for (int i = 0; i < 3; ++i) {
