@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proto/batch_format.h"
+#include "scheduler/disk_full.h"
 #include "scheduler/http/multipart.h"
 
 namespace nightshift::scheduler::http {
@@ -61,6 +62,12 @@ HttpResponse Error(int status, const std::string& message, const std::string& pa
 
 // A Status from the domain as an error response.
 HttpResponse FromStatus(const Status& status, const std::string& param = "") {
+  if (IsDiskFull(status)) {
+    // 507 Insufficient Storage; retrying at once would find the disk as full.
+    HttpResponse full = Error(507, status.message(), "", "insufficient_storage");
+    full.headers.push_back({"x-should-retry", "false"});
+    return full;
+  }
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
       return Error(400, status.message(), param);
@@ -173,7 +180,7 @@ class TempFile {
     while (size > 0) {
       const ssize_t n = ::write(fd_, data, size);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return Unavailable(std::string("writing the upload: ") + std::strerror(errno));
+      if (n < 0) return FileError("writing the upload", errno);
       data += n;
       size -= static_cast<size_t>(n);
     }
@@ -182,7 +189,7 @@ class TempFile {
   Status Close() {
     const int rc = ::close(fd_);
     fd_ = -1;
-    return rc == 0 ? Status::Ok() : Unavailable("closing the upload");
+    return rc == 0 ? Status::Ok() : FileError("closing the upload", errno);
   }
   const std::string& path() const { return path_; }
   void Release() { path_.clear(); }
@@ -475,7 +482,12 @@ HttpResponse BatchApi::UploadFile(const HttpRequest& request) {
           return refused;
         }
         Status written = upload->Write(buffer.data(), *n);
-        if (!written.ok()) return FromStatus(written);
+        if (!written.ok()) {
+          // The rest of the body is not read: the connection ends with the answer.
+          HttpResponse refused = FromStatus(written, "file");
+          refused.close = true;
+          return refused;
+        }
       }
     }  // other fields are ignored, as OpenAI does
   }

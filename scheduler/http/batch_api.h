@@ -23,7 +23,9 @@
 // cancelled. Output and error files are rendered from the results table, in
 // input order, each time they are downloaded; their sizes are counted at
 // finalizing. Errors have OpenAI's shape {"error": {message, type, param,
-// code}} with 400, 401, 403, 404, 405, 409, 413 or 500.
+// code}} with 400, 401, 403, 404, 405, 409, 413, 500, 503, or 507 when the
+// scheduler's disk is full (code "insufficient_storage"; nothing of the
+// request is kept).
 //
 // Thread-safety: Handle may be called from any number of threads at once;
 // the runner is one thread. Every state change of a batch is a

@@ -8,8 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "proto/batch_format.h"
+#include "scheduler/disk_full.h"
 #include "scheduler/test_util.h"
+#include "tests/testing/tiny_fs.h"
 
 namespace nightshift::scheduler::http {
 namespace {
@@ -376,6 +380,44 @@ TEST_F(BatchApiTest, ManyBadLinesAreListedUpToACapAndCountedAll) {
       << count.dump();
   EXPECT_LT(reply.text.size(), 64u << 10);
   EXPECT_TRUE(scheduler_->ListJobs({}, 0, 10)->jobs.empty());
+}
+
+// The upload directory on a tmpfs filled to its last KiB: the upload that
+// does not fit is 507 in OpenAI's error shape, leaves no file behind, and
+// goes through once space is freed.
+TEST_F(BatchApiTest, AnUploadToAFullDiskIs507AndKeepsNothing) {
+  std::string why;
+  auto fs = testutil::TinyFilesystem::Mount(1 << 20, &why);
+  if (fs == nullptr) GTEST_SKIP() << why;
+  auto files = ApiStore::Open(dir_.file("state.db"), fs->file("files"), &clock_);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  files_ = std::move(files).value();
+  api_ =
+      std::make_unique<BatchApi>(scheduler_.get(), store_.get(), files_.get(), &clock_, options_);
+  ASSERT_TRUE(fs->Fill(16 << 10));
+  std::string big;
+  while (big.size() < (200u << 10)) big += Line("x" + std::to_string(big.size())) + "\n";
+  const int64_t full_before = DiskFullCount();
+  Reply r = Call("POST", "/v1/files", Multipart(big),
+                 {{"content-type", "multipart/form-data; boundary=BND"}});
+  EXPECT_EQ(r.status, 507) << r.text;
+  EXPECT_EQ(r.body["error"]["type"], "server_error") << r.text;
+  EXPECT_EQ(r.body["error"]["code"], "insufficient_storage") << r.text;
+  EXPECT_EQ(r.body["error"]["message"].get<std::string>().rfind(
+                "the scheduler's disk is full: writing the upload: No space left on device", 0),
+            0u)
+      << r.text;
+  EXPECT_TRUE(r.response.close);
+  EXPECT_GT(DiskFullCount(), full_before);
+  EXPECT_TRUE(Call("GET", "/v1/files").body["data"].empty());
+  size_t left = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator(fs->file("files"))) {
+    ++left;
+  }
+  EXPECT_EQ(left, 0u) << "a partial upload was left behind";
+  fs->Free();
+  EXPECT_FALSE(Upload(big).empty());
 }
 
 TEST_F(BatchApiTest, FileLevelProblemsFailTheBatchToo) {

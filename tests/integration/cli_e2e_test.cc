@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -18,6 +19,7 @@
 #include "scheduler/test_util.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/process.h"
+#include "tests/testing/tiny_fs.h"
 
 namespace nightshift::cli {
 namespace {
@@ -470,6 +472,80 @@ TEST_F(CliEndToEndTest, OneRefusalNamesFormatErrorsUnknownModelsAndLongPromptsTo
   EXPECT_NE(run.err.find("line 3: prompt of "), std::string::npos) << run.err;
   Outcome list = Nightshift("list --json");
   EXPECT_EQ(json::parse(list.out, nullptr, false)["jobs"].size(), 0u) << list.out;
+}
+
+// A scheduler whose database lives on a tmpfs filled to its last KiB: a
+// submission that does not fit is refused as a full disk (not as a file
+// that changed), what was acknowledged before is all there, and the
+// database is intact.
+TEST_F(CliEndToEndTest, ASubmissionToAFullDiskIsRefusedAsSuchAndLosesNothingAcknowledged) {
+  std::string why;
+  auto fs = testutil::TinyFilesystem::Mount(16 << 20, &why);
+  if (fs == nullptr) GTEST_SKIP() << why;
+  std::vector<std::string> argv = testutil::SchedulerArgv(fs->file("ns.db"), "2", "0.2");
+  argv.push_back("--allow-unknown-models");
+  auto scheduler = Process::Start(argv, dir_.file("full-scheduler.log"));
+  ASSERT_NE(scheduler, nullptr);
+  const std::string address = testutil::WaitForListenAddress(*scheduler, 20);
+  ASSERT_FALSE(address.empty()) << scheduler->Log();
+  const auto submit = [&](const std::string& file, const std::string& extra) {
+    return Shell(std::string(kCleanEnv) + " " + BinPath("nightshift") + " submit " + file +
+                 " --json --scheduler " + address + " " + extra);
+  };
+  std::vector<json> first;
+  for (int i = 0; i < 20; ++i) {
+    first.push_back(Completion("a" + std::to_string(i), {{"prompt", "x"}, {"max_tokens", 1}}));
+  }
+  Outcome acknowledged = submit(Write("a.jsonl", first), "");
+  ASSERT_EQ(acknowledged.code, 0) << acknowledged.err << scheduler->Log();
+  const int64_t id = json::parse(acknowledged.out)["submission_id"].get<int64_t>();
+
+  ASSERT_TRUE(fs->Fill(64 << 10)) << fs->FreeBytes();
+  std::vector<json> big;
+  for (int i = 0; i < 2000; ++i) {
+    big.push_back(Completion("b" + std::to_string(i),
+                             {{"prompt", std::string(1000, 'y')}, {"max_tokens", 1}}));
+  }
+  Outcome full = submit(Write("b.jsonl", big), "--chunk-jobs 200");
+  EXPECT_EQ(full.code, 1);
+  EXPECT_TRUE(full.out.empty()) << full.out;
+  EXPECT_NE(full.err.find("b.jsonl: nothing was submitted: the scheduler's disk is full: "),
+            std::string::npos)
+      << full.err;
+  EXPECT_EQ(full.err.find("changed while"), std::string::npos) << full.err;
+  EXPECT_NE(scheduler->Log().find("nightshift-scheduler: the scheduler's disk is full: "),
+            std::string::npos)
+      << scheduler->Log();
+
+  Outcome status = Shell(std::string(kCleanEnv) + " " + BinPath("nightshift") + " status " +
+                         std::to_string(id) + " --json --scheduler " + address);
+  ASSERT_EQ(status.code, 0) << status.err;
+  EXPECT_EQ(json::parse(status.out)["counts"]["total"], "20") << status.out;
+
+  scheduler->Signal(SIGKILL);
+  scheduler->Wait(10);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(fs->file("ns.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  const auto one = [&](const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    std::string value = "(error)";
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW) {
+      value = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return value;
+  };
+  EXPECT_EQ(one("PRAGMA integrity_check"), "ok");
+  EXPECT_EQ(one("SELECT COUNT(*) FROM jobs WHERE submission_id = " + std::to_string(id)), "20");
+  // Nothing of the refused file can run: any chunk of it that was stored is
+  // in a submission never sealed, or cancelled.
+  EXPECT_EQ(one("SELECT COUNT(*) FROM jobs j JOIN submissions s ON s.id = j.submission_id "
+                "WHERE j.submission_id != " +
+                std::to_string(id) + " AND s.sealed = 1 AND j.state != 'cancelled'"),
+            "0");
+  sqlite3_close(db);
 }
 
 TEST_F(CliEndToEndTest, ListWithManyPagesIsOneDocumentAndAFailedListPrintsNoHeader) {
