@@ -173,6 +173,13 @@ std::vector<MetricDef> MakeCatalogue() {
        {},
        kRpcBuckets,
        S},
+      {kSchedulerDiskFullTotal,
+       C,
+       "Writes the scheduler refused because its disk was full (SQLite's SQLITE_FULL, ENOSPC on "
+       "an upload or a tokenizer file); each refused its request whole and was logged.",
+       {},
+       {},
+       S},
       {kEtaRelativeErrorRatio,
        H,
        "Signed relative error (shown - actual) / actual of the ETA a submission showed when "

@@ -78,6 +78,7 @@ inline constexpr std::string_view kResultsRefusedTotal = "nightshift_results_ref
 inline constexpr std::string_view kWorkersAttached = "nightshift_workers_attached";
 inline constexpr std::string_view kSubmissionEtaSeconds = "nightshift_submission_eta_seconds";
 inline constexpr std::string_view kSubmitDurationSeconds = "nightshift_submit_duration_seconds";
+inline constexpr std::string_view kSchedulerDiskFullTotal = "nightshift_scheduler_disk_full_total";
 inline constexpr std::string_view kEtaRelativeErrorRatio = "nightshift_eta_relative_error_ratio";
 }  // namespace names
 

@@ -2,6 +2,14 @@
 
 namespace nightshift::api {
 
+std::string BoundedGrpcMessage(const std::string& message) {
+  if (message.size() <= kMaxGrpcMessageBytes) return message;
+  const std::string tail = "... (cut; " + std::to_string(message.size()) + " bytes in all)";
+  size_t cut = kMaxGrpcMessageBytes - tail.size();
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return message.substr(0, cut) + tail;
+}
+
 grpc::Status ToGrpcStatus(const Status& status) {
   using grpc::StatusCode;
   StatusCode code = StatusCode::UNKNOWN;
@@ -42,7 +50,7 @@ grpc::Status ToGrpcStatus(const Status& status) {
       code = StatusCode::INTERNAL;
       break;
   }
-  return grpc::Status(code, status.message());
+  return grpc::Status(code, BoundedGrpcMessage(status.message()));
 }
 
 Status FromGrpcStatus(const grpc::Status& status) {

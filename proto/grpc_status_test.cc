@@ -32,6 +32,30 @@ TEST(GrpcStatusTest, EveryStatusCodeHasItsGrpcCodeAndBack) {
   }
 }
 
+TEST(GrpcStatusTest, ALongMessageIsCutToFitTheMetadataAtACharacterBoundary) {
+  const std::string fits(kMaxGrpcMessageBytes, 'a');
+  EXPECT_EQ(ToGrpcStatus(InvalidArgument(fits)).error_message(), fits);
+  // 300 lines naming an unknown model: ~60 KB, far over gRPC's metadata limit.
+  std::string long_message;
+  while (long_message.size() < 60'000) long_message += "job 1: model 'ünknown' is served by none; ";
+  const grpc::Status mapped = ToGrpcStatus(InvalidArgument(long_message));
+  EXPECT_EQ(mapped.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  const std::string& sent = mapped.error_message();
+  EXPECT_LE(sent.size(), kMaxGrpcMessageBytes);
+  EXPECT_EQ(sent.rfind(long_message.substr(0, 100), 0), 0u) << sent;
+  EXPECT_NE(sent.find("(cut; " + std::to_string(long_message.size()) + " bytes in all)"),
+            std::string::npos)
+      << sent.substr(sent.size() - 80);
+  // No UTF-8 sequence is split: every lead byte has all its continuation bytes.
+  const std::string head = sent.substr(0, sent.find("... (cut;"));
+  for (size_t i = 0; i < head.size();) {
+    const unsigned char c = static_cast<unsigned char>(head[i]);
+    const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    ASSERT_LE(i + n, head.size()) << "a character is cut at byte " << i;
+    i += n;
+  }
+}
+
 TEST(GrpcStatusTest, CodesWithoutATwinFoldIntoTheNearest) {
   const std::pair<grpc::StatusCode, StatusCode> cases[] = {
       {grpc::StatusCode::PERMISSION_DENIED, StatusCode::kFailedPrecondition},

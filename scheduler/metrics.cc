@@ -21,6 +21,9 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry)
           metrics::CatalogueFamily<prometheus::Gauge>(registry, names::kWorkersAttached).With({})),
       submit_seconds_(
           metrics::CatalogueFamily<prometheus::Histogram>(registry, names::kSubmitDurationSeconds)
+              .With({})),
+      disk_full_(
+          metrics::CatalogueFamily<prometheus::Counter>(registry, names::kSchedulerDiskFullTotal)
               .With({})) {}
 
 void SchedulerMetrics::JobsSubmitted(const std::string& model, int64_t jobs) {
@@ -54,6 +57,12 @@ void SchedulerMetrics::SubmitAnswered(double seconds) { submit_seconds_.Observe(
 
 void SchedulerMetrics::EtaError(const std::string& progress, double ratio) {
   eta_errors_.With({{"progress", progress}}).Observe(ratio);
+}
+
+void SchedulerMetrics::SetDiskFullTotal(int64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double more = static_cast<double>(total) - disk_full_.Value();
+  if (more > 0) disk_full_.Increment(more);
 }
 
 void SchedulerMetrics::SetWorkersAttached(int64_t workers) {

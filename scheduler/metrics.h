@@ -85,6 +85,9 @@ class SchedulerMetrics {
   // ---- gauges, refreshed at each scrape
 
   void SetWorkersAttached(int64_t workers);
+  // Brings nightshift_scheduler_disk_full_total up to `total`, the process's
+  // DiskFullCount() (scheduler/disk_full.h); a smaller total is ignored.
+  void SetDiskFullTotal(int64_t total);
   // Sets nightshift_jobs{model,state} from `counts`; every pair reported
   // before and absent now is set to 0.
   void SetJobCounts(const std::vector<JobCount>& counts);
@@ -106,6 +109,7 @@ class SchedulerMetrics {
   metrics::CatalogueFamily<prometheus::Histogram> eta_errors_;
   prometheus::Gauge& workers_attached_;
   prometheus::Histogram& submit_seconds_;
+  prometheus::Counter& disk_full_;
 
   std::mutex mu_;  // guards the label sets below
   std::set<std::pair<std::string, JobState>> counted_;

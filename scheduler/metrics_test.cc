@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/metric_names.h"
+#include "scheduler/disk_full.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/sqlite.h"
 #include "scheduler/test_util.h"
@@ -342,6 +343,19 @@ TEST_F(SchedulerMetricsTest, WorkersAttachedAndSubmitDurationAreRecorded) {
   metrics_.SubmitAnswered(0.2);
   EXPECT_EQ(Count(names::kSubmitDurationSeconds, {}), 2u);
   EXPECT_DOUBLE_EQ(Sum(names::kSubmitDurationSeconds, {}), 0.204);
+}
+
+TEST_F(SchedulerMetricsTest, DiskFullErrorsAreCountedFromTheProcessTotal) {
+  EXPECT_EQ(Value(names::kSchedulerDiskFullTotal, {}), 0);
+  const int64_t before = DiskFullCount();
+  (void)DiskFull("step: database or disk is full");
+  (void)DiskFull("writing the upload: No space left on device");
+  metrics_.SetDiskFullTotal(DiskFullCount() - before);
+  EXPECT_EQ(Value(names::kSchedulerDiskFullTotal, {}), 2);
+  metrics_.SetDiskFullTotal(DiskFullCount() - before);  // a scrape with nothing new
+  EXPECT_EQ(Value(names::kSchedulerDiskFullTotal, {}), 2);
+  metrics_.SetDiskFullTotal(1);  // never goes down
+  EXPECT_EQ(Value(names::kSchedulerDiskFullTotal, {}), 2);
 }
 
 TEST_F(SchedulerMetricsTest, JobCounterReadsAnIndexNotTheJobRows) {

@@ -1,10 +1,15 @@
 #include "scheduler/prompt_encoder.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 
+#include "scheduler/disk_full.h"
 #include "worker/chat/chat_template.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -18,23 +23,47 @@ struct PromptEncoder::Impl {
 
 namespace {
 
+// Writes `content` to `path` whole, or removes what it wrote: a full disk
+// leaves no half-written file behind.
+Status WriteWhole(const std::string& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return FileError("cannot create " + path, errno);
+  const char* data = content.data();
+  size_t left = content.size();
+  Status status;
+  while (left > 0 && status.ok()) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = FileError("cannot write " + path, errno);
+    } else {
+      data += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+  if (status.ok() && ::fsync(fd) != 0) status = FileError("cannot write " + path, errno);
+  if (::close(fd) != 0 && status.ok()) status = FileError("cannot write " + path, errno);
+  if (!status.ok()) ::unlink(path.c_str());
+  return status;
+}
+
 Status WriteBundle(const TokenizerFiles& files, const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) return Unavailable("cannot create " + dir + ": " + error.message());
+  if (error) return FileError("cannot create " + dir, error.value());
   for (const auto& [name, content] : files.files) {
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
       return InvalidArgument("tokenizer file name '" + name + "' is not a plain file name");
     }
     const std::string path = dir + "/" + name;
     const std::string temp = path + ".tmp";
-    {
-      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-      out.write(content.data(), static_cast<std::streamsize>(content.size()));
-      if (!out) return Unavailable("cannot write " + temp);
-    }
+    NS_RETURN_IF_ERROR(WriteWhole(temp, content));
     std::filesystem::rename(temp, path, error);
-    if (error) return Unavailable("cannot rename " + temp + ": " + error.message());
+    if (error) {
+      const Status renamed = FileError("cannot rename " + temp, error.value());
+      std::filesystem::remove(temp, error);
+      return renamed;
+    }
   }
   return Status::Ok();
 }

@@ -153,26 +153,35 @@ Scheduler::Encoded Scheduler::EncodeJobs(const std::vector<JobSpec>& jobs,
   return encoded;
 }
 
-std::vector<JobProblem> Scheduler::CheckJobs(std::vector<JobSpec>& jobs) {
+Scheduler::Encoded Scheduler::CheckAndEncode(std::vector<JobSpec>& jobs,
+                                             const std::vector<std::string>& decode_problems) {
   std::optional<std::set<std::string>> known;
   if (!options_.allow_unknown_models) known = KnownModels();
   std::vector<JobProblem> problems =
-      FindJobProblems(jobs, options_.limits, {}, known ? &*known : nullptr);
+      FindJobProblems(jobs, options_.limits, decode_problems, known ? &*known : nullptr);
   std::vector<bool> skip(jobs.size(), false);
   for (const JobProblem& p : problems) skip[p.index] = true;
   Encoded encoded = EncodeJobs(jobs, skip);
   problems.insert(problems.end(), encoded.problems.begin(), encoded.problems.end());
   std::stable_sort(problems.begin(), problems.end(),
                    [](const JobProblem& a, const JobProblem& b) { return a.index < b.index; });
-  return problems;
+  encoded.problems = std::move(problems);
+  return encoded;
+}
+
+std::vector<JobProblem> Scheduler::CheckJobs(std::vector<JobSpec>& jobs,
+                                             const std::vector<std::string>& decode_problems) {
+  return CheckAndEncode(jobs, decode_problems).problems;
+}
+
+StatusOr<std::vector<JobProblem>> Scheduler::CheckRequest(SubmitRequest request) {
+  NS_RETURN_IF_ERROR(CheckRequestSize(request.jobs.size(), request.request_bytes, options_.limits));
+  return CheckJobs(request.jobs, request.decode_problems);
 }
 
 StatusOr<SubmitReply> Scheduler::Submit(SubmitRequest request) {
-  std::optional<std::set<std::string>> known;
-  if (!options_.allow_unknown_models) known = KnownModels();
-  NS_RETURN_IF_ERROR(ValidateJobs(request.jobs, request.request_bytes, options_.limits,
-                                  request.decode_problems, known ? &*known : nullptr));
-  Encoded encoded = EncodeJobs(request.jobs, {});
+  NS_RETURN_IF_ERROR(CheckRequestSize(request.jobs.size(), request.request_bytes, options_.limits));
+  Encoded encoded = CheckAndEncode(request.jobs, request.decode_problems);
   if (!encoded.problems.empty()) return InvalidArgument(FormatJobProblems(encoded.problems));
   SubmitChunk chunk;
   chunk.submission_id = request.submission_id;

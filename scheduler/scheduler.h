@@ -129,15 +129,24 @@ class Scheduler {
 
   // ---- clients
 
-  // Validates (InvalidArgument listing every bad job), tokenises with the
-  // model's cached tokenizer where one is known (a prompt over the context is
-  // a validation error), stores (durable when this returns OK) and schedules.
+  // Validates, tokenises with the model's cached tokenizer where one is known
+  // (a prompt over the context is a validation error), stores (durable when
+  // this returns OK) and schedules. A request with any bad job is refused
+  // whole: InvalidArgument naming the first bad jobs of every kind together
+  // and their count (FormatJobProblems; CheckJobs gives the whole list).
+  // ResourceExhausted ("the scheduler's disk is full: ...") when the store
+  // cannot grow; nothing of the request is stored then.
   StatusOr<SubmitReply> Submit(SubmitRequest request);
   // Checks jobs exactly as Submit would (validation, known models, and the
   // tokenisation and context of those whose model's tokenizer is known)
   // without storing anything, filling the same defaults. Every problem, in
   // job order; empty when Submit would take them (the request's size aside).
-  std::vector<JobProblem> CheckJobs(std::vector<JobSpec>& jobs);
+  // `decode_problems` as for ValidateJobs.
+  std::vector<JobProblem> CheckJobs(std::vector<JobSpec>& jobs,
+                                    const std::vector<std::string>& decode_problems = {});
+  // CheckJobs of a whole request (the CheckJobs RPC): InvalidArgument when
+  // the request is empty or too large as a whole, else every problem.
+  StatusOr<std::vector<JobProblem>> CheckRequest(SubmitRequest request);
   StatusOr<SubmissionStatus> GetSubmission(int64_t id);
   StatusOr<JobView> GetJob(int64_t id);
   StatusOr<JobPage> ListJobs(const JobFilter& filter, int64_t after_id, int limit);
@@ -208,6 +217,11 @@ class Scheduler {
     std::vector<JobProblem> problems;
   };
   Encoded EncodeJobs(const std::vector<JobSpec>& jobs, const std::vector<bool>& skip);
+  // Every problem of every job, in job order: validation and known models
+  // first, then tokenisation and context for the jobs validation passed (so
+  // one refusal names every kind of bad job at once), and their tokens.
+  Encoded CheckAndEncode(std::vector<JobSpec>& jobs,
+                         const std::vector<std::string>& decode_problems);
   Status CheckSession(const std::string& worker_id, int64_t session);
   // The encoder of `model`'s tokenizer, from the first worker serving it
   // (connected ones first) whose tokenizer was uploaded; NotFound (with the

@@ -277,6 +277,38 @@ TEST_F(SchedulerTest, APromptOverTheContextIsRefusedAtSubmitOrFailsWhenValidated
       << refused.status().message();
 }
 
+TEST_F(SchedulerTest, ASubmitRefusalNamesEveryKindOfBadJobAtOnce) {
+  allow_unknown_models_ = false;
+  NewScheduler();
+  FakeLink link;
+  Attach(Worker("w1", 1 << 20, {Offer("m", 1000, /*max_context=*/10)}), &link);
+  JobSpec hot = TokenJob("hot", "m", 2, 2);
+  hot.sampling.temperature = 3;
+  SubmitRequest request;
+  request.jobs = {TokenJob("fine", "m", 2, 2), hot, TokenJob("typo", "n", 2, 2),
+                  TokenJob("long", "m", 8, 5)};
+  auto refused = scheduler_->Submit(request);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = refused.status().message();
+  // A format problem does not hide the unknown model, nor either of them the context.
+  EXPECT_NE(m.find("job 1: temperature 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("job 2: model 'n' is served by no worker"), std::string::npos) << m;
+  EXPECT_NE(m.find("job 3: prompt of 8 tokens + 5 new tokens = 13 tokens exceeds the model's "
+                   "context of 10 tokens"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("job 0"), std::string::npos) << m;
+  EXPECT_TRUE(scheduler_->ListJobs({}, 0, 10)->jobs.empty());
+  // CheckRequest finds the same, as data, and refuses an empty request.
+  auto checked = scheduler_->CheckRequest(request);
+  ASSERT_TRUE(checked.ok()) << checked.status().ToString();
+  std::vector<size_t> indices;
+  for (const JobProblem& p : *checked) indices.push_back(p.index);
+  EXPECT_EQ(indices, (std::vector<size_t>{1, 2, 3}));
+  EXPECT_EQ(scheduler_->CheckRequest(SubmitRequest{}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(SchedulerTest, CheckJobsFindsWhatSubmitWouldRefuseAndStoresNothing) {
   allow_unknown_models_ = false;
   NewScheduler();

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/metrics_http.h"
+#include "scheduler/disk_full.h"
 #include "scheduler/http/api_store.h"
 #include "scheduler/http/batch_api.h"
 #include "scheduler/http/http_server.h"
@@ -64,6 +65,7 @@ void RefreshGauges(Scheduler& scheduler, JobCounter& counter, SchedulerMetrics& 
   const LiveGauges gauges = scheduler.Gauges();
   metrics.SetWorkersAttached(gauges.workers_attached);
   metrics.SetEtas(gauges.eta_seconds);
+  metrics.SetDiskFullTotal(DiskFullCount());
 }
 
 }  // namespace

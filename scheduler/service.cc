@@ -330,6 +330,16 @@ class Service::Impl {
       });
     }
 
+    grpc::ServerUnaryReactor* CheckJobs(grpc::CallbackServerContext* ctx,
+                                        const v1::SubmitJobsRequest* req,
+                                        v1::CheckJobsResponse* resp) override {
+      return impl_->Unary(ctx, [this, req, resp]() -> Status {
+        NS_ASSIGN_OR_RETURN(auto problems, impl_->scheduler_->CheckRequest(wire::FromProto(*req)));
+        wire::ToProto(problems, resp);
+        return Status::Ok();
+      });
+    }
+
     grpc::ServerUnaryReactor* GetSubmission(grpc::CallbackServerContext* ctx,
                                             const v1::GetSubmissionRequest* req,
                                             v1::Submission* resp) override {

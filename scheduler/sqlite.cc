@@ -1,27 +1,43 @@
 #include "scheduler/sqlite.h"
 
+#include "scheduler/disk_full.h"
+
 namespace nightshift::scheduler::sqlite {
 
-Status FromCode(sqlite3* db, int code, std::string_view what) {
-  if (code == SQLITE_OK || code == SQLITE_ROW || code == SQLITE_DONE) return Status::Ok();
-  std::string message = std::string(what) + ": ";
-  message += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(code);
+namespace {
+
+// SQLite's `code` (and the errno of the I/O call that failed, 0 when unknown)
+// with `message` as a Status.
+Status Classify(int code, int system_errno, std::string message) {
   switch (code & 0xff) {
     case SQLITE_CONSTRAINT:
       return FailedPrecondition(message);
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
       return DataLoss(message);
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
     case SQLITE_FULL:
+      return DiskFull(message);
     case SQLITE_IOERR:
     case SQLITE_CANTOPEN:
+      // The WAL index, a journal or the file itself could not grow.
+      if (IsDiskFullErrno(system_errno)) return DiskFull(message);
+      return Unavailable(message);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
     case SQLITE_READONLY:
       return Unavailable(message);
     default:
       return Internal(message);
   }
+}
+
+}  // namespace
+
+Status FromCode(sqlite3* db, int code, std::string_view what) {
+  if (code == SQLITE_OK || code == SQLITE_ROW || code == SQLITE_DONE) return Status::Ok();
+  std::string message = std::string(what) + ": ";
+  message += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(code);
+  return Classify(code, db != nullptr ? sqlite3_system_errno(db) : 0, std::move(message));
 }
 
 StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path, int busy_timeout_ms) {
@@ -49,8 +65,7 @@ Status Db::Exec(const std::string& sql) {
   if (code == SQLITE_OK) return Status::Ok();
   std::string message = error != nullptr ? error : sqlite3_errstr(code);
   sqlite3_free(error);
-  Status status = FromCode(nullptr, code, "exec");
-  return Status(status.code(), message);
+  return Classify(code, sqlite3_system_errno(db_), std::move(message));
 }
 
 StatusOr<sqlite3_stmt*> Db::Cached(const std::string& sql) {

@@ -17,7 +17,10 @@
 namespace nightshift::scheduler::sqlite {
 
 // Converts an SQLite result code to a Status whose message is
-// "WHAT: sqlite's message". SQLITE_OK gives OK.
+// "WHAT: sqlite's message". SQLITE_OK gives OK. A full disk (SQLITE_FULL, or
+// an I/O error whose errno is ENOSPC) is scheduler/disk_full.h's DiskFull
+// (ResourceExhausted); a constraint FailedPrecondition; corruption DataLoss;
+// a busy, locked or unwritable database Unavailable; the rest Internal.
 Status FromCode(sqlite3* db, int code, std::string_view what);
 
 class Db {

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <cerrno>
 #include <fstream>
 #include <set>
 
+#include "scheduler/disk_full.h"
+#include "scheduler/sqlite.h"
 #include "scheduler/test_util.h"
+#include "tests/testing/tiny_fs.h"
 
 namespace nightshift::scheduler {
 namespace {
@@ -692,6 +696,100 @@ TEST_F(StoreTest, ResultsOfAPassCommitTogetherAndRefusalsStayAlone) {
   EXPECT_EQ(GetJob(s.job_ids[2]).state, JobState::kLeased);
   EXPECT_EQ(store_->counters().duplicate_results, 1);
   EXPECT_EQ(store_->counters().late_results, 1);
+}
+
+}  // namespace
+}  // namespace nightshift::scheduler
+
+// ---------------------------------------------------------------- a full disk
+
+namespace nightshift::scheduler {
+namespace {
+
+TEST(DiskFullTest, SqliteFullAndEnospcAreResourceExhaustedNamingTheDisk) {
+  const int64_t before = DiskFullCount();
+  const Status full = sqlite::FromCode(nullptr, SQLITE_FULL, "commit");
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(IsDiskFull(full));
+  EXPECT_EQ(
+      full.message().rfind("the scheduler's disk is full: commit: database or disk is full", 0), 0u)
+      << full.message();
+  EXPECT_EQ(DiskFullCount(), before + 1);
+  EXPECT_TRUE(IsDiskFull(FileError("writing the upload", ENOSPC)));
+  EXPECT_TRUE(IsDiskFull(FileError("writing the upload", EDQUOT)));
+  EXPECT_TRUE(IsDiskFull(full.Prefixed("storing the submission")));
+  EXPECT_EQ(DiskFullCount(), before + 3);
+  // Other failures keep their codes and are not counted.
+  EXPECT_EQ(FileError("writing the upload", EIO).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(sqlite::FromCode(nullptr, SQLITE_BUSY, "x").code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(IsDiskFull(ResourceExhausted("the KV budget does not allow it")));
+  EXPECT_EQ(DiskFullCount(), before + 3);
+}
+
+// A database on a tmpfs filled to its last KiB: the submission that does not
+// fit is refused whole as a full disk, every job acknowledged before is
+// still there, the database is intact, and once space is freed the same
+// submission goes through.
+TEST(DiskFullTest, ASubmitOnAFullDiskIsRefusedWholeAndLosesNothingAcknowledged) {
+  std::string why;
+  auto fs = testutil::TinyFilesystem::Mount(8 << 20, &why);
+  if (fs == nullptr) GTEST_SKIP() << why;
+  FakeClock clock;
+  auto opened = Store::Open(fs->file("state.db"), &clock);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<Store> store = std::move(opened).value();
+  ASSERT_TRUE(fs->Fill(256 << 10)) << fs->FreeBytes();
+
+  const auto chunk_of = [](int n, int first) {
+    SubmitChunk chunk;
+    for (int i = 0; i < n; ++i) {
+      JobSpec spec = TokenJob("j" + std::to_string(first + i), "m", 200);
+      chunk.jobs.push_back({spec, TokensOf(spec), "", 3});
+    }
+    return chunk;
+  };
+  std::set<int64_t> acknowledged;
+  Status refused;
+  int next = 0;
+  for (int round = 0; round < 10'000 && refused.ok(); ++round, next += 50) {
+    auto outcome = store->Submit(chunk_of(50, next));
+    if (outcome.ok()) {
+      acknowledged.insert(outcome->job_ids.begin(), outcome->job_ids.end());
+    } else {
+      refused = outcome.status();
+    }
+  }
+  ASSERT_FALSE(refused.ok()) << "the disk never filled";
+  ASSERT_FALSE(acknowledged.empty());
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_TRUE(IsDiskFull(refused)) << refused.ToString();
+  EXPECT_EQ(refused.message().rfind("the scheduler's disk is full: ", 0), 0u) << refused.message();
+
+  // Exactly the acknowledged jobs: none lost, none of the refused chunk kept.
+  std::set<int64_t> stored;
+  int64_t after = 0;
+  while (true) {
+    auto page = store->ListJobs({}, after, 1000);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    for (const JobView& view : page->jobs) stored.insert(view.job.id);
+    if (page->next_after_id == 0 || page->jobs.empty()) break;
+    after = page->next_after_id;
+  }
+  EXPECT_EQ(stored, acknowledged);
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(fs->file("state.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "ok");
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+
+  fs->Free();
+  auto retried = store->Submit(chunk_of(50, next - 50));
+  EXPECT_TRUE(retried.ok()) << retried.status().ToString();
 }
 
 }  // namespace

@@ -129,21 +129,41 @@ std::vector<JobProblem> FindJobProblems(std::vector<JobSpec>& jobs, const Submit
   return found;
 }
 
+size_t CountBadJobs(const std::vector<JobProblem>& problems) {
+  std::set<size_t> jobs;
+  for (const JobProblem& problem : problems) jobs.insert(problem.index);
+  return jobs.size();
+}
+
 std::string FormatJobProblems(const std::vector<JobProblem>& problems) {
   std::string errors;
+  size_t listed = 0;
   for (const JobProblem& problem : problems) {
-    if (!errors.empty()) errors += "; ";
-    errors += "job " + std::to_string(problem.index) + ": " + problem.reason;
+    if (listed == kMaxProblemsInMessage) break;
+    std::string entry = (errors.empty() ? "" : "; ") + std::string("job ") +
+                        std::to_string(problem.index) + ": " + problem.reason;
+    if (errors.size() + entry.size() > kMaxProblemsMessageBytes) {
+      if (listed > 0) break;
+      // The first entry alone is too long: cut it (at a UTF-8 boundary).
+      size_t cut = kMaxProblemsMessageBytes - 3;
+      while (cut > 0 && (static_cast<unsigned char>(entry[cut]) & 0xC0) == 0x80) --cut;
+      entry = entry.substr(0, cut) + "...";
+    }
+    errors += entry;
+    ++listed;
+  }
+  if (listed < problems.size()) {
+    errors += "; and " + std::to_string(problems.size() - listed) + " more problem" +
+              (problems.size() - listed == 1 ? "" : "s") + " (" +
+              std::to_string(CountBadJobs(problems)) + " bad jobs in all)";
   }
   return errors;
 }
 
-Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits,
-                    const std::vector<std::string>& decode_problems,
-                    const std::set<std::string>* known_models) {
-  if (jobs.empty()) return InvalidArgument("the request has no jobs");
-  if (static_cast<int64_t>(jobs.size()) > limits.max_jobs_per_request) {
-    return InvalidArgument("the request has " + std::to_string(jobs.size()) + " jobs; at most " +
+Status CheckRequestSize(size_t jobs, int64_t request_bytes, const SubmitLimits& limits) {
+  if (jobs == 0) return InvalidArgument("the request has no jobs");
+  if (static_cast<int64_t>(jobs) > limits.max_jobs_per_request) {
+    return InvalidArgument("the request has " + std::to_string(jobs) + " jobs; at most " +
                            std::to_string(limits.max_jobs_per_request) +
                            " per request (send the rest in further chunks)");
   }
@@ -151,6 +171,13 @@ Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const Sub
     return InvalidArgument("the request is " + std::to_string(request_bytes) + " bytes; at most " +
                            std::to_string(limits.max_request_bytes) + " (send it in chunks)");
   }
+  return Status::Ok();
+}
+
+Status ValidateJobs(std::vector<JobSpec>& jobs, int64_t request_bytes, const SubmitLimits& limits,
+                    const std::vector<std::string>& decode_problems,
+                    const std::set<std::string>* known_models) {
+  NS_RETURN_IF_ERROR(CheckRequestSize(jobs.size(), request_bytes, limits));
   const std::vector<JobProblem> problems =
       FindJobProblems(jobs, limits, decode_problems, known_models);
   if (!problems.empty()) return InvalidArgument(FormatJobProblems(problems));

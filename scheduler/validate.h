@@ -24,14 +24,19 @@ struct SubmitLimits {
   int32_t max_top_logprobs = 20;
 };
 
-// Checks the request as a whole (job count, `request_bytes`) and every job:
+// The request as a whole: at least one job, at most max_jobs_per_request,
+// at most max_request_bytes. InvalidArgument saying which otherwise.
+Status CheckRequestSize(size_t jobs, int64_t request_bytes, const SubmitLimits& limits);
+
+// Checks the request as a whole (CheckRequestSize) and every job:
 // custom_id present and unique in the request, model named, a non-empty
 // prompt that matches the url (chat messages for /v1/chat/completions, text
 // or token ids for /v1/completions), max new tokens in range, sampling values
 // in OpenAI's ranges, stop strings, labels (classification) not mixed with
 // generation settings. Fills defaults (max new tokens) in `jobs`.
-// Returns OK, or InvalidArgument listing every bad job: "job 3: max_new_tokens
-// -1 is out of range [1, 1048576]; job 7: duplicate custom_id 'a' (job 2)".
+// Returns OK, or InvalidArgument naming the bad jobs (FormatJobProblems:
+// "job 3: max_new_tokens -1 is out of range [1, 1048576]; job 7: duplicate
+// custom_id 'a' (job 2)", the first ones and the count).
 // `decode_problems`, when not empty, holds one entry per job: what was
 // already wrong while decoding it from the wire (e.g. an unsupported url),
 // "" for none; those are listed with the rest. `known_models`, when not
@@ -54,8 +59,22 @@ std::vector<JobProblem> FindJobProblems(std::vector<JobSpec>& jobs, const Submit
                                         const std::vector<std::string>& decode_problems = {},
                                         const std::set<std::string>* known_models = nullptr);
 
-// "job 3: reason; job 7: reason".
+// How many problems a refusal's message names (FormatJobProblems), and at
+// most how many bytes they take: a message rides in gRPC's trailing metadata,
+// which the client caps at a few KiB, so the full list travels as data
+// (CheckJobs) and the message carries only its head and the count.
+inline constexpr size_t kMaxProblemsInMessage = 10;
+inline constexpr size_t kMaxProblemsMessageBytes = 1500;
+
+// "job 3: reason; job 7: reason": the first kMaxProblemsInMessage problems
+// in the list's order, within kMaxProblemsMessageBytes (a longer reason is
+// cut, "..." marking the cut), then, when some are left out, "; and 290 more
+// problems (300 bad jobs in all)". Never longer than
+// kMaxProblemsMessageBytes plus that tail.
 std::string FormatJobProblems(const std::vector<JobProblem>& problems);
+
+// How many distinct jobs `problems` names.
+size_t CountBadJobs(const std::vector<JobProblem>& problems);
 
 // The problem of a job naming `model` when only `known_models` are served:
 // "" when it is one of them.

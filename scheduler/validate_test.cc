@@ -137,6 +137,41 @@ TEST(ValidateTest, EveryBadJobIsListed) {
             "empty");
 }
 
+TEST(ValidateTest, AMessageNamesTheFirstProblemsAndCountsTheRest) {
+  // 300 jobs naming a model no worker serves: the message stays small.
+  std::vector<JobSpec> jobs;
+  for (int i = 0; i < 300; ++i) jobs.push_back(TokenJob("j" + std::to_string(i), "nobody-serves"));
+  const std::set<std::string> known = {"llama"};
+  Status status = ValidateJobs(jobs, 10, SubmitLimits{}, {}, &known);
+  ASSERT_EQ(status.code(), StatusCode::kInvalidArgument);
+  const std::string& m = status.message();
+  EXPECT_EQ(m.rfind("job 0: model 'nobody-serves' is served by no worker", 0), 0u) << m;
+  EXPECT_LE(m.size(), kMaxProblemsMessageBytes + 64) << m;
+  size_t listed = 1;
+  for (size_t at = m.find("; job "); at != std::string::npos; at = m.find("; job ", at + 1)) {
+    ++listed;
+  }
+  EXPECT_LE(listed, kMaxProblemsInMessage);
+  EXPECT_NE(
+      m.find("; and " + std::to_string(300 - listed) + " more problems (300 bad jobs in all)"),
+      std::string::npos)
+      << m;
+  // A job with two problems counts once among the bad jobs.
+  std::vector<JobProblem> problems;
+  for (size_t i = 0; i < 12; ++i) problems.push_back({i / 2, "reason " + std::to_string(i)});
+  const std::string two_each = FormatJobProblems(problems);
+  EXPECT_EQ(CountBadJobs(problems), 6u);
+  EXPECT_NE(two_each.find("; and 2 more problems (6 bad jobs in all)"), std::string::npos)
+      << two_each;
+  // One reason longer than the limit is cut, not dropped.
+  const std::string cut = FormatJobProblems({{4, std::string(5000, 'r')}});
+  EXPECT_EQ(cut.rfind("job 4: rrr", 0), 0u);
+  EXPECT_EQ(cut.size(), kMaxProblemsMessageBytes);
+  EXPECT_EQ(cut.substr(cut.size() - 3), "...");
+  // Few short problems are listed whole, with no count.
+  EXPECT_EQ(FormatJobProblems({{1, "a"}, {3, "b"}}), "job 1: a; job 3: b");
+}
+
 TEST(ValidateTest, DecodeProblemsAreListedWithTheRest) {
   std::vector<JobSpec> jobs = {TokenJob("a", "m"), TokenJob("", "m")};
   Status status = ValidateJobs(jobs, 10, SubmitLimits{}, {"unsupported url '/v1/x'", ""});

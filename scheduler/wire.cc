@@ -59,6 +59,16 @@ SubmitRequest FromProto(const v1::SubmitJobsRequest& request) {
   return out;
 }
 
+void ToProto(const std::vector<JobProblem>& problems, v1::CheckJobsResponse* out) {
+  for (size_t i = 0; i < problems.size() && i < kMaxProblemsListed; ++i) {
+    v1::JobProblem* p = out->add_problems();
+    p->set_index(static_cast<int64_t>(problems[i].index));
+    p->set_reason(problems[i].reason);
+  }
+  out->set_problem_count(static_cast<int64_t>(problems.size()));
+  out->set_bad_jobs(static_cast<int64_t>(CountBadJobs(problems)));
+}
+
 void ToProto(const JobView& view, v1::Job* out) {
   const Job& job = view.job;
   out->set_id(job.id);

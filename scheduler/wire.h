@@ -24,6 +24,11 @@ std::optional<JobState> FromProto(v1::JobState state);
 
 SubmitRequest FromProto(const v1::SubmitJobsRequest& request);
 
+// The most problems a CheckJobsResponse lists (the counts cover them all).
+inline constexpr size_t kMaxProblemsListed = 1000;
+// The first kMaxProblemsListed of `problems` and their counts.
+void ToProto(const std::vector<JobProblem>& problems, v1::CheckJobsResponse* out);
+
 void ToProto(const JobView& view, v1::Job* out);
 void ToProto(const BatchStatus& batch, v1::BatchProgress* out);
 void ToProto(const SubmissionStatus& status, v1::Submission* out);

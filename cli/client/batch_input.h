@@ -6,6 +6,7 @@
 // Pure and thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <istream>
 #include <string>
@@ -49,5 +50,33 @@ bool ParseBatchLine(const std::string& text, int64_t line, const BatchInputOptio
 // counted within the chunk whose jobs came from `lines`), as
 // "\nline L: reason\nline N: reason". Text that names no job is kept.
 std::string ServerErrorsByLine(const std::string& message, const std::vector<int64_t>& lines);
+
+// The bad lines of one file as `submit` reports them: those the local parse
+// refused and those the scheduler's CheckJobs found among the rest (unknown
+// model, a prompt over the context), together. The scheduler lists at most
+// its first problems of a chunk; the count covers every bad line.
+class BadLineReport {
+ public:
+  // Lines the local parse refused (a line appears once per reason).
+  void AddLocal(const std::vector<LineError>& errors);
+  // The scheduler's check of a chunk whose jobs came from `lines` (job i
+  // from line lines[i]).
+  void AddChecked(const v1::CheckJobsResponse& response, const std::vector<int64_t>& lines);
+
+  // Every bad line, listed or not.
+  int64_t bad_lines() const { return static_cast<int64_t>(listed_lines_) + unlisted_; }
+  bool empty() const { return bad_lines() == 0; }
+
+  // "line 3: reason\n" for each reason of the first `max_lines` bad lines
+  // in line order, then "... and 290 more bad lines (300 in all)\n" when
+  // some are not shown.
+  std::string Format(size_t max_lines) const;
+
+ private:
+  std::vector<LineError> listed_;
+  size_t listed_lines_ = 0;  // distinct lines in listed_
+  int64_t unlisted_ = 0;     // bad lines the scheduler counted but did not list
+  void Recount();
+};
 
 }  // namespace nightshift::cli

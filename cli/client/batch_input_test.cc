@@ -198,6 +198,37 @@ TEST(BatchInputTest, ServerErrorsNameTheLines) {
   EXPECT_EQ(ServerErrorsByLine("the request has no jobs", {}), "the request has no jobs");
 }
 
+TEST(BadLineReportTest, LocalAndCheckedLinesAreMergedInLineOrderAndCountedAll) {
+  BadLineReport report;
+  EXPECT_TRUE(report.empty());
+  report.AddLocal({{2, "not valid JSON"}, {7, "temperature 3 is out of range [0, 2]"},
+                   {7, "top_k -1 is negative"}});
+  // A chunk of the good lines 1, 3, 4, 5: the scheduler names jobs 1 and 2
+  // and counts 3 bad jobs (one it did not list).
+  v1::CheckJobsResponse checked;
+  for (auto [index, reason] : std::vector<std::pair<int, std::string>>{
+           {1, "model 'x' is served by no worker"}, {2, "prompt of 9 tokens exceeds"}}) {
+    v1::JobProblem* p = checked.add_problems();
+    p->set_index(index);
+    p->set_reason(reason);
+  }
+  checked.set_problem_count(3);
+  checked.set_bad_jobs(3);
+  report.AddChecked(checked, {1, 3, 4, 5});
+  EXPECT_EQ(report.bad_lines(), 5);
+  EXPECT_EQ(report.Format(50),
+            "line 2: not valid JSON\n"
+            "line 3: model 'x' is served by no worker\n"
+            "line 4: prompt of 9 tokens exceeds\n"
+            "line 7: temperature 3 is out of range [0, 2]\n"
+            "line 7: top_k -1 is negative\n"
+            "... and 1 more bad line (5 in all)\n");
+  EXPECT_EQ(report.Format(2),
+            "line 2: not valid JSON\n"
+            "line 3: model 'x' is served by no worker\n"
+            "... and 3 more bad lines (5 in all)\n");
+}
+
 TEST(BatchInputTest, BlankLinesAreSkippedButCounted) {
   BatchInput input = Parse("\n" + Completion("") + "\n\n{bad\n");
   ASSERT_EQ(input.errors.size(), 1u);

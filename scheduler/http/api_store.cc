@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "scheduler/disk_full.h"
 #include "scheduler/sqlite.h"
 
 namespace nightshift::scheduler::http {
@@ -30,7 +31,9 @@ constexpr const char* kBatchColumns =
     "COALESCE(finalizing_at_ms, 0), COALESCE(completed_at_ms, 0), COALESCE(failed_at_ms, 0), "
     "COALESCE(expired_at_ms, 0), COALESCE(cancelling_at_ms, 0), COALESCE(cancelled_at_ms, 0)";
 
-Status Errno(const std::string& what) { return Unavailable(what + ": " + std::strerror(errno)); }
+// The failed call's errno as a Status: the disk is full (ResourceExhausted),
+// or Unavailable.
+Status Errno(const std::string& what) { return FileError(what, errno); }
 
 Status FsyncPath(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags | O_CLOEXEC);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proto/batch_format.h"
+#include "scheduler/disk_full.h"
 #include "scheduler/http/multipart.h"
 
 namespace nightshift::scheduler::http {
@@ -61,6 +62,12 @@ HttpResponse Error(int status, const std::string& message, const std::string& pa
 
 // A Status from the domain as an error response.
 HttpResponse FromStatus(const Status& status, const std::string& param = "") {
+  if (IsDiskFull(status)) {
+    // 507 Insufficient Storage; retrying at once would find the disk as full.
+    HttpResponse full = Error(507, status.message(), "", "insufficient_storage");
+    full.headers.push_back({"x-should-retry", "false"});
+    return full;
+  }
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
       return Error(400, status.message(), param);
@@ -173,7 +180,7 @@ class TempFile {
     while (size > 0) {
       const ssize_t n = ::write(fd_, data, size);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return Unavailable(std::string("writing the upload: ") + std::strerror(errno));
+      if (n < 0) return FileError("writing the upload", errno);
       data += n;
       size -= static_cast<size_t>(n);
     }
@@ -182,7 +189,7 @@ class TempFile {
   Status Close() {
     const int rc = ::close(fd_);
     fd_ = -1;
-    return rc == 0 ? Status::Ok() : Unavailable("closing the upload");
+    return rc == 0 ? Status::Ok() : FileError("closing the upload", errno);
   }
   const std::string& path() const { return path_; }
   void Release() { path_.clear(); }
@@ -219,23 +226,39 @@ api::ResultLine ResultOf(const JobView& view) {
   return line;
 }
 
-// errors.data[] entries: one per bad line, its reasons joined.
+// errors.data[] entries: one per bad line, its reasons joined, for the first
+// kMaxErrorLines bad lines; when there are more, a last entry (code
+// "too_many_errors", line null) counts them, so a batch's JSON stays small
+// whatever the file.
 json LineErrors(std::vector<api::LineError> errors) {
   std::stable_sort(
       errors.begin(), errors.end(),
       [](const api::LineError& a, const api::LineError& b) { return a.line < b.line; });
   json data = json::array();
+  int64_t bad_lines = 0;
   for (size_t i = 0; i < errors.size();) {
     std::string message = errors[i].reason;
     size_t j = i + 1;
     for (; j < errors.size() && errors[j].line == errors[i].line; ++j) {
       message += "; " + errors[j].reason;
     }
-    data.push_back({{"code", "invalid_request"},
-                    {"message", message},
-                    {"param", nullptr},
-                    {"line", errors[i].line}});
+    if (++bad_lines <= kMaxErrorLines) {
+      data.push_back({{"code", "invalid_request"},
+                      {"message", message},
+                      {"param", nullptr},
+                      {"line", errors[i].line}});
+    }
     i = j;
+  }
+  if (bad_lines > kMaxErrorLines) {
+    const int64_t more = bad_lines - kMaxErrorLines;
+    data.push_back(
+        {{"code", "too_many_errors"},
+         {"message", "... and " + std::to_string(more) + " more bad line" + (more == 1 ? "" : "s") +
+                         " (" + std::to_string(bad_lines) + " in all); the first " +
+                         std::to_string(kMaxErrorLines) + " are listed"},
+         {"param", nullptr},
+         {"line", nullptr}});
   }
   return data;
 }
@@ -459,7 +482,12 @@ HttpResponse BatchApi::UploadFile(const HttpRequest& request) {
           return refused;
         }
         Status written = upload->Write(buffer.data(), *n);
-        if (!written.ok()) return FromStatus(written);
+        if (!written.ok()) {
+          // The rest of the body is not read: the connection ends with the answer.
+          HttpResponse refused = FromStatus(written, "file");
+          refused.close = true;
+          return refused;
+        }
       }
     }  // other fields are ignored, as OpenAI does
   }

@@ -14,14 +14,18 @@
 // batch `validating`; the runner (a thread of its own, or Step() in tests)
 // then checks every line as `nightshift submit` would (the line format, the
 // batch's endpoint, the scheduler's CheckJobs) and either fails the batch
-// with every bad line in errors.data[] (nothing queued) or submits it in
+// with its bad lines in errors.data[] (nothing queued; the first
+// kMaxErrorLines, every kind together, then one `too_many_errors` entry
+// counting them all) or submits it in
 // chunks (in_progress). It also ends batches: expired once their completion
 // window passes (unfinished jobs are cancelled with a `batch_expired`
 // reason), finalizing -> completed when every job is done, cancelling ->
 // cancelled. Output and error files are rendered from the results table, in
 // input order, each time they are downloaded; their sizes are counted at
 // finalizing. Errors have OpenAI's shape {"error": {message, type, param,
-// code}} with 400, 401, 403, 404, 405, 409, 413 or 500.
+// code}} with 400, 401, 403, 404, 405, 409, 413, 500, 503, or 507 when the
+// scheduler's disk is full (code "insufficient_storage"; nothing of the
+// request is kept).
 //
 // Thread-safety: Handle may be called from any number of threads at once;
 // the runner is one thread. Every state change of a batch is a
@@ -42,6 +46,9 @@
 #include "scheduler/store.h"
 
 namespace nightshift::scheduler::http {
+
+// How many bad lines a failed batch's errors.data[] names.
+inline constexpr int64_t kMaxErrorLines = 100;
 
 struct BatchApiOptions {
   // Bearer tokens, as for gRPC: both empty = no authentication. A worker

@@ -8,8 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "proto/batch_format.h"
+#include "scheduler/disk_full.h"
 #include "scheduler/test_util.h"
+#include "tests/testing/tiny_fs.h"
 
 namespace nightshift::scheduler::http {
 namespace {
@@ -347,6 +351,73 @@ TEST_F(BatchApiTest, AMalformedFileFailsValidationWithEveryBadLineAndQueuesNothi
   EXPECT_TRUE(jobs->jobs.empty());
   EXPECT_TRUE(scheduler_->GetSubmission(1)->submission.sealed);
   EXPECT_EQ(Call("POST", "/v1/batches/batch_1/cancel").status, 409);
+}
+
+TEST_F(BatchApiTest, ManyBadLinesAreListedUpToACapAndCountedAll) {
+  AttachWorker();
+  std::string file = "{not json\n";
+  for (int i = 0; i < 250; ++i) file += Line("typo" + std::to_string(i), "nobody") + "\n";
+  Create(Upload(file));
+  api_->Step();
+  const Reply reply = Call("GET", "/v1/batches/batch_1");
+  const json& failed = reply.body;
+  EXPECT_EQ(failed["status"], "failed");
+  const json& data = failed["errors"]["data"];
+  ASSERT_EQ(data.size(), static_cast<size_t>(kMaxErrorLines) + 1) << reply.text.substr(0, 2000);
+  // The first lines in order, every kind together: the format error and the unknown models.
+  EXPECT_EQ(data[0]["line"], 1);
+  EXPECT_NE(data[0]["message"].get<std::string>().find("not valid JSON"), std::string::npos);
+  for (int64_t i = 1; i < kMaxErrorLines; ++i) {
+    EXPECT_EQ(data[i]["line"], i + 1);
+    EXPECT_NE(data[i]["message"].get<std::string>().find("model 'nobody' is served by no worker"),
+              std::string::npos);
+  }
+  const json& count = data[kMaxErrorLines];
+  EXPECT_EQ(count["code"], "too_many_errors");
+  EXPECT_TRUE(count["line"].is_null());
+  EXPECT_NE(count["message"].get<std::string>().find("151 more bad lines (251 in all)"),
+            std::string::npos)
+      << count.dump();
+  EXPECT_LT(reply.text.size(), 64u << 10);
+  EXPECT_TRUE(scheduler_->ListJobs({}, 0, 10)->jobs.empty());
+}
+
+// The upload directory on a tmpfs filled to its last KiB: the upload that
+// does not fit is 507 in OpenAI's error shape, leaves no file behind, and
+// goes through once space is freed.
+TEST_F(BatchApiTest, AnUploadToAFullDiskIs507AndKeepsNothing) {
+  std::string why;
+  auto fs = testutil::TinyFilesystem::Mount(1 << 20, &why);
+  if (fs == nullptr) GTEST_SKIP() << why;
+  auto files = ApiStore::Open(dir_.file("state.db"), fs->file("files"), &clock_);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  files_ = std::move(files).value();
+  api_ =
+      std::make_unique<BatchApi>(scheduler_.get(), store_.get(), files_.get(), &clock_, options_);
+  ASSERT_TRUE(fs->Fill(16 << 10));
+  std::string big;
+  while (big.size() < (200u << 10)) big += Line("x" + std::to_string(big.size())) + "\n";
+  const int64_t full_before = DiskFullCount();
+  Reply r = Call("POST", "/v1/files", Multipart(big),
+                 {{"content-type", "multipart/form-data; boundary=BND"}});
+  EXPECT_EQ(r.status, 507) << r.text;
+  EXPECT_EQ(r.body["error"]["type"], "server_error") << r.text;
+  EXPECT_EQ(r.body["error"]["code"], "insufficient_storage") << r.text;
+  EXPECT_EQ(r.body["error"]["message"].get<std::string>().rfind(
+                "the scheduler's disk is full: writing the upload: No space left on device", 0),
+            0u)
+      << r.text;
+  EXPECT_TRUE(r.response.close);
+  EXPECT_GT(DiskFullCount(), full_before);
+  EXPECT_TRUE(Call("GET", "/v1/files").body["data"].empty());
+  size_t left = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator(fs->file("files"))) {
+    ++left;
+  }
+  EXPECT_EQ(left, 0u) << "a partial upload was left behind";
+  fs->Free();
+  EXPECT_FALSE(Upload(big).empty());
 }
 
 TEST_F(BatchApiTest, FileLevelProblemsFailTheBatchToo) {

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -18,6 +19,7 @@
 #include "scheduler/test_util.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/process.h"
+#include "tests/testing/tiny_fs.h"
 
 namespace nightshift::cli {
 namespace {
@@ -383,6 +385,167 @@ TEST_F(CliEndToEndTest, AModelNoWorkerServesIsALineErrorNamingTheKnownOnes) {
   EXPECT_EQ(run.err.find("line 1:"), std::string::npos) << run.err;
   Outcome list = Nightshift("list --json");
   EXPECT_EQ(json::parse(list.out, nullptr, false)["jobs"].size(), 0u) << list.out;
+}
+
+// Every line names a model no worker serves: the refusal names the first 50
+// lines and counts them all, however many, and never breaks the transport
+// (the whole list once rode in gRPC metadata: "received initial metadata
+// size exceeds limit" at 300 lines).
+TEST_F(CliEndToEndTest, ManyBadLinesAreCountedAndTheFirstNamedWhateverTheirNumber) {
+  for (const int n : {300, 50'000}) {
+    SCOPED_TRACE(n);
+    const std::string path = dir_.file("many-" + std::to_string(n) + ".jsonl");
+    {
+      std::ofstream out(path);
+      for (int i = 0; i < n; ++i) {
+        out << json{{"custom_id", "c" + std::to_string(i)},
+                    {"method", "POST"},
+                    {"url", "/v1/completions"},
+                    {"body", {{"model", "nobody"}, {"prompt", "x"}, {"max_tokens", 1}}}}
+                   .dump()
+            << "\n";
+      }
+    }
+    Outcome run = Nightshift("submit " + path);
+    EXPECT_EQ(run.code, 1);
+    EXPECT_TRUE(run.out.empty()) << run.out;
+    EXPECT_EQ(run.err.find("metadata"), std::string::npos) << run.err.substr(0, 2000);
+    EXPECT_NE(run.err.find(std::to_string(n) + " bad lines; nothing was submitted"),
+              std::string::npos)
+        << run.err.substr(0, 2000);
+    for (int line : {1, 2, 50}) {
+      EXPECT_NE(run.err.find("\nline " + std::to_string(line) +
+                             ": model 'nobody' is served by no worker that has attached (known: "
+                             "tiny)"),
+                std::string::npos)
+          << line << "\n"
+          << run.err.substr(0, 2000);
+    }
+    EXPECT_EQ(run.err.find("\nline 51:"), std::string::npos) << run.err.substr(0, 2000);
+    EXPECT_NE(run.err.find("... and " + std::to_string(n - 50) + " more bad lines (" +
+                           std::to_string(n) + " in all)"),
+              std::string::npos)
+        << run.err.substr(run.err.size() > 500 ? run.err.size() - 500 : 0);
+    EXPECT_LT(run.err.size(), 32u << 10);
+  }
+  Outcome list = Nightshift("list --json");
+  EXPECT_EQ(json::parse(list.out, nullptr, false)["jobs"].size(), 0u) << list.out;
+}
+
+// A format error, a model no worker serves and a prompt over the context:
+// one refusal names all three (the local parse no longer stops before the
+// scheduler's check, nor the scheduler's validation before tokenisation).
+TEST_F(CliEndToEndTest, OneRefusalNamesFormatErrorsUnknownModelsAndLongPromptsTogether) {
+  const std::string file = Write(
+      "kinds.jsonl", {Completion("fine", {{"prompt", "x"}, {"max_tokens", 1}}),
+                      Completion("hot", {{"prompt", "x"}, {"max_tokens", 1}, {"temperature", 3}}),
+                      {{"custom_id", "typo"},
+                       {"method", "POST"},
+                       {"url", "/v1/completions"},
+                       {"body", {{"model", "tinny"}, {"prompt", "x"}, {"max_tokens", 1}}}},
+                      Completion("long", {{"prompt", "xyz"}, {"max_tokens", 4095}})});
+  for (const char* extra : {"", " --chunk-jobs 1"}) {
+    Outcome run = Nightshift("submit " + file + extra);
+    EXPECT_EQ(run.code, 1);
+    EXPECT_NE(run.err.find("3 bad lines; nothing was submitted"), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("line 2: temperature 3 is out of range [0, 2]"), std::string::npos)
+        << run.err;
+    EXPECT_NE(run.err.find("line 3: model 'tinny' is served by no worker"), std::string::npos)
+        << run.err;
+    EXPECT_NE(run.err.find("line 4: prompt of "), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("exceeds the model's context of 4096 tokens"), std::string::npos)
+        << run.err;
+    EXPECT_EQ(run.err.find("line 1:"), std::string::npos) << run.err;
+  }
+  // Without the format error, the scheduler's refusal of a chunk names both of its kinds too.
+  const std::string server_only = Write(
+      "server-only.jsonl", {Completion("fine", {{"prompt", "x"}, {"max_tokens", 1}}),
+                            {{"custom_id", "typo"},
+                             {"method", "POST"},
+                             {"url", "/v1/completions"},
+                             {"body", {{"model", "tinny"}, {"prompt", "x"}, {"max_tokens", 1}}}},
+                            Completion("long", {{"prompt", "xyz"}, {"max_tokens", 4095}})});
+  Outcome run = Nightshift("submit " + server_only);
+  EXPECT_EQ(run.code, 1);
+  EXPECT_NE(run.err.find("2 bad lines; nothing was submitted"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("line 2: model 'tinny'"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("line 3: prompt of "), std::string::npos) << run.err;
+  Outcome list = Nightshift("list --json");
+  EXPECT_EQ(json::parse(list.out, nullptr, false)["jobs"].size(), 0u) << list.out;
+}
+
+// A scheduler whose database lives on a tmpfs filled to its last KiB: a
+// submission that does not fit is refused as a full disk (not as a file
+// that changed), what was acknowledged before is all there, and the
+// database is intact.
+TEST_F(CliEndToEndTest, ASubmissionToAFullDiskIsRefusedAsSuchAndLosesNothingAcknowledged) {
+  std::string why;
+  auto fs = testutil::TinyFilesystem::Mount(16 << 20, &why);
+  if (fs == nullptr) GTEST_SKIP() << why;
+  std::vector<std::string> argv = testutil::SchedulerArgv(fs->file("ns.db"), "2", "0.2");
+  argv.push_back("--allow-unknown-models");
+  auto scheduler = Process::Start(argv, dir_.file("full-scheduler.log"));
+  ASSERT_NE(scheduler, nullptr);
+  const std::string address = testutil::WaitForListenAddress(*scheduler, 20);
+  ASSERT_FALSE(address.empty()) << scheduler->Log();
+  const auto submit = [&](const std::string& file, const std::string& extra) {
+    return Shell(std::string(kCleanEnv) + " " + BinPath("nightshift") + " submit " + file +
+                 " --json --scheduler " + address + " " + extra);
+  };
+  std::vector<json> first;
+  for (int i = 0; i < 20; ++i) {
+    first.push_back(Completion("a" + std::to_string(i), {{"prompt", "x"}, {"max_tokens", 1}}));
+  }
+  Outcome acknowledged = submit(Write("a.jsonl", first), "");
+  ASSERT_EQ(acknowledged.code, 0) << acknowledged.err << scheduler->Log();
+  const int64_t id = json::parse(acknowledged.out)["submission_id"].get<int64_t>();
+
+  ASSERT_TRUE(fs->Fill(64 << 10)) << fs->FreeBytes();
+  std::vector<json> big;
+  for (int i = 0; i < 2000; ++i) {
+    big.push_back(Completion("b" + std::to_string(i),
+                             {{"prompt", std::string(1000, 'y')}, {"max_tokens", 1}}));
+  }
+  Outcome full = submit(Write("b.jsonl", big), "--chunk-jobs 200");
+  EXPECT_EQ(full.code, 1);
+  EXPECT_TRUE(full.out.empty()) << full.out;
+  EXPECT_NE(full.err.find("b.jsonl: nothing was submitted: the scheduler's disk is full: "),
+            std::string::npos)
+      << full.err;
+  EXPECT_EQ(full.err.find("changed while"), std::string::npos) << full.err;
+  EXPECT_NE(scheduler->Log().find("nightshift-scheduler: the scheduler's disk is full: "),
+            std::string::npos)
+      << scheduler->Log();
+
+  Outcome status = Shell(std::string(kCleanEnv) + " " + BinPath("nightshift") + " status " +
+                         std::to_string(id) + " --json --scheduler " + address);
+  ASSERT_EQ(status.code, 0) << status.err;
+  EXPECT_EQ(json::parse(status.out)["counts"]["total"], "20") << status.out;
+
+  scheduler->Signal(SIGKILL);
+  scheduler->Wait(10);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(fs->file("ns.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  const auto one = [&](const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    std::string value = "(error)";
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW) {
+      value = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return value;
+  };
+  EXPECT_EQ(one("PRAGMA integrity_check"), "ok");
+  EXPECT_EQ(one("SELECT COUNT(*) FROM jobs WHERE submission_id = " + std::to_string(id)), "20");
+  // Nothing of the refused file can run: any chunk of it that was stored is
+  // in a submission never sealed, or cancelled.
+  EXPECT_EQ(one("SELECT COUNT(*) FROM jobs j JOIN submissions s ON s.id = j.submission_id "
+                "WHERE j.submission_id != " +
+                std::to_string(id) + " AND s.sealed = 1 AND j.state != 'cancelled'"),
+            "0");
+  sqlite3_close(db);
 }
 
 TEST_F(CliEndToEndTest, ListWithManyPagesIsOneDocumentAndAFailedListPrintsNoHeader) {
