@@ -10,6 +10,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "worker/engine/e4m3_x86.h"
 #define NS_QUANT_X86 1
 #endif
 
@@ -116,29 +118,6 @@ NS_TARGET void Avx2Row(const QuantView& w, int64_t i, int64_t c_begin, int64_t c
   }
 }
 
-// Eight E4M3 bytes as float32, exactly (the table's values) without a
-// gather: the 7 magnitude bits placed in a float's exponent and mantissa
-// fields, the exponent rebiased by 120, for normal values; m x 2^-9 for
-// subnormals (so no denormal float is ever the result); NaN for 0x7f; the
-// sign OR-ed in.
-NS_TARGET inline __m256 DecodeE4M3(__m128i eight_bytes) {
-  const __m256i b = _mm256_cvtepu8_epi32(eight_bytes);
-  const __m256i magnitude = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
-  // The exponent rebiased by integer addition: multiplying the shifted bits
-  // by 2^120 instead makes denormal floats of the subnormal bytes, whose
-  // microcode assists cost more than the rest of the decode.
-  const __m256 normal = _mm256_castsi256_ps(
-      _mm256_add_epi32(_mm256_slli_epi32(magnitude, 20), _mm256_set1_epi32(120 << 23)));
-  const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(magnitude), _mm256_set1_ps(0x1p-9f));
-  const __m256 is_subnormal = _mm256_castsi256_ps(_mm256_cmpeq_epi32(
-      _mm256_and_si256(magnitude, _mm256_set1_epi32(0x78)), _mm256_setzero_si256()));
-  __m256 v = _mm256_blendv_ps(normal, subnormal, is_subnormal);
-  const __m256 is_nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(magnitude, _mm256_set1_epi32(0x7f)));
-  v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), is_nan);
-  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-  return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
-}
-
 // out[k] = e4m3(bytes[k]) * scale for k < n.
 NS_TARGET void Avx2Fp8(const unsigned char* bytes, int64_t n, const float* scale, bool per_element,
                        float* out) {
@@ -148,7 +127,7 @@ NS_TARGET void Avx2Fp8(const unsigned char* bytes, int64_t n, const float* scale
   for (; k + 8 <= n; k += 8) {
     uint64_t eight;
     std::memcpy(&eight, bytes + k, 8);
-    const __m256 v = DecodeE4M3(_mm_cvtsi64_si128(static_cast<long long>(eight)));
+    const __m256 v = DecodeE4M3x8(_mm_cvtsi64_si128(static_cast<long long>(eight)));
     if (per_element) s = _mm256_loadu_ps(scale + k);
     _mm256_storeu_ps(out + k, _mm256_mul_ps(v, s));
   }

@@ -17,6 +17,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+
+#include "worker/engine/e4m3_x86.h"
 #define NS_QMM_X86 1
 #endif
 
@@ -246,27 +248,11 @@ NS_AVX2 void Int4BlockAvx2(const float* x, int64_t in, int64_t rows, const float
   if (t < rows) Int4RowsAvx2<1>(x + t * in, in, panel, kb, ytile + t * ys, ys);
 }
 
-// Eight E4M3 bytes as float32, exactly, without a denormal float anywhere
-// (an operation on one costs a microcode assist: a random FP8 weight's
-// vector has a subnormal byte more often than not). Normal values: the
-// magnitude's exponent and mantissa bits moved into a float's and the
-// exponent rebiased by integer addition (+120); subnormals: m x 2^-9; NaN
-// for 0x7f; the sign OR-ed in.
+// DecodeE4M3x8 (e4m3_x86.h) of the eight bytes at p.
 NS_AVX2 inline __m256 DecodeE4M3Avx2(const unsigned char* p) {
   uint64_t eight;
   std::memcpy(&eight, p, 8);
-  const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
-  const __m256i magnitude = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
-  const __m256 normal = _mm256_castsi256_ps(
-      _mm256_add_epi32(_mm256_slli_epi32(magnitude, 20), _mm256_set1_epi32(120 << 23)));
-  const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(magnitude), _mm256_set1_ps(0x1p-9f));
-  const __m256 is_subnormal = _mm256_castsi256_ps(_mm256_cmpeq_epi32(
-      _mm256_and_si256(magnitude, _mm256_set1_epi32(0x78)), _mm256_setzero_si256()));
-  __m256 v = _mm256_blendv_ps(normal, subnormal, is_subnormal);
-  const __m256 is_nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(magnitude, _mm256_set1_epi32(0x7f)));
-  v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), is_nan);
-  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-  return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+  return DecodeE4M3x8(_mm_cvtsi64_si128(static_cast<long long>(eight)));
 }
 
 NS_AVX2 void DecodeFp8Avx2(const unsigned char* bytes, int64_t n, float scale, float* out) {
@@ -382,7 +368,7 @@ NS_AVX512 void Int4BlockAvx512(const float* x, int64_t in, int64_t rows, const f
   }
 }
 
-// DecodeE4M3Avx2's arithmetic on 16 bytes.
+// DecodeE4M3x8's arithmetic (e4m3_x86.h) on 16 bytes.
 NS_AVX512 inline __m512 DecodeE4M3Avx512(const unsigned char* p) {
   const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i magnitude = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
