@@ -72,6 +72,16 @@ void RefreshGauges(Scheduler& scheduler, JobCounter& counter, SchedulerMetrics& 
 
 const char* SchedulerVersion() { return "0.1.0"; }
 
+std::pair<double, double> KeepaliveSeconds(const ServerConfig& config) {
+  // A quarter of the lease each, so that ping + timeout find a dead link in
+  // half a lease; at most 10 s, and (for short test leases) at least what a
+  // loaded machine answers a ping in.
+  const double quarter = config.lease_seconds / 4;
+  return {config.keepalive_seconds > 0 ? config.keepalive_seconds : std::clamp(quarter, 0.5, 10.0),
+          config.keepalive_timeout_seconds > 0 ? config.keepalive_timeout_seconds
+                                               : std::clamp(quarter, 1.0, 10.0)};
+}
+
 bool IsLoopback(const std::string& address) {
   std::string host, port;
   if (!SplitAddress(address, &host, &port).ok()) return false;
@@ -94,6 +104,12 @@ StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note)
     return InvalidArgument("--heartbeat-seconds must be shorter than --lease-seconds");
   }
   if (config.max_attempts < 1) return InvalidArgument("--max-attempts must be at least 1");
+  if (config.keepalive_seconds < 0 || config.keepalive_timeout_seconds < 0 ||
+      (config.keepalive_seconds > 0 && config.keepalive_seconds < 1e-3 * kMinRecvPingIntervalMs)) {
+    return InvalidArgument(
+        "--keepalive-seconds and --keepalive-timeout-seconds must be 0 (a quarter of the lease) or "
+        "positive, the interval at least 0.5");
+  }
   if (config.metrics_port < -1 || config.metrics_port > 65535) {
     return InvalidArgument("--metrics-port must be a port (0 picks a free one), or -1 for none");
   }
@@ -223,6 +239,25 @@ Status RunServer(const ServerConfig& config) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Keepalive: a worker whose link went silent is detached (its stream
+  // ends) once a ping goes unanswered, before its lease expires, so the
+  // scheduler leases it nothing more on a dead link.
+  const auto [keepalive, keepalive_timeout] = KeepaliveSeconds(config);
+  const int keepalive_ms = static_cast<int>(keepalive * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(keepalive_timeout * 1000));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, keepalive_ms);
+  // Workers ping as often as every second (their --keepalive-seconds).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kMinRecvPingIntervalMs);
+  if (keepalive + keepalive_timeout >= config.lease_seconds) {
+    std::cerr << "nightshift-scheduler: keepalive " << keepalive << " s + timeout "
+              << keepalive_timeout << " s is not shorter than the lease (" << config.lease_seconds
+              << " s): a silent worker link is found only after its leases expire" << std::endl;
+  }
   int port = 0;
   builder.AddListeningPort(address, credentials, &port);
   builder.RegisterService(service.job_service());
