@@ -88,8 +88,9 @@ int main(int argc, char** argv) {
                "quarter of --lease-seconds, 0.5 to 10; at least 0.5)",
                "S");
   flags.Double("keepalive-timeout-seconds", &config.keepalive_timeout_seconds,
-               "close a connection whose ping is not answered within this (default: a quarter of "
-               "--lease-seconds, 1 to 10)",
+               "close a connection whose ping is not answered within this (default 10; under 5 "
+               "a client with no call in flight may be dropped, as gRPC reads an idle "
+               "connection every 5 s)",
                "S");
   flags.Int("metrics-port", &config.metrics_port,
             "serve Prometheus /metrics on this port (0 picks a free one; default -1: none); "

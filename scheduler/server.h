@@ -38,9 +38,8 @@ struct ServerConfig {
   // HTTP/2 keepalive towards workers and clients: a ping every
   // keepalive_seconds, the connection closed when one is not answered
   // within keepalive_timeout_seconds, so a worker whose link went silent
-  // (no FIN, no RST) is detached well within its lease. 0 = a quarter of
-  // the lease, at most 10 s and at least 0.5 s (the timeout 1 s)
-  // (KeepaliveSeconds).
+  // (no FIN, no RST) is detached well within its lease. 0 = the defaults
+  // of KeepaliveSeconds.
   double keepalive_seconds = 0;
   double keepalive_timeout_seconds = 0;
 };
@@ -50,8 +49,9 @@ struct ServerConfig {
 inline constexpr int kMinRecvPingIntervalMs = 500;
 
 // The keepalive interval and timeout the server uses: the configured ones,
-// or for each left at 0 a quarter of the lease, at most 10 s and at least
-// 0.5 s (interval) or 1 s (timeout).
+// or for each left at 0 a quarter of the lease, 0.5 to 10 s (interval), and
+// 10 s (timeout; shorter than gRPC's 5 s backup poll of an idle client's
+// connection, idle clients would be dropped).
 std::pair<double, double> KeepaliveSeconds(const ServerConfig& config);
 
 // The scheduler's version string.
