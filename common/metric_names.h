@@ -66,6 +66,9 @@ inline constexpr std::string_view kKvInUseBytes = "nightshift_kv_in_use_bytes";
 inline constexpr std::string_view kPinnedBytes = "nightshift_pinned_bytes";
 inline constexpr std::string_view kPassesByComputeTotal = "nightshift_passes_by_compute_total";
 inline constexpr std::string_view kProjectionFlopsTotal = "nightshift_projection_flops_total";
+inline constexpr std::string_view kCheckpointReadErrorsTotal =
+    "nightshift_checkpoint_read_errors_total";
+inline constexpr std::string_view kModelUnhealthy = "nightshift_model_unhealthy";
 // Scheduler: the queue, leases, results and ETAs.
 inline constexpr std::string_view kJobs = "nightshift_jobs";
 inline constexpr std::string_view kJobsSubmittedTotal = "nightshift_jobs_submitted_total";

@@ -114,6 +114,9 @@ struct ModelOffer {
   // Tokens one pass may feed (prompts and labels of joining jobs, one per
   // decoding job); 0 = no limit.
   int64_t pass_token_budget = 0;
+  // Why the worker cannot read the checkpoint now (a disk error mid-pass);
+  // "" = healthy. The scheduler sends an unhealthy model no batches there.
+  std::string unhealthy;
 };
 
 // A model's tokenizer files as a worker sends them, cached by content hash.
@@ -134,6 +137,9 @@ struct WorkerInfo {
   int32_t max_batch_jobs = 0;        // 0 = no limit beyond the KV budget
   std::vector<ModelOffer> models;
   std::string open_model;  // the checkpoint it has open, "" if none
+  // The cgroup memory limit the memory budget was cut to; 0 = none applied.
+  // Live only (the store does not keep it).
+  int64_t cgroup_memory_limit_bytes = 0;
   // Kept by the scheduler's store; a worker leaves them unset:
   int64_t session = 0;  // fencing epoch, +1 on each attach
   bool connected = false;

@@ -137,7 +137,8 @@ ModelOffer FromProto(const v1::ModelAdvert& m) {
           m.seconds_per_pass(),
           m.max_context_tokens(),
           m.tokenizer_hash(),
-          m.pass_token_budget()};
+          m.pass_token_budget(),
+          m.unhealthy()};
 }
 
 void ToProto(const ModelOffer& m, v1::ModelAdvert* out) {
@@ -148,6 +149,7 @@ void ToProto(const ModelOffer& m, v1::ModelAdvert* out) {
   out->set_max_context_tokens(m.max_context_tokens);
   out->set_tokenizer_hash(m.tokenizer_hash);
   out->set_pass_token_budget(m.pass_token_budget);
+  out->set_unhealthy(m.unhealthy);
 }
 
 TokenizerFiles FromProto(const v1::TokenizerUpload& upload) {
@@ -204,6 +206,7 @@ WorkerHello FromProto(const v1::WorkerHello& h) {
   info.read_bytes_per_second = h.read_bytes_per_second();
   info.max_batch_jobs = h.max_batch_jobs();
   info.open_model = h.open_model();
+  info.cgroup_memory_limit_bytes = h.cgroup_memory_limit_bytes();
   for (const auto& m : h.models()) info.models.push_back(FromProto(m));
   out.running_batches.assign(h.running_batches().begin(), h.running_batches().end());
   out.version = h.version();
@@ -219,6 +222,7 @@ void ToProto(const WorkerHello& hello, v1::WorkerHello* out) {
   out->set_read_bytes_per_second(info.read_bytes_per_second);
   out->set_max_batch_jobs(info.max_batch_jobs);
   out->set_open_model(info.open_model);
+  out->set_cgroup_memory_limit_bytes(info.cgroup_memory_limit_bytes);
   for (const ModelOffer& m : info.models) ToProto(m, out->add_models());
   for (int64_t batch : hello.running_batches) out->add_running_batches(batch);
   out->set_version(hello.version);

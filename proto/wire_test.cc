@@ -89,7 +89,8 @@ TEST(ApiWireTest, WorkerHelloRoundTripsWithItsModels) {
   info.read_bytes_per_second = 1.5e9;
   info.max_batch_jobs = 12;
   info.open_model = "m";
-  info.models.push_back({"m", 4096, 1'000'000, 0.75, 2048, "abc", 6000});
+  info.cgroup_memory_limit_bytes = 1 << 30;
+  info.models.push_back({"m", 4096, 1'000'000, 0.75, 2048, "abc", 6000, "read failed"});
   v1::WorkerHello wire;
   ToProto(hello, &wire);
   ExpectEveryFieldSet(wire);
@@ -105,6 +106,7 @@ TEST(ApiWireTest, WorkerHelloRoundTripsWithItsModels) {
   EXPECT_EQ(back.read_bytes_per_second, 1.5e9);
   EXPECT_EQ(back.max_batch_jobs, 12);
   EXPECT_EQ(back.open_model, "m");
+  EXPECT_EQ(back.cgroup_memory_limit_bytes, 1 << 30);
   ASSERT_EQ(back.models.size(), 1u);
   const ModelOffer& m = back.models[0];
   EXPECT_EQ(m.name, "m");
@@ -114,6 +116,7 @@ TEST(ApiWireTest, WorkerHelloRoundTripsWithItsModels) {
   EXPECT_EQ(m.max_context_tokens, 2048);
   EXPECT_EQ(m.tokenizer_hash, "abc");
   EXPECT_EQ(m.pass_token_budget, 6000);
+  EXPECT_EQ(m.unhealthy, "read failed");
 }
 
 TEST(ApiWireTest, PassProgressRoundTrips) {

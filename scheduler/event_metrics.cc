@@ -44,6 +44,16 @@ void EventMetrics::LostLeases(const std::vector<JobChange>& changes, const Fleet
   }
 }
 
+void EventMetrics::Retried(const std::vector<JobChange>& changes, const Fleet& fleet) {
+  if (metrics_ == nullptr) return;
+  for (const JobChange& change : changes) {
+    auto batch = fleet.batches().find(change.batch_id);
+    if (batch != fleet.batches().end() && change.to == JobState::kQueued) {
+      metrics_->JobRetried(batch->second->model);
+    }
+  }
+}
+
 void EventMetrics::EtaErrors(const std::vector<EtaError>& errors) {
   if (metrics_ == nullptr) return;
   for (const EtaError& e : errors) metrics_->EtaError(e.progress, e.ratio);

@@ -34,6 +34,10 @@ class EventMetrics {
   // Batches of `fleet` whose lease was lost, and their jobs queued again.
   // Call before the fleet forgets them.
   void LostLeases(const std::vector<JobChange>& changes, const Fleet& fleet);
+  // Jobs of `fleet`'s batches a worker handed back because they could not
+  // run there: those queued again count as retries. Call before the fleet
+  // forgets them.
+  void Retried(const std::vector<JobChange>& changes, const Fleet& fleet);
   // The errors of the ETAs a submission that just ended showed.
   void EtaErrors(const std::vector<EtaError>& errors);
   // Results of `worker_id` the store refused (duplicates and late ones).

@@ -94,6 +94,11 @@ std::vector<WorkerSlot> Fleet::Slots() const {
     WorkerSlot slot;
     slot.info = w->info;
     slot.info.connected = w->info.connected && !w->draining;
+    // A model whose checkpoint the worker cannot read now gets no batches there.
+    auto& models = slot.info.models;
+    models.erase(std::remove_if(models.begin(), models.end(),
+                                [](const ModelOffer& m) { return !m.unhealthy.empty(); }),
+                 models.end());
     auto batch = batches_.find(w->batch_id);
     if (batch != batches_.end()) {
       const LiveBatch& b = *batch->second;

@@ -141,7 +141,8 @@ class Fleet {
   // again). Returns the cancelled jobs by batch id.
   std::map<int64_t, Cancelled> Forget(const std::vector<JobChange>& changes);
 
-  // The workers as the policy sees them: a draining worker is not connected.
+  // The workers as the policy sees them: a draining worker is not connected,
+  // and an unhealthy model (ModelOffer::unhealthy) is not offered.
   std::vector<WorkerSlot> Slots() const;
   // Workers that offer `model`, connected ones first (their tokenizer is the
   // one that runs the jobs).

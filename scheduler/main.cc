@@ -34,6 +34,8 @@ constexpr EnvFlag kEnv[] = {
     {"http-files-dir", "NIGHTSHIFT_HTTP_FILES_DIR"},
     {"http-max-upload-bytes", "NIGHTSHIFT_HTTP_MAX_UPLOAD_BYTES"},
     {"http-max-batch-requests", "NIGHTSHIFT_HTTP_MAX_BATCH_REQUESTS"},
+    {"keepalive-seconds", "NIGHTSHIFT_KEEPALIVE_SECONDS"},
+    {"keepalive-timeout-seconds", "NIGHTSHIFT_KEEPALIVE_TIMEOUT_SECONDS"},
 };
 
 // Environment values first, as if given before the command line's flags, so
@@ -76,7 +78,20 @@ int main(int argc, char** argv) {
                "a batch's lease; heartbeats extend it, expiry requeues its jobs", "S");
   flags.Double("heartbeat-seconds", &config.heartbeat_seconds,
                "how often workers are asked to heartbeat", "S");
-  flags.Int("max-attempts", &config.max_attempts, "lost leases after which a job fails", "N");
+  flags.Int("max-attempts", &config.max_attempts,
+            "lost leases (or hand-backs after a worker's checkpoint read failed) after which a "
+            "job fails",
+            "N");
+  flags.Double("keepalive-seconds", &config.keepalive_seconds,
+               "ping each worker and client connection this often, so that a link gone silent "
+               "(no FIN, no RST) is found and its worker detached within a lease (default: a "
+               "quarter of --lease-seconds, 0.5 to 10; at least 0.5)",
+               "S");
+  flags.Double("keepalive-timeout-seconds", &config.keepalive_timeout_seconds,
+               "close a connection whose ping is not answered within this (default 10; under 5 "
+               "a client with no call in flight may be dropped, as gRPC reads an idle "
+               "connection every 5 s)",
+               "S");
   flags.Int("metrics-port", &config.metrics_port,
             "serve Prometheus /metrics on this port (0 picks a free one; default -1: none); "
             "on 127.0.0.1 when --listen is loopback, else on 0.0.0.0",

@@ -229,7 +229,7 @@ TEST(ScheduleTest, KvBytesOfAssignmentsNeverExceedTheBudget) {
   w.info.id = "w";
   w.info.connected = true;
   w.info.kv_budget_bytes = 1'000'000;
-  w.info.models.push_back({"m", 48, 0, 0, 0, ""});
+  w.info.models.push_back({"m", 48, 0, 0, 0, "", 0, ""});
   snapshot.workers.push_back(w);
   for (int i = 1; i <= 500; ++i) snapshot.queue.push_back({i, 1, "m", 0, 100 + (i * 37) % 400, 3});
   const Plan plan = Schedule(snapshot);

@@ -550,14 +550,16 @@ StatusOr<std::vector<Status>> Scheduler::Results(const std::string& worker_id, i
 }
 
 Status Scheduler::HandBack(const std::string& worker_id, int64_t session, int64_t batch_id,
-                           const std::vector<int64_t>& job_ids, bool draining) {
+                           const std::vector<int64_t>& job_ids, bool draining,
+                           const std::string& error) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
   if (draining) fleet_.Worker(worker_id).draining = true;
   // An idle worker announces its drain with an empty hand-back of batch 0.
   if (batch_id == 0 && job_ids.empty()) return Status::Ok();
   NS_ASSIGN_OR_RETURN(std::vector<JobChange> changes,
-                      store_->HandBack(worker_id, batch_id, job_ids));
+                      store_->HandBack(worker_id, batch_id, job_ids, error));
+  if (!error.empty()) events_.Retried(changes, fleet_);
   Forget(changes);
   Notify(changes);
   ScheduleLocked(false);
@@ -574,6 +576,19 @@ Status Scheduler::Withdraw(const std::string& worker_id, int64_t session, const 
                               [&](const ModelOffer& m) { return m.name == model; }),
                models.end());
   return store_->WithdrawModel(worker_id, model);
+}
+
+Status Scheduler::ModelHealth(const std::string& worker_id, int64_t session,
+                              const std::string& model, const std::string& unhealthy) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
+  for (ModelOffer& offer : fleet_.Worker(worker_id).info.models) {
+    if (offer.name != model) continue;
+    offer.unhealthy = unhealthy;
+    if (unhealthy.empty()) ScheduleLocked(false);  // its queue may wait for it
+    return Status::Ok();
+  }
+  return NotFound("worker " + worker_id + " does not offer model " + model);
 }
 
 void Scheduler::Tick() {

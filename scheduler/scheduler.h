@@ -192,8 +192,19 @@ class Scheduler {
   StatusOr<std::vector<Status>> Results(const std::string& worker_id, int64_t session,
                                         std::vector<JobResult> results);
   // The worker returns jobs it will not run; `draining` stops new work for it.
+  // With `error` (they could not run there: a checkpoint read failed
+  // mid-pass) each job's attempt counts and one with none left fails with
+  // the error (Store::HandBack); the ones queued again are counted as
+  // retries.
   Status HandBack(const std::string& worker_id, int64_t session, int64_t batch_id,
-                  const std::vector<int64_t>& job_ids, bool draining);
+                  const std::vector<int64_t>& job_ids, bool draining,
+                  const std::string& error = "");
+  // The worker cannot read `model`'s checkpoint now (`unhealthy`: why) or
+  // can again (""): the offer is marked so, ListWorkers shows it, and no
+  // batch of an unhealthy model goes to that worker. NotFound when the
+  // worker does not offer the model.
+  Status ModelHealth(const std::string& worker_id, int64_t session, const std::string& model,
+                     const std::string& unhealthy);
   // The model failed on the worker (e.g. a corrupt checkpoint): no more
   // batches of it go there.
   Status Withdraw(const std::string& worker_id, int64_t session, const std::string& model,

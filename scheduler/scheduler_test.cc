@@ -645,6 +645,42 @@ TEST_F(SchedulerTest, AWithdrawnModelGetsNoMoreBatchesThere) {
   EXPECT_EQ((*workers)[0].info.models.size(), 1u);
 }
 
+// A worker whose checkpoint read failed mid-pass hands the batch back with
+// the error (an attempt each) and reports the model unhealthy: no batch of
+// it goes there, other models do, and once healthy again it gets the queue.
+TEST_F(SchedulerTest, AnUnhealthyModelGetsNoBatchesThereUntilItIsHealthyAgain) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m"), Offer("n")}), &link);
+  auto reply = Submit({TokenJob("a", "m")});
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  const std::string error = "data_loss: model.safetensors: read at offset 0 failed: I/O error";
+  ASSERT_TRUE(scheduler_->ModelHealth("w1", session, "m", error).ok());
+  ASSERT_TRUE(scheduler_->HandBack("w1", session, batch, reply.job_ids, false, error).ok());
+  Job a = GetJob(reply.job_ids[0]);
+  EXPECT_EQ(a.state, JobState::kQueued);
+  EXPECT_EQ(a.attempt, 1);
+  EXPECT_NE(a.reason.find(error), std::string::npos) << a.reason;
+  auto workers = scheduler_->ListWorkers();
+  ASSERT_EQ((*workers)[0].info.models.size(), 2u);
+  EXPECT_EQ((*workers)[0].info.models[0].unhealthy, error);
+  EXPECT_EQ((*workers)[0].info.models[1].unhealthy, "");
+
+  auto other = Submit({TokenJob("b", "n")});
+  scheduler_->Tick();
+  auto assigns = link.Of(WorkerCommand::Kind::kAssign);
+  ASSERT_EQ(assigns.size(), 2u);
+  EXPECT_EQ(assigns[1].model, "n");
+  ASSERT_TRUE(scheduler_->Result("w1", session, Done(assigns[1].batch_id, other.job_ids[0])).ok());
+  EXPECT_EQ(link.Of(WorkerCommand::Kind::kAssign).size(), 2u) << "m waits";
+  EXPECT_EQ(GetJob(reply.job_ids[0]).state, JobState::kQueued);
+
+  ASSERT_TRUE(scheduler_->ModelHealth("w1", session, "m", "").ok());
+  assigns = link.Of(WorkerCommand::Kind::kAssign);
+  ASSERT_EQ(assigns.size(), 3u);
+  EXPECT_EQ(assigns[2].model, "m");
+  EXPECT_EQ(scheduler_->ModelHealth("w1", session, "nope", "x").code(), StatusCode::kNotFound);
+}
+
 TEST_F(SchedulerTest, EstimateUsesTheWorkersFigures) {
   FakeLink link;
   WorkerInfo info = Worker("w1", 100'000, {Offer("m", 1000)});

@@ -72,6 +72,17 @@ void RefreshGauges(Scheduler& scheduler, JobCounter& counter, SchedulerMetrics& 
 
 const char* SchedulerVersion() { return "0.1.0"; }
 
+std::pair<double, double> KeepaliveSeconds(const ServerConfig& config) {
+  // A ping every quarter of the lease (0.5 to 10 s) and 10 s for its
+  // answer: a dead link is found in 20 s with the default 60 s lease. The
+  // timeout is not shorter because a client with no call in flight answers
+  // pings only when gRPC's backup poller reads its connection (every 5 s by
+  // default); a shorter one drops idle clients (their next call then fails).
+  const double interval = std::clamp(config.lease_seconds / 4, 0.5, 10.0);
+  return {config.keepalive_seconds > 0 ? config.keepalive_seconds : interval,
+          config.keepalive_timeout_seconds > 0 ? config.keepalive_timeout_seconds : 10.0};
+}
+
 bool IsLoopback(const std::string& address) {
   std::string host, port;
   if (!SplitAddress(address, &host, &port).ok()) return false;
@@ -94,6 +105,12 @@ StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note)
     return InvalidArgument("--heartbeat-seconds must be shorter than --lease-seconds");
   }
   if (config.max_attempts < 1) return InvalidArgument("--max-attempts must be at least 1");
+  if (config.keepalive_seconds < 0 || config.keepalive_timeout_seconds < 0 ||
+      (config.keepalive_seconds > 0 && config.keepalive_seconds < 1e-3 * kMinRecvPingIntervalMs)) {
+    return InvalidArgument(
+        "--keepalive-seconds and --keepalive-timeout-seconds must be 0 (a quarter of the lease) or "
+        "positive, the interval at least 0.5");
+  }
   if (config.metrics_port < -1 || config.metrics_port > 65535) {
     return InvalidArgument("--metrics-port must be a port (0 picks a free one), or -1 for none");
   }
@@ -223,6 +240,25 @@ Status RunServer(const ServerConfig& config) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Keepalive: a worker whose link went silent is detached (its stream
+  // ends) once a ping goes unanswered, before its lease expires, so the
+  // scheduler leases it nothing more on a dead link.
+  const auto [keepalive, keepalive_timeout] = KeepaliveSeconds(config);
+  const int keepalive_ms = static_cast<int>(keepalive * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(keepalive_timeout * 1000));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, keepalive_ms);
+  // Workers ping as often as every second (their --keepalive-seconds).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kMinRecvPingIntervalMs);
+  if (keepalive + keepalive_timeout >= config.lease_seconds) {
+    std::cerr << "nightshift-scheduler: keepalive " << keepalive << " s + timeout "
+              << keepalive_timeout << " s is not shorter than the lease (" << config.lease_seconds
+              << " s): a silent worker link is found only after its leases expire" << std::endl;
+  }
   int port = 0;
   builder.AddListeningPort(address, credentials, &port);
   builder.RegisterService(service.job_service());

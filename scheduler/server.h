@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 
@@ -34,7 +35,24 @@ struct ServerConfig {
   // Take jobs for models no worker has advertised yet (queues filled before
   // their workers start); by default such a job is a line error.
   bool allow_unknown_models = false;
+  // HTTP/2 keepalive towards workers and clients: a ping every
+  // keepalive_seconds, the connection closed when one is not answered
+  // within keepalive_timeout_seconds, so a worker whose link went silent
+  // (no FIN, no RST) is detached well within its lease. 0 = the defaults
+  // of KeepaliveSeconds.
+  double keepalive_seconds = 0;
+  double keepalive_timeout_seconds = 0;
 };
+
+// Pings from workers and clients are accepted this often (a worker's
+// --keepalive-seconds must be at least twice this).
+inline constexpr int kMinRecvPingIntervalMs = 500;
+
+// The keepalive interval and timeout the server uses: the configured ones,
+// or for each left at 0 a quarter of the lease, 0.5 to 10 s (interval), and
+// 10 s (timeout; shorter than gRPC's 5 s backup poll of an idle client's
+// connection, idle clients would be dropped).
+std::pair<double, double> KeepaliveSeconds(const ServerConfig& config);
 
 // The scheduler's version string.
 const char* SchedulerVersion();
@@ -46,7 +64,8 @@ bool IsLoopback(const std::string& address);
 // non-loopback host is replaced by 127.0.0.1 (`note` says so). Errors:
 // InvalidArgument for one token without the other, one TLS file without the
 // other, a malformed address, non-positive lease/heartbeat/attempts, or a
-// metrics port outside -1..65535.
+// metrics port outside -1..65535, a negative keepalive or one under a
+// second.
 StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note);
 
 // The host and port the Batch API binds for config.http_listen: without

@@ -579,7 +579,20 @@ class Service::Impl {
         case v1::WorkerMessage::kHandBack:
           status = s->HandBack(worker_id_, session_, m.hand_back().batch_id(),
                                {m.hand_back().job_ids().begin(), m.hand_back().job_ids().end()},
-                               m.hand_back().draining());
+                               m.hand_back().draining(), m.hand_back().error());
+          if (!m.hand_back().error().empty()) {
+            LogLine("worker " + worker_id_ + " could not run " +
+                    std::to_string(m.hand_back().job_ids_size()) + " jobs of batch " +
+                    std::to_string(m.hand_back().batch_id()) + ": " + m.hand_back().error());
+          }
+          break;
+        case v1::WorkerMessage::kModelHealth:
+          status = s->ModelHealth(worker_id_, session_, m.model_health().model(),
+                                  m.model_health().unhealthy());
+          LogLine("worker " + worker_id_ + ": model " + m.model_health().model() +
+                  (m.model_health().unhealthy().empty()
+                       ? " is healthy again"
+                       : " is unhealthy: " + m.model_health().unhealthy()));
           break;
         case v1::WorkerMessage::kWithdraw:
           status = s->Withdraw(worker_id_, session_, m.withdraw().model(), m.withdraw().reason());

@@ -756,7 +756,8 @@ StatusOr<std::optional<JobResult>> Store::GetResult(int64_t job_id) {
 }
 
 StatusOr<std::vector<JobChange>> Store::HandBack(const std::string& worker_id, int64_t batch_id,
-                                                 const std::vector<int64_t>& job_ids) {
+                                                 const std::vector<int64_t>& job_ids,
+                                                 const std::string& error) {
   std::lock_guard<std::mutex> lock(mu_);
   Transaction tx(*db_);
   NS_RETURN_IF_ERROR(tx.begin_status());
@@ -769,12 +770,21 @@ StatusOr<std::vector<JobChange>> Store::HandBack(const std::string& worker_id, i
     }
   }
   std::vector<JobChange> changes;
-  const std::string reason = "handed back by worker " + worker_id + "; queued again";
   for (int64_t id : job_ids) {
     NS_ASSIGN_OR_RETURN(Job job, ReadJob(id));
-    if (job.batch_id != batch_id) continue;
+    if (job.batch_id != batch_id || IsTerminal(job.state)) continue;
+    std::string reason = "handed back by worker " + worker_id + "; queued again";
+    bool spent = false;
+    if (!error.empty()) {
+      const int32_t attempt = job.attempt + 1;
+      spent = attempt >= job.max_attempts;
+      reason = "worker " + worker_id + " could not run it: " + error + " (attempt " +
+               std::to_string(attempt) + " of " + std::to_string(job.max_attempts) + ")" +
+               (spent ? "; no attempts left" : "; queued again");
+    }
     JobChange change{id, job.submission_id, job.state, job.state, batch_id, worker_id, reason};
-    NS_RETURN_IF_ERROR(SetState(id, job.state, JobEvent::kRequeue, 0, reason, 0, &change.to));
+    NS_RETURN_IF_ERROR(SetState(id, job.state, spent ? JobEvent::kFail : JobEvent::kRequeue, 0,
+                                reason, error.empty() ? 0 : 1, &change.to));
     changes.push_back(std::move(change));
   }
   NS_RETURN_IF_ERROR(EndBatch(batch_id, BatchState::kReleased, /*only_if_empty=*/true));
@@ -972,7 +982,10 @@ StatusOr<std::vector<WorkerInfo>> Store::ListWorkers() {
     auto it = std::find_if(workers.begin(), workers.end(),
                            [&](const WorkerInfo& w) { return w.id == worker_id; });
     if (it == workers.end()) continue;
-    it->models.push_back({q.Text(1), q.Int(2), q.Int(3), q.Double(4), q.Int(5), q.Text(6)});
+    // Not kept: the pass-token budget and the health (a worker's hello says).
+    it->models.push_back({q.Text(1), q.Int(2), q.Int(3), q.Double(4), q.Int(5), q.Text(6),
+                          /*pass_token_budget=*/0,
+                          /*unhealthy=*/""});
   }
   NS_RETURN_IF_ERROR(q.status());
   return workers;

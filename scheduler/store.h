@@ -231,10 +231,15 @@ class Store {
   // and then none is stored.
   StatusOr<std::vector<ResultOutcome>> InsertResults(const std::vector<JobResult>& results);
   StatusOr<std::optional<JobResult>> GetResult(int64_t job_id);
-  // The worker hands jobs of its active batch back (draining): they are
-  // queued again without costing an attempt.
+  // The worker hands jobs of its active batch back. Without `error`
+  // (draining, no room) they are queued again without costing an attempt;
+  // with one (they could not run there: a checkpoint read failed) each costs
+  // an attempt, as a lost lease does, and a job with none left fails with
+  // the error as its reason. FailedPrecondition unless the batch is an
+  // active one of the worker.
   StatusOr<std::vector<JobChange>> HandBack(const std::string& worker_id, int64_t batch_id,
-                                            const std::vector<int64_t>& job_ids);
+                                            const std::vector<int64_t>& job_ids,
+                                            const std::string& error = "");
   // Every active batch whose lease ran out: its jobs return to the queue with
   // attempt+1, or fail once max_attempts leases were lost.
   StatusOr<std::vector<JobChange>> ExpireLeases();

@@ -523,6 +523,36 @@ TEST_F(StoreTest, HandBackRequeuesWithoutCostingAnAttempt) {
   EXPECT_TRUE(store_->ActiveBatches()->empty());
 }
 
+// Jobs a worker could not run (its checkpoint read failed mid-pass) cost an
+// attempt each: queued again while some are left, then failed with the
+// worker's error as the reason.
+TEST_F(StoreTest, AHandBackWithAnErrorCostsAnAttemptAndTheLastOneFailsTheJob) {
+  auto s = SubmitTokens({TokenJob("a", "m")}, /*max_attempts=*/2);
+  const std::string error = "data_loss: model.safetensors: read at offset 0 failed: I/O error";
+  Lease first = Lease1("w1", s.job_ids);
+  auto back = store_->HandBack("w1", first.batch_id, s.job_ids, error);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].to, JobState::kQueued);
+  Job job = GetJob(s.job_ids[0]);
+  EXPECT_EQ(job.state, JobState::kQueued);
+  EXPECT_EQ(job.attempt, 1);
+  EXPECT_NE(job.reason.find("worker w1 could not run it: " + error + " (attempt 1 of 2)"),
+            std::string::npos)
+      << job.reason;
+  EXPECT_TRUE(store_->ActiveBatches()->empty());
+
+  Lease second = Lease1("w1", s.job_ids);
+  back = store_->HandBack("w1", second.batch_id, s.job_ids, error);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)[0].to, JobState::kFailed);
+  job = GetJob(s.job_ids[0]);
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_EQ(job.attempt, 2);
+  EXPECT_NE(job.reason.find(error), std::string::npos) << job.reason;
+  EXPECT_NE(job.reason.find("no attempts left"), std::string::npos) << job.reason;
+}
+
 TEST_F(StoreTest, CancelSubmissionCancelsUnfinishedJobsAndNamesTheirBatches) {
   auto s = SubmitTokens({TokenJob("a", "m"), TokenJob("b", "m"), TokenJob("c", "m")});
   Lease lease = Lease1("w1", {s.job_ids[0], s.job_ids[1]});

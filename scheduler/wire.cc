@@ -41,6 +41,7 @@ void ToProto(const ModelOffer& m, double measured, v1::ModelInfo* out) {
   out->set_tokenizer_hash(m.tokenizer_hash);
   out->set_measured_seconds_per_pass(measured);
   out->set_pass_token_budget(m.pass_token_budget);
+  out->set_unhealthy(m.unhealthy);
 }
 
 }  // namespace
@@ -156,6 +157,7 @@ void ToProto(const WorkerStatus& w, v1::WorkerInfo* out) {
   out->set_draining(w.draining);
   out->set_last_seen_at_ms(w.info.last_seen_at_ms);
   out->set_open_model(w.info.open_model);
+  out->set_cgroup_memory_limit_bytes(w.info.cgroup_memory_limit_bytes);
   for (const ModelOffer& m : w.info.models) {
     auto measured = w.measured_seconds_per_pass.find(m.name);
     ToProto(m, measured == w.measured_seconds_per_pass.end() ? 0 : measured->second,

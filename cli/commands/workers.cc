@@ -21,7 +21,10 @@ std::string State(const v1::WorkerInfo& w) {
 
 std::string Models(const v1::WorkerInfo& w) {
   std::string names;
-  for (const v1::ModelInfo& m : w.models()) names += (names.empty() ? "" : ",") + m.name();
+  for (const v1::ModelInfo& m : w.models()) {
+    // A model whose checkpoint the worker cannot read now gets no batches.
+    names += (names.empty() ? "" : ",") + m.name() + (m.unhealthy().empty() ? "" : "(unhealthy)");
+  }
   return names;
 }
 
@@ -38,7 +41,8 @@ int RunWorkers(int argc, char** argv) {
   ConnectionFlags connection;
   bool json = false;
   FlagSet flags("nightshift workers [--json]",
-                std::string("Lists the workers: state, device, KV budget, models, running "
+                std::string("Lists the workers: state, device, KV budget, models (marked "
+                            "(unhealthy) while a worker cannot read one's checkpoint), running "
                             "batch.\n") +
                     kConnectionHelp);
   AddConnectionFlags(flags, &connection);

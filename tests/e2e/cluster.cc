@@ -102,6 +102,10 @@ std::string MakeCheckpoint(const ModelShape& shape, const std::string& out_dir) 
                                    "--out",
                                    out_dir};
   if (shape.tie_embeddings) argv.push_back("--tie-embeddings");
+  if (shape.head_dim > 0) {
+    argv.push_back("--head-dim");
+    argv.push_back(std::to_string(shape.head_dim));
+  }
   Outcome run = Shell(Join(argv) + " >/dev/null", out_dir + ".make-checkpoint.log", 120);
   if (run.code != 0) return "make-checkpoint exit " + std::to_string(run.code) + ": " + run.err;
   if (!shape.chat_template_file.empty()) {
@@ -203,24 +207,34 @@ void Cluster::KillScheduler() {
 
 Process* Cluster::StartWorker(const std::string& id, const std::vector<std::string>& model_roots,
                               const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {BinPath("nightshift-worker"),
-                                   "--scheduler",
-                                   address_,
-                                   "--id",
-                                   id,
-                                   "--device",
-                                   "cpu",
-                                   "--threads",
-                                   "1",
-                                   "--read-bandwidth",
-                                   "1000000000",
-                                   "--state-dir",
-                                   file(id + "-state")};
+  return StartWorkerWith(id, model_roots, extra, "", {});
+}
+
+Process* Cluster::StartWorkerWith(const std::string& id,
+                                  const std::vector<std::string>& model_roots,
+                                  const std::vector<std::string>& extra,
+                                  const std::string& scheduler,
+                                  const std::vector<std::string>& wrapper) {
+  std::vector<std::string> argv = wrapper;
+  std::vector<std::string> worker = {BinPath("nightshift-worker"),
+                                     "--scheduler",
+                                     scheduler.empty() ? address_ : scheduler,
+                                     "--id",
+                                     id,
+                                     "--device",
+                                     "cpu",
+                                     "--threads",
+                                     "1",
+                                     "--read-bandwidth",
+                                     "1000000000",
+                                     "--state-dir",
+                                     file(id + "-state")};
   for (const std::string& root : model_roots) {
-    argv.push_back("--model-root");
-    argv.push_back(root);
+    worker.push_back("--model-root");
+    worker.push_back(root);
   }
-  argv.insert(argv.end(), extra.begin(), extra.end());
+  worker.insert(worker.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), worker.begin(), worker.end());
   std::unique_ptr<Process> p = Process::Start(argv, file(id + ".log"));
   Process* raw = p.get();
   if (p != nullptr) workers_[id] = std::move(p);

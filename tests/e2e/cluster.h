@@ -57,6 +57,7 @@ struct ModelShape {
   int heads = 4;
   int kv_heads = 2;
   int intermediate = 128;
+  int head_dim = 0;  // 0: hidden / heads
   bool tie_embeddings = false;
   std::string tokenizer_dir;       // copied into the checkpoint
   std::string chat_template_file;  // copied as chat_template.jinja when set
@@ -119,6 +120,13 @@ class Cluster {
   // Cluster owns the process.
   Process* StartWorker(const std::string& id, const std::vector<std::string>& model_roots,
                        const std::vector<std::string>& extra = {});
+  // As StartWorker, attached through `scheduler` ("" = address(); e.g. a
+  // TcpProxy's address) and with `wrapper` before the worker's argv: a
+  // command (argv[0] a path) that ends by exec'ing the rest, so the Process
+  // is the worker's (/usr/bin/env NAME=VALUE, a shell entering a cgroup).
+  Process* StartWorkerWith(const std::string& id, const std::vector<std::string>& model_roots,
+                           const std::vector<std::string>& extra, const std::string& scheduler,
+                           const std::vector<std::string>& wrapper);
   Process* worker(const std::string& id) const;
 
   // True once the scheduler lists worker `id` connected with every model of

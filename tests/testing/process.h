@@ -98,6 +98,16 @@ class Process {
 
   pid_t pid() const { return pid_; }
   bool running() const { return running_; }
+  // True while the process runs; once it has ended, reaps it (Wait then
+  // returns its exit) and is false.
+  bool Alive() {
+    if (!running_) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return true;
+    running_ = false;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return false;
+  }
   std::string Log() const {
     std::ifstream in(log_path_);
     std::stringstream text;

@@ -58,6 +58,10 @@ struct Flags {
   std::string state_dir;
   int64_t max_batch_jobs = 0;
   double min_pass_seconds = 0;
+  std::string runtime_allowance = "512M";
+  double unhealthy_seconds = 60;
+  double keepalive_seconds = 10;
+  double keepalive_timeout_seconds = 10;
 };
 
 std::optional<std::string> Env(const char* name) {
@@ -91,8 +95,14 @@ FlagSet MakeFlags(Flags* f) {
                    "DIR");
   flags.String("memory-budget", &f->memory_budget,
                "memory the worker may use, e.g. 8G (default: free GPU memory, or 80% of RAM / the "
-               "cgroup limit)",
+               "cgroup limit); on the CPU never more than the cgroup's memory limit less "
+               "--runtime-allowance (the log and the advert say when it was cut)",
                "BYTES");
+  flags.String("runtime-allowance", &f->runtime_allowance,
+               "memory the process needs beyond its pass plan (libraries, threads, allocator "
+               "slack): a memory cgroup's limit less this is the most a pass plan may use "
+               "(default 512M)",
+               "SIZE");
   flags.String("kv-budget", &f->kv_budget,
                "a fixed KV cache budget; a streamed model pins layers in what the memory budget "
                "leaves after it (default: what the planner leaves of the memory budget, as a "
@@ -142,6 +152,18 @@ FlagSet MakeFlags(Flags* f) {
                "DIR");
   flags.Int("max-batch-jobs", &f->max_batch_jobs,
             "most jobs per batch (0 = the KV budget decides)");
+  flags.Double("unhealthy-seconds", &f->unhealthy_seconds,
+               "after a pass fails reading a model's checkpoint (an I/O error, a short read) the "
+               "batch's jobs go back to the queue and the model is unhealthy (offered to no "
+               "batch) this long, then offered again (default 60)",
+               "S");
+  flags.Double("keepalive-seconds", &f->keepalive_seconds,
+               "ping the scheduler this often, so that a link gone silent (no FIN, no RST) is "
+               "found and the worker reconnects, resending the results it holds (default 10; at "
+               "least 1)",
+               "S");
+  flags.Double("keepalive-timeout-seconds", &f->keepalive_timeout_seconds,
+               "drop the connection when a ping is not answered within this (default 10)", "S");
   flags.Double("min-pass-seconds", &f->min_pass_seconds,
                "make every pass last at least this long (test knob; or "
                "NIGHTSHIFT_MIN_PASS_SECONDS)",
@@ -186,6 +208,12 @@ Status Complete(const FlagSet& flags, Flags* f) {
     return InvalidArgument("--read-bandwidth must be positive (bytes per second), or 0 to measure");
   }
   if (f->min_pass_seconds < 0) return InvalidArgument("--min-pass-seconds must be 0 or more");
+  if (f->unhealthy_seconds < 0) return InvalidArgument("--unhealthy-seconds must be 0 or more");
+  if (f->keepalive_seconds < 1 || f->keepalive_timeout_seconds <= 0) {
+    return InvalidArgument(
+        "--keepalive-seconds must be at least 1 (the scheduler refuses pings more often than "
+        "every half second) and --keepalive-timeout-seconds positive");
+  }
   if (f->state_dir.empty()) f->state_dir = DefaultStateDir();
   return Status::Ok();
 }
@@ -299,6 +327,27 @@ int Run(int argc, char** argv) {
   StatusOr<uint64_t> memory =
       f.memory_budget.empty() ? DetectMemoryBudget(*device) : ParseSize(f.memory_budget);
   if (!memory.ok()) return fail(memory.status().Prefixed("--memory-budget"));
+  StatusOr<uint64_t> allowance = ParseSize(f.runtime_allowance);
+  if (!allowance.ok()) return fail(allowance.status().Prefixed("--runtime-allowance"));
+  // A memory cgroup smaller than the budget would OOM-kill the worker in
+  // the middle of a batch the scheduler sized from the advert: plan within
+  // the cgroup's limit less what the process needs besides the plan.
+  const std::optional<CgroupLimit> cgroup = CgroupMemoryLimit();
+  int64_t cgroup_limit_applied = 0;
+  if (*device == "cpu") {
+    bool cut = false;
+    StatusOr<uint64_t> planned = PlannedMemory(*memory, cgroup, *allowance, &cut);
+    if (!planned.ok()) return fail(planned.status());
+    if (cut) {
+      std::ostringstream line;
+      line << "memory budget cut from " << *memory << " to " << *planned
+           << " bytes: the cgroup's memory limit is " << cgroup->bytes << " bytes (" << cgroup->file
+           << "), less the runtime's allowance of " << *allowance << " bytes";
+      LogLine(line.str());
+      *memory = *planned;
+      cgroup_limit_applied = static_cast<int64_t>(cgroup->bytes);
+    }
+  }
   uint64_t kv_budget = 0;
   if (!f.kv_budget.empty()) {
     StatusOr<uint64_t> kv = ParseSize(f.kv_budget);
@@ -312,7 +361,18 @@ int Run(int argc, char** argv) {
     if (*device == "cpu") {
       LogLine("--host-memory-budget is for a GPU; ignored on the CPU");
     } else {
-      host_memory_budget = *bytes;
+      // On a GPU the cgroup bounds the host tier (page-locked host memory).
+      bool cut = false;
+      StatusOr<uint64_t> planned = PlannedMemory(*bytes, cgroup, *allowance, &cut);
+      if (!planned.ok()) return fail(planned.status());
+      if (cut) {
+        LogLine("--host-memory-budget cut from " + std::to_string(*bytes) + " to " +
+                std::to_string(*planned) + " bytes: the cgroup's memory limit is " +
+                std::to_string(cgroup->bytes) + " bytes (" + cgroup->file +
+                "), less the runtime's allowance");
+        cgroup_limit_applied = static_cast<int64_t>(cgroup->bytes);
+      }
+      host_memory_budget = *planned;
     }
   }
   uint64_t activation_budget = 0;
@@ -361,6 +421,7 @@ int Run(int argc, char** argv) {
   worker_metrics.SetReadBandwidth(slowest);
   worker_metrics.SetKvBudget(catalog->kv_budget_bytes);
   worker_metrics.SetKvInUse(0);
+  for (const ModelEntry& m : catalog->models) worker_metrics.SetModelUnhealthy(m.offer.name, false);
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (f.metrics_port >= 0) {
     metrics::MetricsServerOptions options;
@@ -403,9 +464,13 @@ int Run(int argc, char** argv) {
 
   SessionOptions session_options;
   session_options.connect = {f.scheduler, f.token, !f.tls_ca.empty(), f.tls_ca};
+  session_options.connect.keepalive_ms = static_cast<int>(f.keepalive_seconds * 1000);
+  session_options.connect.keepalive_timeout_ms =
+      static_cast<int>(f.keepalive_timeout_seconds * 1000);
   session_options.info.id = f.id;
   session_options.info.device = engine_device;
   session_options.info.memory_budget_bytes = static_cast<int64_t>(*memory);
+  session_options.info.cgroup_memory_limit_bytes = cgroup_limit_applied;
   session_options.info.kv_budget_bytes = static_cast<int64_t>(catalog->kv_budget_bytes);
   session_options.info.read_bytes_per_second = slowest;
   session_options.info.max_batch_jobs = static_cast<int32_t>(f.max_batch_jobs);
@@ -424,9 +489,13 @@ int Run(int argc, char** argv) {
   line << "worker " << f.id << " starting: device " << engine_device << ", memory budget "
        << *memory << " bytes, KV budget " << catalog->kv_budget_bytes << " bytes, streaming "
        << planner::StreamingRequestName(*streaming) << ", scheduler " << f.scheduler;
+  if (cgroup) line << ", cgroup memory limit " << cgroup->bytes << " bytes";
   LogLine(line.str());
 
-  Worker worker(&*catalog, factory, nullptr, &worker_metrics, {f.min_pass_seconds});
+  WorkerOptions worker_options;
+  worker_options.min_pass_seconds = f.min_pass_seconds;
+  worker_options.unhealthy_seconds = f.unhealthy_seconds;
+  Worker worker(&*catalog, factory, nullptr, &worker_metrics, worker_options);
   Session session(std::move(session_options), &worker);
   worker.SetLink(&session);
   Status started = session.Start();

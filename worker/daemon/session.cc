@@ -223,6 +223,11 @@ v1::WorkerMessage Session::Hello() const {
       std::remove_if(info.models.begin(), info.models.end(),
                      [&](const api::ModelOffer& m) { return withdrawn.count(m.name) != 0; }),
       info.models.end());
+  const std::map<std::string, std::string> unhealthy = worker_->UnhealthyModels();
+  for (api::ModelOffer& m : info.models) {
+    auto it = unhealthy.find(m.name);
+    if (it != unhealthy.end()) m.unhealthy = it->second;
+  }
   info.open_model = worker_->OpenModel();
   // Batches still running here, and batches whose results wait in the
   // queue: the scheduler keeps their leases, so the results count.
@@ -324,6 +329,23 @@ void Session::SendHandBack(int64_t batch_id, std::vector<int64_t> job_ids, bool 
   back->set_batch_id(batch_id);
   for (int64_t id : job_ids) back->add_job_ids(id);
   back->set_draining(draining);
+  Queue(std::move(m));
+}
+
+void Session::SendCouldNotRun(int64_t batch_id, std::vector<int64_t> job_ids,
+                              const std::string& error) {
+  v1::WorkerMessage m;
+  v1::HandBack* back = m.mutable_hand_back();
+  back->set_batch_id(batch_id);
+  for (int64_t id : job_ids) back->add_job_ids(id);
+  back->set_error(error);
+  Queue(std::move(m));
+}
+
+void Session::SendModelHealth(const std::string& model, const std::string& unhealthy) {
+  v1::WorkerMessage m;
+  m.mutable_model_health()->set_model(model);
+  m.mutable_model_health()->set_unhealthy(unhealthy);
   Queue(std::move(m));
 }
 

@@ -81,6 +81,9 @@ class Session : public SchedulerLink {
   void SendResults(std::vector<JobOutcome> results) override;
   void SendHandBack(int64_t batch_id, std::vector<int64_t> job_ids, bool draining) override;
   void SendWithdraw(const std::string& model, const std::string& reason) override;
+  void SendCouldNotRun(int64_t batch_id, std::vector<int64_t> job_ids,
+                       const std::string& error) override;
+  void SendModelHealth(const std::string& model, const std::string& unhealthy) override;
 
  private:
   using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::SchedulerMessage>;

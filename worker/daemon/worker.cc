@@ -30,6 +30,10 @@ std::vector<JobOutcome> FailJobs(int64_t batch_id, const std::vector<JobAssignme
 
 }  // namespace
 
+bool IsCheckpointReadError(const Status& status) {
+  return status.code() == StatusCode::kDataLoss || status.code() == StatusCode::kUnavailable;
+}
+
 Worker::Worker(const Catalog* catalog, EngineFactory factory, SchedulerLink* link,
                WorkerMetrics* metrics, WorkerOptions options)
     : catalog_(catalog),
@@ -76,6 +80,13 @@ std::set<std::string> Worker::WithdrawnModels() const {
   return withdrawn_;
 }
 
+std::map<std::string, std::string> Worker::UnhealthyModels() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::string> models;
+  for (const auto& [model, u] : unhealthy_) models[model] = u.reason;
+  return models;
+}
+
 std::deque<Worker::Command> Worker::TakeCommands() {
   std::lock_guard<std::mutex> lock(mu_);
   std::deque<Command> commands;
@@ -95,6 +106,7 @@ void Worker::Run(const std::atomic<bool>& stop) {
 }
 
 bool Worker::RunOnce() {
+  RecoverModels();
   std::deque<Command> commands = TakeCommands();
   for (Command& command : commands) {
     if (auto* assign = std::get_if<BatchAssignment>(&command)) {
@@ -146,10 +158,14 @@ void Worker::ReportKvInUse() {
 
 void Worker::Handle(BatchAssignment assignment) {
   const int64_t batch_id = assignment.batch_id;
-  if (WithdrawnModels().count(assignment.model) != 0) {
-    // Sent before the scheduler saw the withdrawal: it never ran here.
+  const char* refused = nullptr;
+  if (WithdrawnModels().count(assignment.model) != 0) refused = "was withdrawn here";
+  if (UnhealthyModels().count(assignment.model) != 0) refused = "is unhealthy here";
+  if (refused != nullptr) {
+    // Sent before the scheduler saw the withdrawal or the model's health: it
+    // never ran here.
     LogLine("handing back " + std::to_string(assignment.jobs.size()) + " jobs of batch " +
-            std::to_string(batch_id) + ": model " + assignment.model + " was withdrawn here");
+            std::to_string(batch_id) + ": model " + assignment.model + " " + refused);
     link_->SendHandBack(batch_id, JobIds(assignment.jobs), /*draining=*/false);
     return;
   }
@@ -236,6 +252,10 @@ void Worker::FailModel(const std::string& model, const std::string& reason,
     withdrawn_.insert(model);
   }
   if (!failed.empty()) link_->SendResults(std::move(failed));
+  CloseModel();
+}
+
+void Worker::CloseModel() {
   batch_.reset();
   finished_batch_.reset();
   engine_.reset();
@@ -245,12 +265,66 @@ void Worker::FailModel(const std::string& model, const std::string& reason,
   open_model_.clear();
 }
 
+void Worker::ReadFailed(const std::string& model, const std::string& reason) {
+  const int64_t batch_id = batch_->batch_id();
+  std::vector<int64_t> unfinished = batch_->TakeUnfinished();
+  std::ostringstream line;
+  line << "model " << model << " is unhealthy for " << options_.unhealthy_seconds
+       << " s: a read of its checkpoint failed mid-pass (" << reason << "); handing back "
+       << unfinished.size() << " jobs of batch " << batch_id << " with the error";
+  LogLine(line.str());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unhealthy_[model] = {reason,
+                         std::chrono::steady_clock::now() +
+                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(options_.unhealthy_seconds))};
+  }
+  if (metrics_ != nullptr) {
+    metrics_->OnCheckpointReadError(model);
+    metrics_->SetModelUnhealthy(model, true);
+  }
+  // The health first: the hand-back leaves the worker idle for the
+  // scheduler, which would lease it the model again if it did not know.
+  link_->SendModelHealth(model, reason);
+  link_->SendCouldNotRun(batch_id, std::move(unfinished), reason);
+  CloseModel();  // the engine's reads broke; the next batch reopens it
+}
+
+void Worker::RecoverModels() {
+  std::vector<std::string> recovered;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = unhealthy_.begin(); it != unhealthy_.end();) {
+      if (it->second.until > now) {
+        ++it;
+        continue;
+      }
+      recovered.push_back(it->first);
+      it = unhealthy_.erase(it);
+    }
+  }
+  for (const std::string& model : recovered) {
+    std::ostringstream line;
+    line << "model " << model << " is offered again after " << options_.unhealthy_seconds
+         << " s unhealthy; its next batch reopens the checkpoint";
+    LogLine(line.str());
+    if (metrics_ != nullptr) metrics_->SetModelUnhealthy(model, false);
+    link_->SendModelHealth(model, "");
+  }
+}
+
 void Worker::RunPass() {
   const auto start = std::chrono::steady_clock::now();
   StatusOr<PassOutcome> pass = batch_->RunPass();
   if (!pass.ok()) {
     const std::string reason = pass.status().ToString();
-    FailModel(batch_model_, reason, batch_->FailAll(reason));
+    if (IsCheckpointReadError(pass.status())) {
+      ReadFailed(batch_model_, reason);
+    } else {
+      FailModel(batch_model_, reason, batch_->FailAll(reason));
+    }
     return;
   }
   const double elapsed =

@@ -13,15 +13,27 @@
 // assignment of a withdrawn model (sent before the scheduler saw the
 // withdrawal) is handed back, not failed.
 //
+// A pass that fails reading the checkpoint (DataLoss or Unavailable from the
+// engine: an I/O error, a short read; IsCheckpointReadError) is the disk's
+// fault, not the jobs': the model is reported unhealthy (SendModelHealth),
+// the batch's unfinished jobs go back with the error (SendCouldNotRun: each
+// costs an attempt, so a disk that keeps failing ends in failed jobs with
+// the reason) and the engine is closed. After `unhealthy_seconds` the model
+// is reported healthy again and its next batch reopens the checkpoint.
+// Other models run meanwhile; an assignment of the unhealthy model is
+// handed back.
+//
 // Thread-safety: Assign, Cancel, RunningBatches and OpenModel may be called
 // from any thread (the session's reader); Run/RunOnce/Drain from one runner
 // thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -52,7 +64,20 @@ class SchedulerLink {
   virtual void SendHandBack(int64_t batch_id, std::vector<int64_t> job_ids, bool draining) = 0;
   // The model failed here; no more of it should be sent.
   virtual void SendWithdraw(const std::string& model, const std::string& reason) = 0;
+  // Jobs that could not run here because a read of the checkpoint failed:
+  // each costs an attempt (queued again, or failed with `error` when none
+  // is left).
+  virtual void SendCouldNotRun(int64_t batch_id, std::vector<int64_t> job_ids,
+                               const std::string& error) = 0;
+  // `model`'s checkpoint cannot be read now (`unhealthy`: why; send it no
+  // batches) or can again ("").
+  virtual void SendModelHealth(const std::string& model, const std::string& unhealthy) = 0;
 };
+
+// Whether a pass's error is a failed read of the checkpoint (DataLoss or
+// Unavailable: an I/O error, a short read), which makes the model unhealthy
+// for a while instead of failing the jobs.
+bool IsCheckpointReadError(const Status& status);
 
 // Opens the engine for a model with the given KV budget.
 using EngineFactory = std::function<StatusOr<std::unique_ptr<BatchEngine>>(
@@ -62,6 +87,9 @@ struct WorkerOptions {
   // Each pass lasts at least this long (a test knob: fault tests kill a
   // worker mid-batch deterministically).
   double min_pass_seconds = 0;
+  // How long a model whose checkpoint read failed mid-pass stays unhealthy
+  // (offered to no batch) before it is offered again.
+  double unhealthy_seconds = 60;
 };
 
 class Worker {
@@ -84,6 +112,9 @@ class Worker {
   std::string OpenModel() const;
   // Models withdrawn after a failure (not advertised again on reconnect).
   std::set<std::string> WithdrawnModels() const;
+  // Unhealthy models (a checkpoint read failed) and why, for a reconnect's
+  // hello.
+  std::map<std::string, std::string> UnhealthyModels() const;
 
   // Handles queued commands and runs passes until `stop` is set, then
   // drains (see Drain). Wakes at least every 100 ms to look at `stop`. A
@@ -108,6 +139,12 @@ class Worker {
   Status EnsureOpen(const std::string& model);
   void FailModel(const std::string& model, const std::string& reason,
                  std::vector<JobOutcome> failed);
+  // A pass failed reading the checkpoint: unhealthy model, jobs back, engine closed.
+  void ReadFailed(const std::string& model, const std::string& reason);
+  // Reports healthy again the models whose unhealthy time is over.
+  void RecoverModels();
+  // Closes the engine and forgets the batches (after a failure).
+  void CloseModel();
   void RunPass();
   void ReportPass(const PassOutcome& pass, bool want_top_up);
   void HandBackDraining(int64_t batch_id, std::vector<int64_t> job_ids);
@@ -137,6 +174,11 @@ class Worker {
   int64_t running_batch_ = 0;  // mirrors batch_ for other threads
   std::string open_model_;     // mirrors model_
   std::set<std::string> withdrawn_;
+  struct Unhealthy {
+    std::string reason;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::map<std::string, Unhealthy> unhealthy_;
   bool drained_ = false;  // Drain ran: assignments are handed back at once
 };
 

@@ -38,6 +38,8 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry, std
       passes_by_compute_(*registry_, names::kPassesByComputeTotal),
       projection_flops_(*registry_, names::kProjectionFlopsTotal),
       pinned_bytes_(*registry_, names::kPinnedBytes),
+      read_errors_(*registry_, names::kCheckpointReadErrorsTotal),
+      model_unhealthy_(*registry_, names::kModelUnhealthy),
       read_bandwidth_(WorkerGauge(*registry_, names::kReadBandwidthBytesPerSecond, worker_id_)),
       kv_budget_(WorkerGauge(*registry_, names::kKvBudgetBytes, worker_id_)),
       kv_in_use_(WorkerGauge(*registry_, names::kKvInUseBytes, worker_id_)) {}
@@ -49,6 +51,14 @@ void WorkerMetrics::SetReadBandwidth(double bytes_per_second) {
 void WorkerMetrics::SetKvBudget(uint64_t bytes) { kv_budget_.Set(static_cast<double>(bytes)); }
 
 void WorkerMetrics::SetKvInUse(uint64_t bytes) { kv_in_use_.Set(static_cast<double>(bytes)); }
+
+void WorkerMetrics::OnCheckpointReadError(const std::string& model) {
+  read_errors_.With({{"model", model}, {"worker", worker_id_}}).Increment();
+}
+
+void WorkerMetrics::SetModelUnhealthy(const std::string& model, bool unhealthy) {
+  model_unhealthy_.With({{"model", model}, {"worker", worker_id_}}).Set(unhealthy ? 1 : 0);
+}
 
 void WorkerMetrics::OnPass(const std::string& model, const engine::PassStats& stats,
                            int64_t prompt_tokens, int64_t generated_tokens, uint64_t kv_in_use) {

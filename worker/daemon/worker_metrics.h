@@ -49,6 +49,11 @@ class WorkerMetrics {
   void OnPass(const std::string& model, const engine::PassStats& stats, int64_t prompt_tokens,
               int64_t generated_tokens, uint64_t kv_in_use);
 
+  // A pass of `model` failed reading its checkpoint (counted).
+  void OnCheckpointReadError(const std::string& model);
+  // Whether `model` is unhealthy now (its gauge 1) or not (0).
+  void SetModelUnhealthy(const std::string& model, bool unhealthy);
+
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
  private:
@@ -67,6 +72,8 @@ class WorkerMetrics {
   metrics::CatalogueFamily<prometheus::Counter> passes_by_compute_;
   metrics::CatalogueFamily<prometheus::Counter> projection_flops_;
   metrics::CatalogueFamily<prometheus::Gauge> pinned_bytes_;
+  metrics::CatalogueFamily<prometheus::Counter> read_errors_;
+  metrics::CatalogueFamily<prometheus::Gauge> model_unhealthy_;
   prometheus::Gauge& read_bandwidth_;
   prometheus::Gauge& kv_budget_;
   prometheus::Gauge& kv_in_use_;

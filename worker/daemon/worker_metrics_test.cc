@@ -25,6 +25,8 @@ TEST(WorkerMetricsTest, ExportsEveryWorkerFamilyOfTheCatalogueAndNothingElse) {
   const std::string before = Scrape(*registry);
   EXPECT_TRUE(Has(before, "nightshift_kv_in_use_bytes{worker=\"w1\"} 0")) << before;
   m.OnPass("llama", engine::PassStats{}, 1, 1, 0);
+  m.OnCheckpointReadError("llama");
+  m.SetModelUnhealthy("llama", true);
   std::set<std::string> exported;
   for (const prometheus::MetricFamily& family : registry->Collect()) {
     EXPECT_TRUE(exported.insert(family.name).second) << "twice: " << family.name;

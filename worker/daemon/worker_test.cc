@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "worker/daemon/fake_engine.h"
 #include "worker/daemon/test_util.h"
@@ -36,6 +37,15 @@ class RecordingLink : public SchedulerLink {
     withdrawals.push_back({model, reason});
     order.push_back("withdraw");
   }
+  void SendCouldNotRun(int64_t batch_id, std::vector<int64_t> ids,
+                       const std::string& error) override {
+    could_not_run.push_back({batch_id, std::move(ids), error});
+    order.push_back("could_not_run");
+  }
+  void SendModelHealth(const std::string& model, const std::string& unhealthy) override {
+    health.push_back({model, unhealthy});
+    order.push_back(unhealthy.empty() ? "healthy" : "unhealthy");
+  }
 
   struct HandBack {
     int64_t batch_id;
@@ -45,6 +55,13 @@ class RecordingLink : public SchedulerLink {
   std::vector<api::PassProgress> passes;
   std::vector<std::vector<JobOutcome>> results;
   std::vector<HandBack> hand_backs;
+  struct CouldNotRun {
+    int64_t batch_id;
+    std::vector<int64_t> ids;
+    std::string error;
+  };
+  std::vector<CouldNotRun> could_not_run;
+  std::vector<std::pair<std::string, std::string>> health;  // model, unhealthy reason
   std::vector<std::pair<std::string, std::string>> withdrawals;
   std::vector<std::string> order;  // every message, in the order sent
 
@@ -221,17 +238,84 @@ TEST_F(WorkerTest, ACheckpointFailingToOpenFailsTheBatchAndWithdrawsTheModel) {
 }
 
 TEST_F(WorkerTest, AFailingPassFailsTheBatchAndTheWorkerGoesOn) {
-  step_error_ = DataLoss("layer 3: short read");
+  step_error_ = Internal("layer 3: shapes do not match");
   auto worker = MakeWorker();
   worker->Assign(Batch(1, "alpha", {1}));
   RunUntilIdle(*worker);
   EXPECT_FALSE(link_.Outcomes()[1].ok);
-  EXPECT_NE(link_.Outcomes()[1].error.find("short read"), std::string::npos);
+  EXPECT_NE(link_.Outcomes()[1].error.find("shapes do not match"), std::string::npos);
   EXPECT_EQ(link_.withdrawals.size(), 1u);
+  EXPECT_TRUE(link_.could_not_run.empty());
   step_error_ = Status::Ok();
   worker->Assign(Batch(2, "beta", {2}));
   RunUntilIdle(*worker);
   EXPECT_TRUE(link_.Outcomes()[2].ok);
+}
+
+// A disk that fails under a pass: the jobs are not failed but handed back
+// with the error (each costs an attempt at the scheduler), the model is
+// unhealthy (reported before the hand-back, in the metrics, and in a
+// reconnect's hello) and its assignments are handed back while other models
+// run; after unhealthy_seconds it is offered again and its next batch
+// reopens the checkpoint.
+TEST_F(WorkerTest, ACheckpointReadErrorMidPassHandsTheJobsBackAndTheModelIsUnhealthyForAWhile) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  WorkerMetrics metrics(registry, "w1");
+  step_error_ = DataLoss("model.safetensors: read at offset 4096 failed: Input/output error");
+  WorkerOptions options;
+  options.unhealthy_seconds = 0.3;
+  auto worker = MakeWorker(options, &metrics);
+  worker->Assign(Batch(1, "alpha", {1, 2}));
+  worker->RunOnce();
+  EXPECT_TRUE(link_.Outcomes().empty()) << "no job failed";
+  EXPECT_TRUE(link_.withdrawals.empty());
+  ASSERT_EQ(link_.could_not_run.size(), 1u);
+  EXPECT_EQ(link_.could_not_run[0].batch_id, 1);
+  EXPECT_EQ(link_.could_not_run[0].ids, (std::vector<int64_t>{1, 2}));
+  EXPECT_NE(link_.could_not_run[0].error.find("Input/output error"), std::string::npos);
+  EXPECT_EQ(link_.order, (std::vector<std::string>{"unhealthy", "could_not_run"}));
+  ASSERT_EQ(worker->UnhealthyModels().count("alpha"), 1u);
+  EXPECT_NE(worker->UnhealthyModels()["alpha"].find("Input/output error"), std::string::npos);
+  EXPECT_TRUE(worker->RunningBatches().empty());
+  EXPECT_EQ(worker->OpenModel(), "");
+  const std::string text = prometheus::TextSerializer().Serialize(registry->Collect());
+  const std::string mw = "{model=\"alpha\",worker=\"w1\"}";
+  EXPECT_NE(text.find("nightshift_checkpoint_read_errors_total" + mw + " 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("nightshift_model_unhealthy" + mw + " 1"), std::string::npos) << text;
+
+  // While unhealthy: an assignment of it is handed back (not run, not
+  // failed); another model runs.
+  step_error_ = Status::Ok();
+  worker->Assign(Batch(2, "alpha", {3}));
+  worker->Assign(Batch(3, "beta", {4}));
+  RunUntilIdle(*worker);
+  ASSERT_EQ(link_.hand_backs.size(), 1u);
+  EXPECT_EQ(link_.hand_backs[0].ids, std::vector<int64_t>{3});
+  EXPECT_FALSE(link_.hand_backs[0].draining);
+  EXPECT_TRUE(link_.Outcomes()[4].ok);
+  EXPECT_EQ(link_.Outcomes().count(3), 0u);
+
+  // Then it is offered again, and runs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  worker->RunOnce();
+  ASSERT_EQ(link_.health.size(), 2u);
+  EXPECT_EQ(link_.health[1], std::make_pair(std::string("alpha"), std::string()));
+  EXPECT_TRUE(worker->UnhealthyModels().empty());
+  worker->Assign(Batch(5, "alpha", {5}));
+  RunUntilIdle(*worker);
+  EXPECT_TRUE(link_.Outcomes()[5].ok);
+  EXPECT_EQ(opened_, (std::vector<std::string>{"alpha", "beta", "alpha"}));
+  const std::string after = prometheus::TextSerializer().Serialize(registry->Collect());
+  EXPECT_NE(after.find("nightshift_model_unhealthy" + mw + " 0"), std::string::npos) << after;
+}
+
+TEST(IsCheckpointReadErrorTest, ReadFailuresAreAndOtherErrorsAreNot) {
+  EXPECT_TRUE(IsCheckpointReadError(DataLoss("x: file ends before offset 8")));
+  EXPECT_TRUE(IsCheckpointReadError(Unavailable("x: read failed")));
+  EXPECT_FALSE(IsCheckpointReadError(Internal("a bug")));
+  EXPECT_FALSE(IsCheckpointReadError(ResourceExhausted("KV budget")));
+  EXPECT_FALSE(IsCheckpointReadError(Status::Ok()));
 }
 
 TEST_F(WorkerTest, UnknownModelFailsItsJobsWithoutAWithdrawal) {

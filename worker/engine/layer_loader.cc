@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -32,6 +33,28 @@ constexpr uint64_t kAlign = 4096;
 static_assert(kAlign == checkpoint::kPartAlign, "QuantizedTensor::part_offsets assume it");
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// The test hook for a disk that fails under a pass (tests/e2e/fault_test.cc):
+// when NIGHTSHIFT_TEST_READ_FAULTS names a file, each read first looks in it
+// for a line "eio PATH-PART" (the read fails with EIO) or "short PATH-PART"
+// (the file seems to end where the read starts) whose PATH-PART is in the
+// path of the file read. The file is read again at every read, so a test
+// turns a fault on and off while a worker runs. Unset (always, outside
+// tests), it costs one check of a static.
+enum class InjectedFault { kNone, kEio, kShort };
+
+InjectedFault InjectedReadFault(const std::string& path) {
+  static const char* const control = std::getenv("NIGHTSHIFT_TEST_READ_FAULTS");
+  if (control == nullptr || *control == '\0') return InjectedFault::kNone;
+  std::ifstream in(control);
+  std::string mode, part;
+  while (in >> mode >> part) {
+    if (path.find(part) == std::string::npos) continue;
+    if (mode == "eio") return InjectedFault::kEio;
+    if (mode == "short") return InjectedFault::kShort;
+  }
+  return InjectedFault::kNone;
+}
 
 // A run of bytes of one file that a group reads with consecutive preads.
 struct Span {
@@ -222,9 +245,16 @@ struct LayerLoader::Impl {
   static Status ReadChunk(const Chunk& c) {
     bool direct = c.file->direct_fd >= 0;
     uint64_t done_bytes = 0;
+    const InjectedFault fault = InjectedReadFault(c.file->path);
     while (done_bytes < c.required) {
       ssize_t n = pread(direct ? c.file->direct_fd : c.file->fd, c.dst + done_bytes,
                         c.size - done_bytes, static_cast<off_t>(c.offset + done_bytes));
+      if (fault == InjectedFault::kEio) {
+        n = -1;
+        errno = EIO;
+      } else if (fault == InjectedFault::kShort) {
+        n = 0;
+      }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && errno == EINVAL && direct) {
         direct = false;
