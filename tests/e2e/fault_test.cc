@@ -84,6 +84,24 @@ class FaultTest : public ::testing::Test {
     return rows;
   }
 
+  // Rows of a batch written for {kLlama, kQwen} alternately: every Qwen job
+  // succeeded; every Llama job failed with status 500 and a message holding
+  // each of `fragments`.
+  static void ExpectLlamaJobsFailedWith(const std::vector<json>& rows,
+                                        const std::vector<std::string>& fragments) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i % 2 == 1) {  // Qwen
+        EXPECT_TRUE(rows[i]["error"].is_null()) << rows[i];
+        continue;
+      }
+      EXPECT_EQ(rows[i]["response"]["status_code"], 500) << rows[i];
+      const std::string message = rows[i]["error"].value("message", "");
+      for (const std::string& fragment : fragments) {
+        EXPECT_NE(message.find(fragment), std::string::npos) << fragment << ": " << rows[i];
+      }
+    }
+  }
+
   // Every job succeeded, once, with an output and no error.
   void ExpectAllSucceededOnce(int64_t submission, int count) {
     json status = cluster_.Status(submission);
@@ -285,17 +303,8 @@ TEST_F(FaultTest, ACheckpointCorruptedAfterItWasAdvertisedFailsOnlyItsModelsJobs
   EXPECT_NE(watch.out.find("done: 10 succeeded, 10 failed, 0 cancelled"), std::string::npos)
       << watch.out;
 
-  std::vector<json> rows = Results(id, 20);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (i % 2 == 1) {  // Qwen
-      EXPECT_TRUE(rows[i]["error"].is_null()) << rows[i];
-      continue;
-    }
-    EXPECT_EQ(rows[i]["response"]["status_code"], 500) << rows[i];
-    const std::string message = rows[i]["error"].value("message", "");
-    EXPECT_NE(message.find("model.safetensors"), std::string::npos)
-        << "the reason names the file: " << rows[i];
-  }
+  // The reason names the file.
+  ExpectLlamaJobsFailedWith(Results(id, 20), {"model.safetensors"});
   // w1 is still up, serving the model that is intact.
   EXPECT_TRUE(cluster_.worker("w1")->running());
   json reply = json::parse(cluster_.Nightshift("workers --json").out, nullptr, false);
@@ -404,18 +413,8 @@ TEST_F(FaultTest, ADiskThatFailsUnderAPassRequeuesTheBatchAndFailsItOnlyAfterMax
   EXPECT_EQ(watch.code, 1) << "some jobs failed: " << watch.out << watch.err;
   EXPECT_NE(watch.out.find("done: 3 succeeded, 3 failed, 0 cancelled"), std::string::npos)
       << watch.out;
-  std::vector<json> rows = Results(doomed, 6);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (i % 2 == 1) {  // Qwen
-      EXPECT_TRUE(rows[i]["error"].is_null()) << rows[i];
-      continue;
-    }
-    EXPECT_EQ(rows[i]["response"]["status_code"], 500) << rows[i];
-    const std::string message = rows[i]["error"].value("message", "");
-    EXPECT_NE(message.find("file ends before offset"), std::string::npos) << rows[i];
-    EXPECT_NE(message.find("attempt 3 of 3"), std::string::npos) << rows[i];
-    EXPECT_NE(message.find("no attempts left"), std::string::npos) << rows[i];
-  }
+  ExpectLlamaJobsFailedWith(Results(doomed, 6),
+                            {"file ends before offset", "attempt 3 of 3", "no attempts left"});
   EXPECT_EQ(Sample(Scrape(worker_metrics), "nightshift_checkpoint_read_errors_total", llama_series),
             4);
   EXPECT_TRUE(worker->Alive()) << "the worker stays up";
