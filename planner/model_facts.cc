@@ -1,6 +1,7 @@
 #include "planner/model_facts.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace nightshift::planner {
 
@@ -63,6 +64,27 @@ int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_
   const uint64_t slices =
       std::max<uint64_t>(1, (head_bytes + largest_layer_bytes - 1) / largest_layer_bytes);
   return (rows + static_cast<int64_t>(slices) - 1) / static_cast<int64_t>(slices);
+}
+
+std::vector<ExpertSlice> ExpertSlices(const std::vector<uint64_t>& expert_bytes,
+                                      uint64_t slice_bytes) {
+  std::vector<ExpertSlice> slices;
+  for (size_t e = 0; e < expert_bytes.size(); ++e) {
+    const int64_t index = static_cast<int64_t>(e);
+    if (slices.empty() || slices.back().bytes + expert_bytes[e] > slice_bytes) {
+      slices.push_back({index, index, 0});
+    }
+    slices.back().end = index + 1;
+    slices.back().bytes += expert_bytes[e];
+  }
+  return slices;
+}
+
+double ExpectedExpertsTouched(int64_t experts, int64_t top_k, int64_t rows) {
+  if (experts <= 0 || top_k <= 0 || rows <= 0) return 0;
+  const double e = static_cast<double>(experts);
+  const double miss = 1.0 - std::min(1.0, static_cast<double>(top_k) / e);
+  return e * (1.0 - std::pow(miss, static_cast<double>(rows)));
 }
 
 namespace {

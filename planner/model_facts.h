@@ -107,6 +107,24 @@ int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_
 // is not a group: a pass reads only the rows of the tokens it feeds.
 std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint);
 
+// Mixtures of experts. A sparse layer streams as its dense part (attention,
+// norms, router, shared expert) and then its experts in slices: runs of
+// whole experts in index order of at most `slice_bytes` each (an expert
+// larger than that is a slice of its own), so the loader's buffers are sized
+// by a slice, never by a layer. [first, end) expert indices per slice.
+inline constexpr uint64_t kDefaultExpertSliceBytes = 256ull << 20;
+struct ExpertSlice {
+  int64_t first = 0;
+  int64_t end = 0;
+  uint64_t bytes = 0;
+};
+std::vector<ExpertSlice> ExpertSlices(const std::vector<uint64_t>& expert_bytes,
+                                      uint64_t slice_bytes);
+// The distinct experts `rows` tokens touch at a layer of `experts` when each
+// routes to `top_k` of them uniformly: E x (1 - (1 - k/E)^B). Real routers
+// are skewed, so this is an upper bound of the mean.
+double ExpectedExpertsTouched(int64_t experts, int64_t top_k, int64_t rows);
+
 // Where pinned groups sit in the pass.
 enum class PinPlacement {
   kSpread,  // evenly through the pass (the default): every streamed read overlaps compute

@@ -422,6 +422,25 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
+int ExpertIndex(std::string_view name) {
+  size_t begin = 0;
+  bool after_experts = false;
+  while (begin <= name.size()) {
+    size_t end = name.find('.', begin);
+    if (end == std::string_view::npos) end = name.size();
+    const std::string_view part = name.substr(begin, end - begin);
+    if (after_experts) {
+      const bool digits =
+          !part.empty() && part.size() < 9 &&
+          std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      return digits ? std::stoi(std::string(part)) : -1;
+    }
+    after_experts = part == "experts";
+    begin = end + 1;
+  }
+  return -1;
+}
+
 const TensorInfo* Checkpoint::Find(std::string_view name) const {
   auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
                              [](const TensorInfo& t, std::string_view n) { return t.name < n; });

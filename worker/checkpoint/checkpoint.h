@@ -161,6 +161,12 @@ struct Checkpoint {
   std::string ModelType() const;
 };
 
+// The expert index of a mixture-of-experts tensor, from its name: the
+// all-digit component after an `experts` component
+// ("model.layers.3.mlp.experts.12.up_proj.weight" is expert 12), or -1 for a
+// name without one (a shared expert's `shared_expert.` is not `experts.`).
+int ExpertIndex(std::string_view name);
+
 struct ReadOptions {
   // Headers larger than this are refused (real ones are well under 10 MB).
   // config.json, generation_config.json and the index are held to it too.

@@ -1,5 +1,6 @@
 #include "worker/checkpoint/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -62,11 +63,57 @@ const char* ActivationName(Activation activation) {
   return "?";
 }
 
+namespace {
+
+Status ValidateMoe(const ModelConfig& c) {
+  const MoeConfig& m = c.moe;
+  if (m.num_experts == 0) return Status::Ok();
+  NS_RETURN_IF_ERROR(Positive("num_experts", m.num_experts));
+  NS_RETURN_IF_ERROR(Positive("num_experts_per_tok", m.top_k));
+  NS_RETURN_IF_ERROR(Positive("moe_intermediate_size", m.expert_intermediate_size));
+  NS_RETURN_IF_ERROR(Positive("decoder_sparse_step", m.decoder_sparse_step));
+  if (m.top_k > m.num_experts) {
+    return DataLoss(Field("num_experts_per_tok") + " " + std::to_string(m.top_k) +
+                    " is more than the " + std::to_string(m.num_experts) + " experts");
+  }
+  if (m.shared_expert_intermediate_size < 0) {
+    return DataLoss(Field("shared_expert_intermediate_size") + " must not be negative");
+  }
+  for (int64_t layer : m.mlp_only_layers) {
+    if (layer < 0 || layer >= c.num_layers) {
+      return DataLoss(Field("mlp_only_layers") + " names layer " + std::to_string(layer) +
+                      " of a " + std::to_string(c.num_layers) + "-layer model");
+    }
+  }
+  if (c.parallel_residual || c.mlp != MlpKind::kGated || c.mlp_bias) {
+    return DataLoss(std::string(kConfigFile) +
+                    ": experts are gated MLPs without biases after the attention");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 bool operator==(const RopeConfig& a, const RopeConfig& b) {
   return a.type == b.type && a.theta == b.theta && a.rotary_dim == b.rotary_dim &&
          a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
          a.high_freq_factor == b.high_freq_factor &&
          a.original_max_position_embeddings == b.original_max_position_embeddings;
+}
+
+bool operator==(const MoeConfig& a, const MoeConfig& b) {
+  return a.num_experts == b.num_experts && a.top_k == b.top_k &&
+         a.expert_intermediate_size == b.expert_intermediate_size &&
+         a.shared_expert_intermediate_size == b.shared_expert_intermediate_size &&
+         a.norm_topk_prob == b.norm_topk_prob && a.decoder_sparse_step == b.decoder_sparse_step &&
+         a.mlp_only_layers == b.mlp_only_layers;
+}
+
+bool ModelConfig::IsSparseLayer(int64_t layer) const {
+  if (moe.num_experts <= 0 || moe.decoder_sparse_step <= 0) return false;
+  if ((layer + 1) % moe.decoder_sparse_step != 0) return false;
+  return std::find(moe.mlp_only_layers.begin(), moe.mlp_only_layers.end(), layer) ==
+         moe.mlp_only_layers.end();
 }
 
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
@@ -80,7 +127,7 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
          a.qkv_bias == b.qkv_bias && a.o_bias == b.o_bias && a.mlp_bias == b.mlp_bias &&
          a.qk_norm == b.qk_norm && a.parallel_residual == b.parallel_residual &&
          a.tied_embeddings == b.tied_embeddings && a.scale_embeddings == b.scale_embeddings &&
-         a.rope == b.rope && a.eos_token_ids == b.eos_token_ids;
+         a.rope == b.rope && a.moe == b.moe && a.eos_token_ids == b.eos_token_ids;
 }
 
 Status ValidateModelConfig(const ModelConfig& c) {
@@ -107,6 +154,7 @@ Status ValidateModelConfig(const ModelConfig& c) {
   for (int64_t id : c.eos_token_ids) {
     if (id < 0) return DataLoss(Field("eos_token_id") + " must not be negative");
   }
+  NS_RETURN_IF_ERROR(ValidateMoe(c));
   return ValidateRope(c);
 }
 

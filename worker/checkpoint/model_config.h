@@ -61,6 +61,27 @@ enum class MlpKind {
 
 enum class RopeType { kDefault, kLinear, kLlama3 };
 
+// A mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE). In a sparse layer the
+// MLP is a router (`num_experts` logits per token, softmax in float32 over
+// all of them, the `top_k` largest kept, renormalised to sum to 1 when
+// `norm_topk_prob`) and `num_experts` gated MLPs of `expert_intermediate_size`
+// (the config's activation), plus, when `shared_expert_intermediate_size` is
+// set, a shared gated MLP of that width scaled by sigmoid(shared_expert_gate
+// . x) (Qwen2-MoE). The other layers are dense, with `intermediate_size`.
+struct MoeConfig {
+  int64_t num_experts = 0;  // 0: a dense model
+  int64_t top_k = 0;        // num_experts_per_tok
+  int64_t expert_intermediate_size = 0;
+  int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert
+  bool norm_topk_prob = false;
+  // Layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not
+  // in mlp_only_layers (transformers' rule).
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+};
+
+bool operator==(const MoeConfig& a, const MoeConfig& b);
+
 struct RopeConfig {
   RopeType type = RopeType::kDefault;
   double theta = 10000.0;
@@ -106,6 +127,7 @@ struct ModelConfig {
   bool tied_embeddings = false;    // the LM head is the token embedding
   bool scale_embeddings = false;   // embeddings x sqrt(hidden_size) (Gemma)
   RopeConfig rope;
+  MoeConfig moe;
 
   // config.json `eos_token_id` (an id or a list); the engine prefers
   // generation_config.json's when present.
@@ -113,6 +135,9 @@ struct ModelConfig {
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  bool is_moe() const { return moe.num_experts > 0; }
+  // Whether layer `layer`'s MLP is a mixture of experts (MoeConfig's rule).
+  bool IsSparseLayer(int64_t layer) const;
 };
 
 // Field by field (doubles compared exactly).
@@ -207,9 +232,9 @@ struct ModelFamily {
 const std::vector<const ModelFamily*>& ModelFamilies();
 
 // The family for `model_type`, or Unimplemented "model_type 'x' is not
-// supported (supported: ...)". Mixture-of-experts families (Mixtral,
-// Qwen2-MoE, ...) are refused with that reason: a pass would have to read
-// every expert of every layer.
+// supported (supported: ...)". Mixture-of-experts families other than
+// mixtral, qwen2_moe and qwen3_moe (DeepSeek, gpt-oss, OLMoE, ...) are
+// refused naming what the engine lacks for them.
 StatusOr<const ModelFamily*> FindModelFamily(const std::string& model_type);
 
 // Finds the family of `config` (its "model_type"; DataLoss when absent),

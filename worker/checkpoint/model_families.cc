@@ -2,7 +2,7 @@
 // its keys, side by side (see model_config.h). The engine's tensor names for
 // each family are in worker/engine/architecture.cc.
 #include <cmath>
-#include <set>
+#include <map>
 
 #include "worker/checkpoint/model_config.h"
 
@@ -209,16 +209,104 @@ void WritePhi3(const ModelConfig& c, json* out) {
   (*out)["sliding_window"] = OptionalJson(c.sliding_window);
 }
 
+// The expert keys Qwen2-MoE and Qwen3-MoE share (transformers' defaults);
+// `router_aux_loss_coef` and `output_router_logits` only matter in training.
+void ReadQwenMoe(ConfigReader& r, ModelConfig* c) {
+  MoeConfig& m = c->moe;
+  m.num_experts = r.Int("num_experts", 60);
+  m.top_k = r.Int("num_experts_per_tok", 4);
+  m.expert_intermediate_size = r.Int("moe_intermediate_size", 1408);
+  m.norm_topk_prob = r.Bool("norm_topk_prob", false);
+  m.decoder_sparse_step = r.Int("decoder_sparse_step", 1);
+  m.mlp_only_layers = r.IntList("mlp_only_layers");
+}
+
+void WriteQwenMoe(const ModelConfig& c, json* out) {
+  const MoeConfig& m = c.moe;
+  (*out)["num_experts"] = m.num_experts;
+  (*out)["num_experts_per_tok"] = m.top_k;
+  (*out)["moe_intermediate_size"] = m.expert_intermediate_size;
+  (*out)["norm_topk_prob"] = m.norm_topk_prob;
+  (*out)["decoder_sparse_step"] = m.decoder_sparse_step;
+  (*out)["mlp_only_layers"] = m.mlp_only_layers;
+}
+
+// Mixtral: Mistral's attention (`sliding_window` absent or null: full
+// attention) and in every layer `num_local_experts` experts of
+// `intermediate_size`, the top `num_experts_per_tok` renormalised.
+Status ParseMixtral(const json& j, ModelConfig* c) {
+  ConfigReader r(j);
+  ReadDecoderFields(r, c);
+  c->norm_eps = r.Double("rms_norm_eps", 1e-5);
+  c->activation = r.ActivationField("hidden_act", Activation::kSilu);
+  c->tied_embeddings = r.Bool("tie_word_embeddings", false);
+  c->sliding_window = r.OptionalInt("sliding_window");
+  c->moe.num_experts = r.Int("num_local_experts", 8);
+  c->moe.top_k = r.Int("num_experts_per_tok", 2);
+  c->moe.expert_intermediate_size = c->intermediate_size;
+  c->moe.norm_topk_prob = true;
+  return r.status();
+}
+
+void WriteMixtral(const ModelConfig& c, json* out) {
+  WriteMistral(c, out);
+  (*out)["num_local_experts"] = c.moe.num_experts;
+  (*out)["num_experts_per_tok"] = c.moe.top_k;
+}
+
+// Qwen2-MoE: Qwen2's attention (q/k/v biases unless `qkv_bias` is false),
+// sparse layers per ReadQwenMoe, a shared expert of
+// `shared_expert_intermediate_size` gated by sigmoid(shared_expert_gate . x),
+// dense layers of `intermediate_size`.
+Status ParseQwen2Moe(const json& j, ModelConfig* c) {
+  NS_RETURN_IF_ERROR(ParseQwen2(j, c));
+  ConfigReader r(j);
+  c->qkv_bias = r.Bool("qkv_bias", true);
+  ReadQwenMoe(r, c);
+  c->moe.shared_expert_intermediate_size = r.Int("shared_expert_intermediate_size", 5632);
+  return r.status();
+}
+
+void WriteQwen2Moe(const ModelConfig& c, json* out) {
+  WriteQwen(c, out);
+  WriteQwenMoe(c, out);
+  (*out)["qkv_bias"] = c.qkv_bias;
+  (*out)["shared_expert_intermediate_size"] = c.moe.shared_expert_intermediate_size;
+}
+
+// Qwen3-MoE: Qwen3's attention (q/k-norm), sparse layers per ReadQwenMoe
+// (transformers' defaults: 128 experts, top 8, 768 wide), no shared expert.
+Status ParseQwen3Moe(const json& j, ModelConfig* c) {
+  NS_RETURN_IF_ERROR(ParseQwen3(j, c));
+  ConfigReader r(j);
+  ReadQwenMoe(r, c);
+  c->moe.num_experts = r.Int("num_experts", 128);
+  c->moe.top_k = r.Int("num_experts_per_tok", 8);
+  c->moe.expert_intermediate_size = r.Int("moe_intermediate_size", 768);
+  return r.status();
+}
+
+void WriteQwen3Moe(const ModelConfig& c, json* out) {
+  WriteQwen3(c, out);
+  WriteQwenMoe(c, out);
+}
+
 }  // namespace
 
 const std::vector<const ModelFamily*>& ModelFamilies() {
   // Function-local, so that the table is whole whenever it is first asked
   // for (also from another file's static initialisation).
   static const ModelFamily kFamilies[] = {
-      {"llama", ParseLlama, WriteLlama}, {"mistral", ParseMistral, WriteMistral},
-      {"qwen2", ParseQwen2, WriteQwen},  {"qwen3", ParseQwen3, WriteQwen3},
-      {"gemma", ParseGemma, WriteGemma}, {"gpt_neox", ParseGptNeox, WriteGptNeox},
+      {"llama", ParseLlama, WriteLlama},
+      {"mistral", ParseMistral, WriteMistral},
+      {"qwen2", ParseQwen2, WriteQwen},
+      {"qwen3", ParseQwen3, WriteQwen3},
+      {"gemma", ParseGemma, WriteGemma},
+      {"gpt_neox", ParseGptNeox, WriteGptNeox},
       {"phi3", ParsePhi3, WritePhi3},
+      {"mixtral", ParseMixtral, WriteMixtral},
+      {"qwen2_moe", ParseQwen2Moe, WriteQwen2Moe},
+      {"qwen3_moe", ParseQwen3Moe, WriteQwen3Moe},
   };
   static const std::vector<const ModelFamily*> table = [] {
     std::vector<const ModelFamily*> out;
@@ -229,13 +317,27 @@ const std::vector<const ModelFamily*>& ModelFamilies() {
 }
 
 StatusOr<const ModelFamily*> FindModelFamily(const std::string& model_type) {
-  static const std::set<std::string> kMixtureOfExperts = {
-      "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx",
-      "olmoe",   "phimoe",    "jamba",     "granitemoe",  "jetmoe",      "arctic"};
-  if (kMixtureOfExperts.count(model_type)) {
+  // Mixtures of experts the engine does not run, with what they need beyond
+  // the routed gated experts it has.
+  static const std::map<std::string, std::string> kUnsupportedMoe = {
+      {"deepseek_v2", "multi-head latent attention and group-limited routing"},
+      {"deepseek_v3", "multi-head latent attention and sigmoid group-limited routing"},
+      {"gpt_oss", "attention sinks, alternating sliding windows and clamped SwiGLU experts"},
+      {"olmoe", "OLMoE's q/k norm over the whole projection"},
+      {"dbrx", "DBRX's fused expert tensors and clipped attention"},
+      {"phimoe", "sparsemixer routing"},
+      {"jamba", "Mamba layers"},
+      {"granitemoe", "Granite's fused expert tensors and multipliers"},
+      {"jetmoe", "mixture-of-attention layers"},
+      {"arctic", "a dense residual MLP beside the experts"},
+      {"qwen3_next", "linear-attention layers"},
+      {"llama4", "chunked attention and interleaved sigmoid-routed layers"},
+  };
+  if (auto it = kUnsupportedMoe.find(model_type); it != kUnsupportedMoe.end()) {
     return Unimplemented("model_type '" + model_type +
-                         "' is a mixture-of-experts model, which is not supported: every pass "
-                         "would read every expert of every layer");
+                         "' is a mixture-of-experts model the engine does not run: it needs " +
+                         it->second +
+                         " (mixtures of experts supported: mixtral, qwen2_moe, qwen3_moe)");
   }
   std::string supported;
   for (const ModelFamily* family : ModelFamilies()) {

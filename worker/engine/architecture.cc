@@ -10,10 +10,13 @@ using checkpoint::DType;
 using checkpoint::TensorInfo;
 
 constexpr const char* kLayerWeightNames[kLayerWeightCount] = {
-    "attn_norm", "attn_norm_bias", "q",        "q_bias",        "k",         "k_bias",
-    "v",         "v_bias",         "qkv",      "qkv_bias",      "o",         "o_bias",
-    "q_norm",    "k_norm",         "mlp_norm", "mlp_norm_bias", "gate",      "gate_bias",
-    "up",        "up_bias",        "gate_up",  "down",          "down_bias",
+    "attn_norm",   "attn_norm_bias", "q",           "q_bias",
+    "k",           "k_bias",         "v",           "v_bias",
+    "qkv",         "qkv_bias",       "o",           "o_bias",
+    "q_norm",      "k_norm",         "mlp_norm",    "mlp_norm_bias",
+    "gate",        "gate_bias",      "up",          "up_bias",
+    "gate_up",     "down",           "down_bias",   "router",
+    "shared_gate", "shared_up",      "shared_down", "shared_expert_gate",
 };
 
 bool IsSupportedWeightDType(DType dtype) {
@@ -66,15 +69,27 @@ std::map<std::string, Slot> ExpectedSlots(const TensorNames& names, const ModelC
   if (!c.tied_embeddings || has_lm_head) {
     slots[names.lm_head] = {&out->lm_head, {c.vocab_size, c.hidden_size}};
   }
-  std::vector<LayerWeight> roles = ExpectedLayerWeights(c);
   out->layers.resize(static_cast<size_t>(c.num_layers));
+  const int64_t h = c.hidden_size, width = c.moe.expert_intermediate_size;
+  const std::array<std::vector<int64_t>, kExpertWeightCount> expert_shapes = {
+      std::vector<int64_t>{width, h}, std::vector<int64_t>{width, h},
+      std::vector<int64_t>{h, width}};
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string prefix = names.layer_prefix + std::to_string(i) + ".";
     LayerTensors& layer = out->layers[static_cast<size_t>(i)];
-    for (LayerWeight role : roles) {
+    for (LayerWeight role : ExpectedLayerWeights(c, i)) {
       size_t r = static_cast<size_t>(role);
       slots[prefix + names.layer[r]] = {&layer.weights[r], ExpectedShape(c, role),
                                         IsProjection(role)};
+    }
+    if (!c.IsSparseLayer(i)) continue;
+    layer.experts.resize(static_cast<size_t>(c.moe.num_experts));
+    for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+      const std::string expert = prefix + names.expert_prefix + std::to_string(e) + ".";
+      for (size_t w = 0; w < kExpertWeightCount; ++w) {
+        slots[expert + names.expert[w]] = {&layer.experts[static_cast<size_t>(e)].weights[w],
+                                           expert_shapes[w], true};
+      }
     }
   }
   return slots;
@@ -119,6 +134,34 @@ TensorNames Phi3TensorNames() {
   return n;
 }
 
+// Qwen2-MoE and Qwen3-MoE: Llama's names; a sparse layer's router is
+// `mlp.gate`, its experts `mlp.experts.E.{gate,up,down}_proj`, Qwen2-MoE's
+// shared expert `mlp.shared_expert.*` gated by `mlp.shared_expert_gate`.
+TensorNames QwenMoeTensorNames() {
+  TensorNames n = LlamaStyleTensorNames();
+  auto set = [&n](LayerWeight role, const char* name) {
+    n.layer[static_cast<size_t>(role)] = name;
+  };
+  set(LayerWeight::kRouter, "mlp.gate.weight");
+  set(LayerWeight::kSharedGate, "mlp.shared_expert.gate_proj.weight");
+  set(LayerWeight::kSharedUp, "mlp.shared_expert.up_proj.weight");
+  set(LayerWeight::kSharedDown, "mlp.shared_expert.down_proj.weight");
+  set(LayerWeight::kSharedExpertGate, "mlp.shared_expert_gate.weight");
+  n.expert_prefix = "mlp.experts.";
+  n.expert = {"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+  return n;
+}
+
+// Mixtral: Llama's attention names; `block_sparse_moe.gate` routes to
+// `block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}`.
+TensorNames MixtralTensorNames() {
+  TensorNames n = LlamaStyleTensorNames();
+  n.layer[static_cast<size_t>(LayerWeight::kRouter)] = "block_sparse_moe.gate.weight";
+  n.expert_prefix = "block_sparse_moe.experts.";
+  n.expert = {"w1.weight", "w3.weight", "w2.weight"};
+  return n;
+}
+
 }  // namespace
 
 const char* LayerWeightName(LayerWeight weight) {
@@ -128,10 +171,11 @@ const char* LayerWeightName(LayerWeight weight) {
 const std::vector<const Architecture*>& Architectures() {
   // Each registered config family's tensor names.
   static const std::map<std::string, TensorNames (*)()> kNames = {
-      {"llama", LlamaStyleTensorNames}, {"mistral", LlamaStyleTensorNames},
-      {"qwen2", LlamaStyleTensorNames}, {"qwen3", LlamaStyleTensorNames},
-      {"gemma", LlamaStyleTensorNames}, {"gpt_neox", GptNeoxTensorNames},
-      {"phi3", Phi3TensorNames},
+      {"llama", LlamaStyleTensorNames},  {"mistral", LlamaStyleTensorNames},
+      {"qwen2", LlamaStyleTensorNames},  {"qwen3", LlamaStyleTensorNames},
+      {"gemma", LlamaStyleTensorNames},  {"gpt_neox", GptNeoxTensorNames},
+      {"phi3", Phi3TensorNames},         {"mixtral", MixtralTensorNames},
+      {"qwen2_moe", QwenMoeTensorNames}, {"qwen3_moe", QwenMoeTensorNames},
   };
   static const std::vector<Architecture> storage = [] {
     std::vector<Architecture> out;
@@ -157,7 +201,7 @@ StatusOr<const Architecture*> FindArchitecture(const std::string& model_type) {
   return Internal("model_type '" + model_type + "' has a config family but no tensor names");
 }
 
-std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& c) {
+std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& c, int64_t layer) {
   using W = LayerWeight;
   const bool layer_norm = c.norm == NormKind::kLayerNorm;
   std::vector<W> roles = {W::kAttnNorm};
@@ -180,6 +224,15 @@ std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& c) {
   }
   roles.push_back(W::kMlpNorm);
   if (layer_norm) roles.push_back(W::kMlpNormBias);
+  if (c.IsSparseLayer(layer)) {
+    roles.push_back(W::kRouter);
+    if (c.moe.shared_expert_intermediate_size > 0) {
+      for (W role : {W::kSharedGate, W::kSharedUp, W::kSharedDown, W::kSharedExpertGate}) {
+        roles.push_back(role);
+      }
+    }
+    return roles;
+  }
   switch (c.mlp) {
     case MlpKind::kGated:
       roles.push_back(W::kGate);
@@ -238,6 +291,15 @@ std::vector<int64_t> ExpectedShape(const ModelConfig& c, LayerWeight role) {
       return {2 * c.intermediate_size, h};
     case LayerWeight::kDown:
       return {h, c.intermediate_size};
+    case LayerWeight::kRouter:
+      return {c.moe.num_experts, h};
+    case LayerWeight::kSharedGate:
+    case LayerWeight::kSharedUp:
+      return {c.moe.shared_expert_intermediate_size, h};
+    case LayerWeight::kSharedDown:
+      return {h, c.moe.shared_expert_intermediate_size};
+    case LayerWeight::kSharedExpertGate:
+      return {1, h};
     case LayerWeight::kCount:
       break;
   }
@@ -268,7 +330,12 @@ StatusOr<ModelTensors> BindTensors(const Architecture& arch, const ModelConfig& 
   }
   if (out.lm_head == nullptr) out.lm_head = out.embedding;
   for (LayerTensors& layer : out.layers) {
-    for (const TensorInfo* tensor : layer.weights) layer.bytes += tensor ? tensor->size : 0;
+    for (const TensorInfo* tensor : layer.weights) layer.dense_bytes += tensor ? tensor->size : 0;
+    layer.bytes = layer.dense_bytes;
+    for (ExpertTensors& expert : layer.experts) {
+      for (const TensorInfo* tensor : expert.weights) expert.bytes += tensor->size;
+      layer.bytes += expert.bytes;
+    }
   }
   return out;
 }
@@ -321,6 +388,9 @@ bool IsProjection(LayerWeight role) {
     case LayerWeight::kUp:
     case LayerWeight::kGateUp:
     case LayerWeight::kDown:
+    case LayerWeight::kSharedGate:
+    case LayerWeight::kSharedUp:
+    case LayerWeight::kSharedDown:
       return true;
     default:
       return false;

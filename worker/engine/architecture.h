@@ -50,12 +50,25 @@ enum class LayerWeight {
   kGateUp,  // MlpKind::kGatedFused
   kDown,
   kDownBias,
+  // A sparse layer's (ModelConfig::IsSparseLayer): in place of the dense MLP,
+  // the router [experts, hidden], and Qwen2-MoE's shared expert (a gated MLP)
+  // with its gate [1, hidden]. The experts themselves are LayerTensors::experts.
+  kRouter,
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kSharedExpertGate,
   kCount,
 };
 inline constexpr size_t kLayerWeightCount = static_cast<size_t>(LayerWeight::kCount);
 
 // A stable lower-case name for messages and tests ("q_bias").
 const char* LayerWeightName(LayerWeight weight);
+
+// The three matrices of one expert of a sparse layer: gate and up
+// [expert_intermediate_size, hidden], down [hidden, expert_intermediate_size].
+enum class ExpertWeight { kGate, kUp, kDown, kCount };
+inline constexpr size_t kExpertWeightCount = static_cast<size_t>(ExpertWeight::kCount);
 
 // What the tensors of an architecture are called.
 struct TensorNames {
@@ -66,6 +79,9 @@ struct TensorNames {
   std::string layer_prefix;     // "model.layers." (the layer index and a dot follow)
   // Per role, the name after "<prefix><i>."; empty for roles the family never has.
   std::array<std::string, kLayerWeightCount> layer;
+  // Expert e's weights are "<prefix><i>.<expert_prefix><e>.<expert[w]>".
+  std::string expert_prefix;                           // "mlp.experts."
+  std::array<std::string, kExpertWeightCount> expert;  // "gate_proj.weight", ...
   // Name endings of buffers some checkpoints persist that are not weights
   // (derived from the config) and are skipped, e.g. "rotary_emb.inv_freq".
   std::vector<std::string> ignored_suffixes;
@@ -84,8 +100,10 @@ const std::vector<const Architecture*>& Architectures();
 // mixture-of-experts refusal) for a type that is not registered.
 StatusOr<const Architecture*> FindArchitecture(const std::string& model_type);
 
-// The roles present in every layer for this config, in LayerWeight order.
-std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& config);
+// The roles present in layer `layer` for this config, in LayerWeight order
+// (a sparse layer has the router, and the shared expert when the config has
+// one, in place of the dense MLP).
+std::vector<LayerWeight> ExpectedLayerWeights(const ModelConfig& config, int64_t layer);
 // The shape a weight of `role` must have.
 std::vector<int64_t> ExpectedShape(const ModelConfig& config, LayerWeight role);
 
@@ -95,9 +113,18 @@ std::vector<int64_t> ExpectedShape(const ModelConfig& config, LayerWeight role);
 // quantized), false for its norms and biases.
 bool IsProjection(LayerWeight role);
 
+// One expert's tensors, in ExpertWeight order.
+struct ExpertTensors {
+  std::array<const checkpoint::TensorInfo*, kExpertWeightCount> weights{};
+  uint64_t bytes = 0;
+};
+
 struct LayerTensors {
   std::array<const checkpoint::TensorInfo*, kLayerWeightCount> weights{};  // nullptr: absent
-  uint64_t bytes = 0;
+  // A sparse layer's experts, by index; empty for a dense layer.
+  std::vector<ExpertTensors> experts;
+  uint64_t bytes = 0;        // every tensor of the layer, experts included
+  uint64_t dense_bytes = 0;  // `weights` alone (attention, norms, router, shared expert)
 
   const checkpoint::TensorInfo* operator[](LayerWeight role) const {
     return weights[static_cast<size_t>(role)];

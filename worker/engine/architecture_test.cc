@@ -52,7 +52,7 @@ std::vector<TensorInfo> ExpectedTensors(const Architecture& arch, const ModelCon
   if (c.norm == NormKind::kLayerNorm) out.push_back(Tensor(n.final_norm_bias, {c.hidden_size}));
   if (with_lm_head) out.push_back(Tensor(n.lm_head, {c.vocab_size, c.hidden_size}));
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    for (LayerWeight role : ExpectedLayerWeights(c)) {
+    for (LayerWeight role : ExpectedLayerWeights(c, 0)) {
       out.push_back(
           Tensor(n.layer_prefix + std::to_string(i) + "." + n.layer[static_cast<size_t>(role)],
                  ExpectedShape(c, role)));
@@ -101,7 +101,7 @@ TEST(ArchitectureTest, EveryExpectedRoleHasAName) {
       j["mlp_bias"] = flag;
       StatusOr<ModelConfig> c = ParseModelConfig(j);
       ASSERT_TRUE(c.ok()) << arch->model_type << ": " << c.status().ToString();
-      for (LayerWeight role : ExpectedLayerWeights(*c)) {
+      for (LayerWeight role : ExpectedLayerWeights(*c, 0)) {
         EXPECT_FALSE(arch->names.layer[static_cast<size_t>(role)].empty())
             << arch->model_type << " " << LayerWeightName(role);
       }
@@ -112,13 +112,13 @@ TEST(ArchitectureTest, EveryExpectedRoleHasAName) {
 TEST(ArchitectureTest, ExpectedLayerWeightsFollowTheFlags) {
   ModelConfig c = *ParseModelConfig(BaseConfig("llama"));
   using W = LayerWeight;
-  EXPECT_EQ(ExpectedLayerWeights(c), (std::vector<W>{W::kAttnNorm, W::kQ, W::kK, W::kV, W::kO,
-                                                     W::kMlpNorm, W::kGate, W::kUp, W::kDown}));
+  EXPECT_EQ(ExpectedLayerWeights(c, 0), (std::vector<W>{W::kAttnNorm, W::kQ, W::kK, W::kV, W::kO,
+                                                        W::kMlpNorm, W::kGate, W::kUp, W::kDown}));
   c.qkv_bias = true;
   c.qk_norm = true;
   c.mlp = MlpKind::kGatedFused;
   c.qkv_layout = QkvLayout::kFusedBlocks;
-  EXPECT_EQ(ExpectedLayerWeights(c),
+  EXPECT_EQ(ExpectedLayerWeights(c, 0),
             (std::vector<W>{W::kAttnNorm, W::kQkv, W::kQkvBias, W::kO, W::kQNorm, W::kKNorm,
                             W::kMlpNorm, W::kGateUp, W::kDown}));
   c.norm = NormKind::kLayerNorm;
@@ -126,7 +126,7 @@ TEST(ArchitectureTest, ExpectedLayerWeightsFollowTheFlags) {
   c.mlp_bias = c.o_bias = true;
   c.qk_norm = false;
   EXPECT_EQ(
-      ExpectedLayerWeights(c),
+      ExpectedLayerWeights(c, 0),
       (std::vector<W>{W::kAttnNorm, W::kAttnNormBias, W::kQkv, W::kQkvBias, W::kO, W::kOBias,
                       W::kMlpNorm, W::kMlpNormBias, W::kUp, W::kUpBias, W::kDown, W::kDownBias}));
 }
