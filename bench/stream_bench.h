@@ -91,6 +91,7 @@ struct Measured {
   double projection_flops = 0;  // of the timed pass
   double chosen_rate = 0;       // the chosen kernel's measured FLOP/s at the micro-batch rows
   nlohmann::json compute;       // engine-stream-run's "compute"
+  nlohmann::json last_pass;     // engine-stream-run's last pass, as it printed it
 };
 
 class Bench {
@@ -170,6 +171,7 @@ class Bench {
     m->tokens_per_second =
         static_cast<double>(c.batch * (c.first_pass ? prompt : 1)) / m->pass_seconds;
     m->pass_bytes = j["passes"].back()["bytes_read"].get<uint64_t>();
+    m->last_pass = j["passes"].back();
     m->vm_hwm_bytes = j["vm_hwm_bytes"].get<double>();
     m->cgroup_peak_bytes =
         c.capped ? std::stod(ReadText(std::string(kCgroup) + "/memory.max_usage_in_bytes")) : 0;

@@ -87,6 +87,14 @@ double ExpectedExpertsTouched(int64_t experts, int64_t top_k, int64_t rows) {
   return e * (1.0 - std::pow(miss, static_cast<double>(rows)));
 }
 
+bool ReadExpertsAhead(double touched_fraction, uint64_t expert_bytes, double read_bytes_per_second,
+                      double routing_wait_seconds) {
+  if (!(read_bytes_per_second > 0)) return false;
+  const double untouched = std::max(0.0, 1.0 - touched_fraction);
+  return untouched * static_cast<double>(expert_bytes) / read_bytes_per_second <
+         routing_wait_seconds;
+}
+
 namespace {
 
 // The LM head: its own tensor, or the embedding's when tied (the largest

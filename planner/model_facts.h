@@ -124,6 +124,14 @@ std::vector<ExpertSlice> ExpertSlices(const std::vector<uint64_t>& expert_bytes,
 // routes to `top_k` of them uniformly: E x (1 - (1 - k/E)^B). Real routers
 // are skewed, so this is an upper bound of the mean.
 double ExpectedExpertsTouched(int64_t experts, int64_t top_k, int64_t rows);
+// Whether a pass reads a sparse layer's experts (`expert_bytes`) ahead of
+// its routing, like a dense layer's weights, rather than once routed. Ahead
+// costs the experts it touches not (1 - `touched_fraction` of the bytes at
+// `read_bytes_per_second`); waiting for the routing leaves the disk idle
+// while the layer's dense half computes (`routing_wait_seconds`). Without a
+// measured read speed: false (read what is routed).
+bool ReadExpertsAhead(double touched_fraction, uint64_t expert_bytes, double read_bytes_per_second,
+                      double routing_wait_seconds);
 
 // Where pinned groups sit in the pass.
 enum class PinPlacement {

@@ -170,6 +170,9 @@ struct PassProgress {
   int64_t free_kv_bytes = 0;             // KV the worker could give to more jobs of this model
   bool want_top_up = false;
   int64_t free_pass_tokens = 0;  // of the pass-token budget, left for joining jobs (0: no budget)
+  // Mixtures of experts, over the pass's sparse layers (0 for a dense model).
+  int64_t experts_total = 0;
+  int64_t experts_read = 0;
 };
 
 }  // namespace nightshift::api

@@ -178,6 +178,8 @@ PassProgress FromProto(const v1::PassReport& r) {
   out.free_kv_bytes = r.free_kv_bytes();
   out.want_top_up = r.want_top_up();
   out.free_pass_tokens = r.free_pass_tokens();
+  out.experts_total = r.experts_total();
+  out.experts_read = r.experts_read();
   return out;
 }
 
@@ -194,6 +196,8 @@ void ToProto(const PassProgress& p, v1::PassReport* out) {
   out->set_free_kv_bytes(p.free_kv_bytes);
   out->set_want_top_up(p.want_top_up);
   out->set_free_pass_tokens(p.free_pass_tokens);
+  out->set_experts_total(p.experts_total);
+  out->set_experts_read(p.experts_read);
 }
 
 WorkerHello FromProto(const v1::WorkerHello& h) {

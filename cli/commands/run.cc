@@ -260,9 +260,15 @@ void PrintJson(const RunOutput& out, bool logits) {
   nlohmann::json pass_seconds = nlohmann::json::array();
   nlohmann::json pass_bytes = nlohmann::json::array();
   nlohmann::json pass_compute = nlohmann::json::array();
+  nlohmann::json experts_read = nlohmann::json::array();
+  nlohmann::json experts_total = nlohmann::json::array();
+  nlohmann::json routed = nlohmann::json::array();
   for (const PassStats& p : out.passes) {
     pass_seconds.push_back(p.seconds);
     pass_bytes.push_back(p.bytes_read);
+    experts_read.push_back(p.experts_read);
+    experts_total.push_back(p.experts_total);
+    routed.push_back(p.routed_experts);
     pass_compute.push_back({{"dtype", p.compute_dtype},
                             {"kernels", p.projection_kernels},
                             {"projection_flops", p.projection_flops}});
@@ -278,6 +284,11 @@ void PrintJson(const RunOutput& out, bool logits) {
                         {"kv_dtype", engine::KvDTypeName(out.kv_dtype)},
                         {"compute", ComputeJson(out.compute)},
                         {"pass_compute", std::move(pass_compute)}};
+  if (!out.passes.empty() && out.passes[0].experts_total > 0) {  // a mixture of experts
+    doc["experts_read"] = std::move(experts_read);
+    doc["experts_total"] = std::move(experts_total);
+    doc["routed_experts"] = std::move(routed);
+  }
   std::cout << doc.dump() << "\n";
 }
 

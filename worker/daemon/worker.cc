@@ -359,6 +359,8 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   p.generated = pass.generated;
   p.free_kv_bytes = static_cast<int64_t>(batch_->free_kv_bytes());
   p.free_pass_tokens = batch_->free_pass_tokens();
+  p.experts_total = s.experts_total;
+  p.experts_read = s.experts_read;
   // Scoring jobs need only rows of the pass; generation also needs KV.
   p.want_top_up = want_top_up && (p.free_kv_bytes > 0 || p.free_pass_tokens > 0);
   link_->SendPass(p);
@@ -370,6 +372,10 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   line << "batch " << p.batch_id << " pass " << p.pass_index << ": " << p.seconds << " s, "
        << p.bytes_read << " bytes read, io wait " << p.io_wait_seconds << " s, " << p.sequences
        << " sequences, " << p.tokens << " tokens, mode " << p.mode;
+  if (s.experts_total > 0) {
+    line << ", experts read " << s.experts_read << " of " << s.experts_total << " ("
+         << s.experts_routed << " routed)";
+  }
   if (s.pinned_bytes + s.host_pinned_bytes > 0) {
     line << " (" << s.pinned_bytes + s.host_pinned_bytes << " bytes pinned)";
   }

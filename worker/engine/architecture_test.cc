@@ -161,7 +161,7 @@ TEST_F(BindTest, BindsEveryRole) {
   EXPECT_EQ(bound->layers[1][LayerWeight::kQ]->name, "model.layers.1.self_attn.q_proj.weight");
   EXPECT_EQ(bound->layers[1][LayerWeight::kQBias], nullptr);
   uint64_t layer_bytes = 0;
-  for (LayerWeight role : ExpectedLayerWeights(config_)) {
+  for (LayerWeight role : ExpectedLayerWeights(config_, 0)) {
     layer_bytes += static_cast<uint64_t>(bound->layers[0][role]->numel()) * 4;
   }
   EXPECT_EQ(bound->layers[0].bytes, layer_bytes);

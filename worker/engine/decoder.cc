@@ -243,6 +243,16 @@ int64_t MicroBatchRows(const ModelConfig& c, uint64_t budget_bytes) {
   return planner::MicroBatchRows(c, budget_bytes);
 }
 
+namespace {
+
+void ReleaseTransient(int64_t layer, const PassRows& rows) {
+  for (const SequenceRows& s : rows.sequences) {
+    if (s.transient) s.cache->Release(layer);
+  }
+}
+
+}  // namespace
+
 void RunDecoderLayer(const ModelConfig& c, const LayerWeights& w, int64_t layer, at::Tensor& hidden,
                      const PassRows& rows) {
   const int64_t tokens = hidden.size(0);
@@ -265,9 +275,29 @@ void RunDecoderLayer(const ModelConfig& c, const LayerWeights& w, int64_t layer,
     }
     x.copy_(out);  // this micro-batch's old rows are no longer read
   }
-  for (const SequenceRows& s : rows.sequences) {
-    if (s.transient) s.cache->Release(layer);
+  ReleaseTransient(layer, rows);
+}
+
+void RunAttentionHalf(const ModelConfig& c, const LayerWeights& w, int64_t layer,
+                      at::Tensor& hidden, const PassRows& rows) {
+  const int64_t tokens = hidden.size(0);
+  const int64_t step = std::max<int64_t>(1, rows.micro_batch_rows);
+  for (int64_t a = 0; a < tokens; a += step) {
+    at::Tensor x = hidden.narrow(0, a, std::min(step, tokens - a));
+    x.add_(SelfAttention(
+        c, w, layer, Norm(x, c.norm, Get(w, W::kAttnNorm), Get(w, W::kAttnNormBias), c.norm_eps), a,
+        rows));
   }
+  ReleaseTransient(layer, rows);
+}
+
+at::Tensor GatedMlp(const at::Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
+                    Activation activation) {
+  at::Tensor g = Linear(x, gate);
+  at::Tensor act = Activate(g, activation);
+  g.reset();
+  act.mul_(Linear(x, up));
+  return Linear(act, down);
 }
 
 }  // namespace nightshift::engine

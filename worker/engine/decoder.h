@@ -112,4 +112,16 @@ at::Tensor Embed(const ModelConfig& config, const Weight& table, const std::vect
 void RunDecoderLayer(const ModelConfig& config, const LayerWeights& weights, int64_t layer,
                      at::Tensor& hidden, const PassRows& rows);
 
+// The first half of a sparse layer (ModelConfig::IsSparseLayer; sequential
+// residual): hidden <- hidden + attention(norm(hidden)) for every
+// micro-batch, as RunDecoderLayer does before its MLP, with its caches
+// updated and released as there. The experts (experts.h) then run on the
+// whole pass's rows.
+void RunAttentionHalf(const ModelConfig& config, const LayerWeights& weights, int64_t layer,
+                      at::Tensor& hidden, const PassRows& rows);
+
+// down(act(gate(x)) * up(x)) without biases: an expert, or a shared expert.
+at::Tensor GatedMlp(const at::Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
+                    Activation activation);
+
 }  // namespace nightshift::engine

@@ -23,6 +23,7 @@
 #include "worker/engine/compute_measure.h"
 #include "worker/engine/decoder.h"
 #include "worker/engine/device_stager.h"
+#include "worker/engine/experts.h"
 #include "worker/engine/isa.h"
 #include "worker/engine/kernels.h"
 #include "worker/engine/layer_loader.h"
@@ -275,15 +276,60 @@ std::vector<const checkpoint::TensorInfo*> PresentTensors(const LayerTensors& la
   return out;
 }
 
-// The LM head as row slices no larger than the largest decoder layer, so the
-// loader's buffers (sized to the largest group) need not hold the largest
-// matrix whole; one slice when it fits.
-std::vector<checkpoint::TensorInfo> HeadSlices(const ModelTensors& tensors) {
+// A sparse layer's experts' tensors, expert after expert (ExpertWeight order).
+std::vector<const checkpoint::TensorInfo*> ExpertTensorList(const LayerTensors& layer,
+                                                            int64_t first, int64_t end) {
+  std::vector<const checkpoint::TensorInfo*> out;
+  for (int64_t e = first; e < end; ++e) {
+    for (const checkpoint::TensorInfo* t : layer.experts[static_cast<size_t>(e)].weights) {
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+// Every tensor of the layer: PresentTensors, then every expert's.
+std::vector<const checkpoint::TensorInfo*> AllTensors(const LayerTensors& layer) {
+  std::vector<const checkpoint::TensorInfo*> out = PresentTensors(layer);
+  for (const checkpoint::TensorInfo* t :
+       ExpertTensorList(layer, 0, static_cast<int64_t>(layer.experts.size()))) {
+    out.push_back(t);
+  }
+  return out;
+}
+
+// Where a decoder layer is in the loader's groups: group `dense` holds the
+// layer's tensors (a sparse layer's dense part: attention, norms, router,
+// shared expert); a sparse layer's expert slices (planner::ExpertSlices)
+// follow it, group dense + 1 + s holding experts [slices[s].first,
+// slices[s].end), each a unit of its own (LayerLoaderOptions::units).
+struct LayerGroups {
+  size_t dense = 0;
+  std::vector<planner::ExpertSlice> slices;
+};
+
+uint64_t ExpertSliceBytes(const EngineOptions& options) {
+  return options.expert_slice_bytes > 0 ? options.expert_slice_bytes
+                                        : planner::kDefaultExpertSliceBytes;
+}
+
+std::vector<planner::ExpertSlice> SlicesOf(const LayerTensors& layer, uint64_t slice_bytes) {
+  std::vector<uint64_t> bytes;
+  for (const ExpertTensors& expert : layer.experts) bytes.push_back(expert.bytes);
+  return planner::ExpertSlices(bytes, slice_bytes);
+}
+
+// The LM head as row slices no larger than the largest group of a decoder
+// layer (a dense layer, or a sparse layer's dense part or expert slice), so
+// the loader's buffers (sized to the largest group) need not hold the
+// largest matrix whole; one slice when it fits.
+std::vector<checkpoint::TensorInfo> HeadSlices(const ModelTensors& tensors, uint64_t slice_bytes) {
   uint64_t largest_layer = 0;
   for (const LayerTensors& layer : tensors.layers) {
-    uint64_t bytes = 0;
-    for (const checkpoint::TensorInfo* t : PresentTensors(layer)) bytes += t->size;
-    largest_layer = std::max(largest_layer, bytes);
+    largest_layer = std::max(largest_layer, layer.dense_bytes);
+    for (const planner::ExpertSlice& slice : SlicesOf(layer, slice_bytes)) {
+      largest_layer = std::max(largest_layer, slice.bytes);
+    }
   }
   const checkpoint::TensorInfo& head = *tensors.lm_head;
   const int64_t rows = head.shape[0];
@@ -301,18 +347,46 @@ std::vector<checkpoint::TensorInfo> HeadSlices(const ModelTensors& tensors) {
   return out;
 }
 
-// The loader's groups: every decoder layer's tensors, then the final norm
-// with the LM head's first slice (norm, slice, norm bias when present:
-// RunHead's order), then each further slice alone.
-std::vector<TensorList> StreamedGroups(const ModelTensors& tensors,
-                                       const std::vector<checkpoint::TensorInfo>& head_slices) {
+// The loader's groups: every decoder layer's (LayerGroups), then the final
+// norm with the LM head's first slice (norm, slice, norm bias when present:
+// RunHead's order), then each further slice alone. Expert slices are
+// deferred: a pass reads those its rows route to.
+struct StreamPlan {
   std::vector<TensorList> groups;
-  for (const LayerTensors& layer : tensors.layers) groups.push_back(PresentTensors(layer));
+  std::vector<bool> deferred;
+  std::vector<std::vector<int>> units;
+  std::vector<LayerGroups> layers;
+  size_t head = 0;  // the head's first group
+};
+
+StreamPlan StreamedGroups(const ModelTensors& tensors,
+                          const std::vector<checkpoint::TensorInfo>& head_slices,
+                          uint64_t slice_bytes) {
+  StreamPlan plan;
+  auto add = [&plan](TensorList group, bool deferred, std::vector<int> units) {
+    plan.groups.push_back(std::move(group));
+    plan.deferred.push_back(deferred);
+    plan.units.push_back(std::move(units));
+  };
+  for (const LayerTensors& layer : tensors.layers) {
+    LayerGroups& where = plan.layers.emplace_back();
+    where.dense = plan.groups.size();
+    add(PresentTensors(layer), false, {});
+    where.slices = SlicesOf(layer, slice_bytes);
+    for (const planner::ExpertSlice& slice : where.slices) {
+      std::vector<int> units;
+      for (int64_t e = slice.first; e < slice.end; ++e) {
+        units.insert(units.end(), kExpertWeightCount, static_cast<int>(e - slice.first));
+      }
+      add(ExpertTensorList(layer, slice.first, slice.end), true, std::move(units));
+    }
+  }
+  plan.head = plan.groups.size();
   TensorList head = {tensors.final_norm, &head_slices[0]};
   if (tensors.final_norm_bias != nullptr) head.push_back(tensors.final_norm_bias);
-  groups.push_back(std::move(head));
-  for (size_t s = 1; s < head_slices.size(); ++s) groups.push_back({&head_slices[s]});
-  return groups;
+  add(std::move(head), false, {});
+  for (size_t s = 1; s < head_slices.size(); ++s) add({&head_slices[s]}, false, {});
+  return plan;
 }
 
 // Parallel reads in flight when EngineOptions::read_streams is 0: four 16 MB
@@ -324,8 +398,11 @@ constexpr int kDefaultReadStreams = 4;
 // On the accelerator path (`staged`) the loader streams even when the engine
 // is resident: the device keeps the groups, not host memory. For a GPU its
 // buffers are page-locked, so that the copies out of them are asynchronous.
-LayerLoaderOptions LoaderOptions(const EngineOptions& options, bool staged) {
+LayerLoaderOptions LoaderOptions(const EngineOptions& options, bool staged,
+                                 const StreamPlan& plan) {
   LayerLoaderOptions out;
+  out.deferred = plan.deferred;
+  out.units = plan.units;
   out.resident = options.residency == Residency::kResident && !staged;
   if (IsCudaDevice(options.device)) out.allocate = PinnedBuffer;
   out.prefetch = options.prefetch;
@@ -351,7 +428,7 @@ std::vector<ProjectionShape> ProjectionShapes(const ModelTensors& tensors,
     shapes.push_back(shape);
   };
   for (const LayerTensors& layer : tensors.layers) {
-    for (const checkpoint::TensorInfo* t : PresentTensors(layer)) add(*t);
+    for (const checkpoint::TensorInfo* t : AllTensors(layer)) add(*t);
   }
   for (const checkpoint::TensorInfo& slice : head) add(slice);
   return shapes;
@@ -475,7 +552,14 @@ struct Engine::Impl {
   std::unique_ptr<MappedCheckpoint> mapped;  // the embedding's rows are read from it
   // The LM head's row slices (HeadSlices); the loader points into them.
   std::vector<checkpoint::TensorInfo> head_slices;
-  std::unique_ptr<LayerLoader> loader;  // every layer, then the head's slices
+  std::unique_ptr<LayerLoader> loader;    // every layer, then the head's slices
+  std::vector<LayerGroups> layer_groups;  // per decoder layer: its loader groups
+  size_t head_group = 0;                  // the head's first loader group
+  // Mixtures of experts: what decides whether a pass reads a sparse layer's
+  // experts ahead of its routing (ReadExpertsAhead), measured as passes run:
+  // the dense half's compute seconds per row, the loader's bytes per second.
+  double dense_seconds_per_row = 0;
+  double read_bytes_per_second = 0;
   // The accelerator path (a CUDA device, or the CPU when the options ask):
   // each group the loader reads is staged into device memory and runs
   // through ATen's generic kernels. Unset on the CPU path.
@@ -483,8 +567,9 @@ struct Engine::Impl {
   std::unique_ptr<DeviceStager> stager;
   size_t next_slot = 0;  // streaming: groups alternate between two slots
   size_t held_slot = 0;  // the acquired group's
-  // Resident on a device: each group as staged by the first pass (slot i
-  // holds group i), after which the loader is not used again. Partial on a
+  // Resident on a device: each group as staged by the first pass that
+  // acquires it (slot i holds group i), after which the loader skips it (an
+  // expert slice no pass has routed to yet is still read when one does). Partial on a
   // device: the pinned groups as staged (slot 2 + i holds group i), which
   // the loader then skips.
   std::vector<std::optional<LoadedGroup>> resident_groups;
@@ -529,15 +614,37 @@ struct Engine::Impl {
   }
 
   // The layer's weights in `loaded`, whose data follows PresentTensors(layer).
+  // The router multiplies in float32, batch-invariantly when the plans are
+  // (routing is a choice: a rounding must not flip it).
   LayerWeights LayerView(const LayerTensors& layer, const LoadedGroup& loaded) const {
+    static const KernelPlan kRouterInvariant = [] {
+      KernelPlan p;
+      p.fill(ProjectionKernel::kF32Tile);
+      return p;
+    }();
     LayerWeights w;
     size_t next = 0;
     for (size_t i = 0; i < kLayerWeightCount; ++i) {
       if (layer.weights[i] != nullptr) {
-        w[i] = {layer.weights[i], loaded.data[next++], device, plan};
+        const bool router = i == static_cast<size_t>(LayerWeight::kRouter);
+        const KernelPlan* p =
+            router ? (options.batch_invariant ? &kRouterInvariant : nullptr) : plan;
+        w[i] = {layer.weights[i], loaded.data[next++], device, p};
       }
     }
     return w;
+  }
+
+  // Expert `e` of `layer` in `loaded`, a slice group starting at expert `first`.
+  ExpertWeights ExpertView(const LayerTensors& layer, int64_t e, int64_t first,
+                           const LoadedGroup& loaded) const {
+    const ExpertTensors& t = layer.experts[static_cast<size_t>(e)];
+    const size_t at = static_cast<size_t>(e - first) * kExpertWeightCount;
+    auto view = [&](ExpertWeight role) {
+      const size_t r = static_cast<size_t>(role);
+      return Weight{t.weights[r], loaded.data[at + r], device, plan};
+    };
+    return {view(ExpertWeight::kGate), view(ExpertWeight::kUp), view(ExpertWeight::kDown)};
   }
 
   // One pass's inputs: every sequence's new tokens, packed row after row.
@@ -560,6 +667,13 @@ struct Engine::Impl {
   void Release(size_t index);
   // Embedding and every decoder layer: the final hidden states.
   StatusOr<at::Tensor> RunLayers(const PassPlan& plan, PassStats* stats);
+  // Sparse layer `layer` whose dense part is `dense`, acquired: the
+  // attention half, the routing, then the routed experts' slices.
+  Status RunSparseLayer(int64_t layer, const LoadedGroup& dense, bool read_ahead,
+                        const PassPlan& plan, at::Tensor& hidden, PassStats* stats);
+  // Whether this pass reads its sparse layers' experts ahead of the routing
+  // (planner::ReadExpertsAhead at the pass's rows).
+  bool ReadExpertsAhead(int64_t rows) const;
   // Final norm and LM head at `rows` of `hidden`: [rows, vocab] logits.
   StatusOr<at::Tensor> RunHead(const at::Tensor& hidden, const std::vector<int64_t>& rows,
                                PassStats* stats);
@@ -926,7 +1040,7 @@ StatusOr<LoadedGroup> Engine::Impl::Acquire(size_t index, PassStats* stats) {
   group.base = staged.data;
   loader->Release(index);
   if (keep) {
-    if (!resident) loader->Skip(index);  // the device has it for good
+    loader->Skip(index);  // the device has it for good
     LoadedGroup& kept = resident_groups[index].emplace(group);
     kept.bytes_read = 0;
     kept.wait_seconds = kept.load_seconds = 0;
@@ -952,20 +1066,105 @@ StatusOr<at::Tensor> Engine::Impl::RunLayers(const PassPlan& plan, PassStats* st
   stats->io_seconds += SecondsSince(start);
   stats->load_seconds += SecondsSince(start);
   if (device) hidden = hidden.to(*device);
+  const bool read_ahead = ReadExpertsAhead(static_cast<int64_t>(plan.ids.size()));
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const size_t index = static_cast<size_t>(layer);
-    NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(index, stats));
+    const LayerGroups& where = layer_groups[static_cast<size_t>(layer)];
+    if (read_ahead) {  // the slices are read in the order of groups, as a dense layer's
+      for (size_t s = 0; s < where.slices.size(); ++s) {
+        const planner::ExpertSlice& slice = where.slices[s];
+        loader->Decide(where.dense + 1 + s,
+                       std::vector<bool>(static_cast<size_t>(slice.end - slice.first), true));
+      }
+    }
+    NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(where.dense, stats));
+    if (!where.slices.empty()) {
+      NS_RETURN_IF_ERROR(RunSparseLayer(layer, loaded, read_ahead, plan, hidden, stats));
+      continue;
+    }
     start = Clock::now();
-    RunDecoderLayer(config, LayerView(tensors.layers[index], loaded), layer, hidden, plan.rows);
-    Release(index);
+    RunDecoderLayer(config, LayerView(tensors.layers[static_cast<size_t>(layer)], loaded), layer,
+                    hidden, plan.rows);
+    Release(where.dense);
     stats->compute_seconds += SecondsSince(start);
   }
   return hidden;
 }
 
+bool Engine::Impl::ReadExpertsAhead(int64_t rows) const {
+  if (!config.is_moe() || options.expert_reads == ExpertReads::kRouted) return false;
+  if (options.expert_reads == ExpertReads::kAll) return true;
+  if (options.residency == Residency::kResident) return false;
+  uint64_t expert_bytes = 0;  // of the widest sparse layer
+  for (const LayerTensors& layer : tensors.layers) {
+    expert_bytes = std::max(expert_bytes, layer.bytes - layer.dense_bytes);
+  }
+  const double touched =
+      planner::ExpectedExpertsTouched(config.moe.num_experts, config.moe.top_k, rows) /
+      static_cast<double>(config.moe.num_experts);
+  return planner::ReadExpertsAhead(touched, expert_bytes, read_bytes_per_second,
+                                   dense_seconds_per_row * static_cast<double>(rows));
+}
+
+Status Engine::Impl::RunSparseLayer(int64_t layer, const LoadedGroup& dense, bool read_ahead,
+                                    const PassPlan& plan, at::Tensor& hidden, PassStats* stats) {
+  const LayerGroups& where = layer_groups[static_cast<size_t>(layer)];
+  const LayerTensors& tensors_of_layer = tensors.layers[static_cast<size_t>(layer)];
+  Clock::time_point start = Clock::now();
+  const LayerWeights w = LayerView(tensors_of_layer, dense);
+  RunAttentionHalf(config, w, layer, hidden, plan.rows);
+  SparseMlp mlp(config, w, hidden, micro_batch_rows);
+  Release(where.dense);
+  const double dense_seconds = SecondsSince(start);
+  stats->compute_seconds += dense_seconds;
+  const int64_t rows = hidden.size(0);
+  if (rows > 0) {  // measured, for the next pass's ReadExpertsAhead
+    dense_seconds_per_row = dense_seconds / static_cast<double>(rows);
+  }
+  std::vector<int64_t> routed = mlp.RoutedExperts();
+  stats->experts_total += config.moe.num_experts;
+  stats->experts_routed += static_cast<int64_t>(routed.size());
+  stats->routed_experts[static_cast<size_t>(layer)] = std::move(routed);
+  for (size_t s = 0; s < where.slices.size(); ++s) {
+    const planner::ExpertSlice& slice = where.slices[s];
+    std::vector<bool> units(static_cast<size_t>(slice.end - slice.first), false);
+    bool any = false;
+    for (int64_t e = slice.first; e < slice.end; ++e) {
+      any |= units[static_cast<size_t>(e - slice.first)] = mlp.routed()[static_cast<size_t>(e)];
+    }
+    const size_t group = where.dense + 1 + s;
+    // A group the device keeps is kept whole: later passes route elsewhere.
+    const bool kept = stager && (options.residency == Residency::kResident ||
+                                 (!pinned.empty() && pinned[group]) || options.adaptive_split);
+    if (any && kept) units.assign(units.size(), true);
+    if (!read_ahead) loader->Decide(group, any ? units : std::vector<bool>{});
+    if (!any && !read_ahead) continue;
+    NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(group, stats));
+    if (loaded.bytes_read > 0) {
+      stats->experts_read += loaded.bytes_read >= slice.bytes
+                                 ? slice.end - slice.first
+                                 : std::count(units.begin(), units.end(), true);
+      if (loaded.load_seconds > 0) {
+        read_bytes_per_second = static_cast<double>(loaded.bytes_read) / loaded.load_seconds;
+      }
+    }
+    start = Clock::now();
+    for (int64_t e = slice.first; e < slice.end; ++e) {
+      if (mlp.routed()[static_cast<size_t>(e)]) {
+        mlp.RunExpert(e, ExpertView(tensors_of_layer, e, slice.first, loaded));
+      }
+    }
+    Release(group);
+    stats->compute_seconds += SecondsSince(start);
+  }
+  start = Clock::now();
+  mlp.Finish(hidden);
+  stats->compute_seconds += SecondsSince(start);
+  return Status::Ok();
+}
+
 StatusOr<at::Tensor> Engine::Impl::RunHead(const at::Tensor& hidden,
                                            const std::vector<int64_t>& rows, PassStats* stats) {
-  const size_t first = static_cast<size_t>(config.num_layers);
+  const size_t first = head_group;
   NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(first, stats));
   Clock::time_point start = Clock::now();
   const Weight norm = {tensors.final_norm, loaded.data[0], device, nullptr};
@@ -1033,6 +1232,7 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   const Clock::time_point pass_start = Clock::now();
   PassStats stats;
   stats.index = passes++;
+  if (config.is_moe()) stats.routed_experts.resize(static_cast<size_t>(config.num_layers));
   stats.residency = options.residency;
   const PassPlan plan = PlanPass(&stats);
   if (stats.index == 0) {
@@ -1084,12 +1284,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
   }();
   if (!st.ok()) return st.Prefixed(dir);
   NS_ASSIGN_OR_RETURN(impl->mapped, MappedCheckpoint::Open(impl->checkpoint));
-  impl->head_slices = HeadSlices(impl->tensors);
+  const uint64_t slice_bytes = options.expert_slice_bytes > 0 ? options.expert_slice_bytes
+                                                              : planner::kDefaultExpertSliceBytes;
+  impl->head_slices = HeadSlices(impl->tensors, slice_bytes);
   const bool staged = IsCudaDevice(options.device) || options.accelerator_path_on_cpu;
+  StreamPlan stream = StreamedGroups(impl->tensors, impl->head_slices, slice_bytes);
+  impl->layer_groups = std::move(stream.layers);
+  impl->head_group = stream.head;
+  const LayerLoaderOptions loader_options = LoaderOptions(options, staged, stream);
   NS_ASSIGN_OR_RETURN(
-      impl->loader,
-      LayerLoader::Open(impl->checkpoint, StreamedGroups(impl->tensors, impl->head_slices),
-                        LoaderOptions(options, staged)));
+      impl->loader, LayerLoader::Open(impl->checkpoint, std::move(stream.groups), loader_options));
   if (staged) NS_RETURN_IF_ERROR(impl->OpenStager());
   impl->options.kv_dtype = ResolveKvDType(options.kv_dtype, staged, ProjectionDType(impl->tensors));
   impl->inv_freq = RopeInverseFrequencies(impl->config.rope);
@@ -1102,7 +1306,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
   impl->layer_flops_per_token = planner::LayerFlopsPerToken(impl->checkpoint);
   impl->head_flops_per_row = planner::HeadFlopsPerRow(impl->checkpoint);
   for (const LayerTensors& layer : impl->tensors.layers) {
-    for (const checkpoint::TensorInfo* t : PresentTensors(layer)) {
+    for (const checkpoint::TensorInfo* t : AllTensors(layer)) {
       if (!t->quant) continue;
       const std::string name = checkpoint::QuantFormatName(t->quant->format);
       auto& formats = impl->quant_formats;
@@ -1237,7 +1441,8 @@ StatusOr<ComputeChoice> MeasureCompute(const std::string& dir, const EngineOptio
   if (!st.ok()) return st.Prefixed(dir);
   SetComputeThreads(options.threads > 0 ? options.threads : static_cast<int>(Cores()));
   return Guarded([&]() -> StatusOr<ComputeChoice> {
-    return ChooseCompute(ProjectionShapes(tensors, HeadSlices(tensors)), options,
+    return ChooseCompute(ProjectionShapes(tensors, HeadSlices(tensors, ExpertSliceBytes(options))),
+                         options,
                          /*always_measure=*/true);
   });
 }

@@ -144,6 +144,8 @@ enum class Residency {
 // "streaming" or "resident".
 const char* ResidencyName(Residency residency);
 
+enum class ExpertReads { kAuto, kRouted, kAll };
+
 // What one pass did, for progress reports, metrics and the ETA.
 struct PassStats {
   int64_t index = 0;   // 0 for the engine's first pass
@@ -191,6 +193,16 @@ struct PassStats {
   // FLOPs of the pass's projections: every layer's at the tokens fed, the
   // LM head's at logit_rows (planner::PassFlops).
   double projection_flops = 0;
+  // Mixtures of experts, summed over the sparse layers: the experts there
+  // are, those the pass's rows routed to, and those whose bytes the pass
+  // read from the files (routed ones not kept in memory, or every expert of
+  // a slice read whole ahead of the routing). 0 for a dense model.
+  int64_t experts_total = 0;
+  int64_t experts_routed = 0;
+  int64_t experts_read = 0;
+  // Per decoder layer, the experts its rows routed to, ascending (empty for
+  // a dense layer).
+  std::vector<std::vector<int64_t>> routed_experts;
 };
 
 struct EngineOptions {
@@ -308,6 +320,16 @@ struct EngineOptions {
   // numerics then move with the pass's rows. Ignored on the accelerator
   // path.
   bool batch_invariant = true;
+  // Mixtures of experts: the most bytes of experts streamed as one group (a
+  // slice of whole experts; planner::ExpertSlices). 0:
+  // planner::kDefaultExpertSliceBytes.
+  uint64_t expert_slice_bytes = 0;
+  // Which experts a pass reads: kAuto decides per pass between reading a
+  // sparse layer's slices ahead of its routing (as a dense layer's weights)
+  // and reading only the routed experts once routed (planner::
+  // ReadExpertsAhead); kRouted always waits for the routing, kAll always
+  // reads every expert (for comparisons).
+  ExpertReads expert_reads = ExpertReads::kAuto;
   // Where kAuto's measurement is cached (compute-<hash>.json); "" keeps it
   // in this process only.
   std::string compute_state_dir;

@@ -62,6 +62,7 @@ struct Span {
   uint64_t offset = 0;  // in the file
   uint64_t size = 0;
   uint64_t dst = 0;  // in the group's buffer
+  int unit = 0;      // LayerLoaderOptions::units: whose bytes these are
 
   // The kAlign-aligned file range read for it, and where that lands.
   uint64_t read_offset() const { return offset / kAlign * kAlign; }
@@ -76,9 +77,10 @@ struct GroupLayout {
   uint64_t tensor_bytes = 0;
 };
 
-// Merges the group's tensors into spans of adjacent bytes and places them in
-// a buffer.
-GroupLayout Layout(const TensorList& group) {
+// Merges the group's tensors into spans of adjacent bytes of one unit
+// (`units`, per tensor; empty: all of unit 0) and places them in a buffer.
+GroupLayout Layout(const TensorList& group, const std::vector<int>& units) {
+  auto unit_of = [&units](size_t i) { return units.empty() ? 0 : units[i]; };
   GroupLayout layout;
   std::vector<size_t> order(group.size());
   std::iota(order.begin(), order.end(), 0);
@@ -99,7 +101,7 @@ GroupLayout Layout(const TensorList& group) {
       const uint64_t first = region + q.parts[0].offset % kAlign;
       for (size_t k = 0; k < q.parts.size(); ++k) {
         const checkpoint::TensorInfo& p = q.parts[k];
-        layout.spans.push_back({p.file, p.offset, p.size, first + q.part_offsets[k]});
+        layout.spans.push_back({p.file, p.offset, p.size, first + q.part_offsets[k], unit_of(i)});
       }
       layout.tensor_dst[i] = first;
       layout.buffer_bytes = region + q.region_bytes;
@@ -107,11 +109,12 @@ GroupLayout Layout(const TensorList& group) {
       continue;
     }
     const bool extends = !sealed && !layout.spans.empty() && layout.spans.back().file == t.file &&
-                         layout.spans.back().offset + layout.spans.back().size == t.offset;
+                         layout.spans.back().offset + layout.spans.back().size == t.offset &&
+                         layout.spans.back().unit == unit_of(i);
     sealed = false;
     if (!extends) {
       const uint64_t dst = layout.buffer_bytes + t.offset % kAlign;
-      layout.spans.push_back({t.file, t.offset, 0, dst});
+      layout.spans.push_back({t.file, t.offset, 0, dst, unit_of(i)});
     }
     Span& span = layout.spans.back();
     layout.tensor_dst[i] = span.dst + (t.offset - span.offset);
@@ -140,12 +143,17 @@ struct LayerLoader::Impl {
     TensorList tensors;
     GroupLayout layout;
     State state = State::kIdle;
-    int slot = -1;         // buffer holding it while reading or ready
-    size_t pending = 0;    // chunks not yet read
-    bool fresh = false;    // read since it was last acquired
-    bool pinned = false;   // kept in its own buffer after its first read
-    bool skipped = false;  // never read again (Skip)
-    Status status;         // the first failed read's
+    int slot = -1;          // buffer holding it while reading or ready
+    size_t pending = 0;     // chunks not yet read
+    bool fresh = false;     // read since it was last acquired
+    bool pinned = false;    // kept in its own buffer after its first read
+    bool skipped = false;   // never read again (Skip)
+    bool deferred = false;  // LayerLoaderOptions::deferred
+    // A deferred group's decision for this pass (Decide): nullopt while
+    // undecided; empty to pass over it; else the units to read.
+    std::optional<std::vector<bool>> decision;
+    uint64_t requested_bytes = 0;  // tensor bytes of the units being (or last) read
+    Status status;                 // the first failed read's
     std::optional<Clock::time_point> first_read;
     Clock::time_point last_read;
   };
@@ -352,8 +360,28 @@ struct LayerLoader::Impl {
     g.state = State::kReading;
     g.status = Status::Ok();
     g.first_read.reset();
+    // A streamed deferred group reads the units decided; a pinned one, kept
+    // for later passes, reads them all.
+    const std::vector<bool>* units =
+        g.deferred && !g.pinned && g.decision && !g.decision->empty() ? &*g.decision : nullptr;
+    auto wanted = [units](int unit) {
+      return units == nullptr ||
+             (static_cast<size_t>(unit) < units->size() && (*units)[static_cast<size_t>(unit)]);
+    };
+    g.requested_bytes = 0;
+    for (const Span& span : g.layout.spans) {
+      if (wanted(span.unit)) g.requested_bytes += span.size;
+    }
+    if (g.requested_bytes == 0) {  // nothing of it wanted: ready as it is
+      g.state = State::kReady;
+      g.fresh = true;
+      g.first_read = g.last_read = Clock::now();
+      done.notify_all();
+      return true;
+    }
     const uint64_t chunk = RoundUp(options.chunk_bytes, kAlign);
     for (const Span& span : g.layout.spans) {
+      if (!wanted(span.unit)) continue;
       const uint64_t begin = span.read_offset(), end = span.read_end();
       for (uint64_t at = begin; at < end; at += chunk) {
         const uint64_t n = std::min(chunk, end - at);
@@ -384,6 +412,8 @@ struct LayerLoader::Impl {
         state = g.state;
       }
       if (g.pinned && state == State::kReady) continue;  // in memory for good
+      if (g.deferred && !g.decision) return;             // undecided: keep the order
+      if (g.deferred && g.decision->empty()) continue;   // this pass passes over it
       if (state == State::kIdle && !Request(j)) return;  // no buffer free: keep the order
       ++ahead;
     }
@@ -408,6 +438,8 @@ struct LayerLoader::Impl {
          ++step, j = (j + 1) % groups.size()) {
       const Group& g = groups[j];
       if (g.skipped || (g.pinned && g.state == State::kReady)) continue;
+      if (g.deferred && !g.decision) break;
+      if (g.deferred && g.decision->empty()) continue;
       upcoming.push_back(j);
     }
     for (size_t i = 0; i < groups.size(); ++i) {
@@ -446,15 +478,27 @@ StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Check
   if (!options.pinned.empty() && options.pinned.size() != groups.size()) {
     return InvalidArgument("pinned needs one flag per group");
   }
+  if (!options.deferred.empty() && options.deferred.size() != groups.size()) {
+    return InvalidArgument("deferred needs one flag per group");
+  }
+  if (!options.units.empty() && options.units.size() != groups.size()) {
+    return InvalidArgument("units needs one list per group");
+  }
+  for (size_t i = 0; i < options.units.size(); ++i) {
+    if (!options.units[i].empty() && options.units[i].size() != groups[i].size()) {
+      return InvalidArgument("units needs one unit per tensor of group " + std::to_string(i));
+    }
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   for (TensorList& tensors : groups) {
     if (tensors.empty()) return InvalidArgument("empty tensor group");
+    const size_t index = impl->groups.size();
     Impl::Group& g = impl->groups.emplace_back();
-    g.layout = Layout(tensors);
+    g.layout = Layout(tensors, options.units.empty() ? std::vector<int>{} : options.units[index]);
+    g.deferred = !options.deferred.empty() && options.deferred[index];
     g.tensors = std::move(tensors);
-    g.pinned =
-        options.resident || (!options.pinned.empty() && options.pinned[impl->groups.size() - 1]);
+    g.pinned = options.resident || (!options.pinned.empty() && options.pinned[index]);
     impl->largest_tensor_bytes = std::max(impl->largest_tensor_bytes, g.layout.tensor_bytes);
   }
   for (const checkpoint::FileInfo& file : checkpoint.files) {
@@ -476,6 +520,13 @@ StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Check
 StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
   Impl& d = *impl_;
   if (!d.broken.ok()) return d.broken;
+  // Deferred groups this pass passes over (their decision is spent).
+  for (size_t step = 0; step < d.groups.size() && d.next != index; ++step) {
+    Impl::Group& g = d.groups[d.next];
+    if (!g.deferred || !g.decision || !g.decision->empty()) break;
+    g.decision.reset();
+    d.next = d.After(d.next);
+  }
   if (index != d.next || d.held) {
     return FailedPrecondition("layer group " + std::to_string(index) + " acquired out of order");
   }
@@ -498,8 +549,9 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
     return d.broken;
   }
   const bool fresh = g.fresh;
+  g.decision.reset();  // a deferred group's decision is spent
   if (g.fresh) {
-    out.bytes_read = g.layout.tensor_bytes;
+    out.bytes_read = g.requested_bytes;
     out.read_began = *g.first_read;
     out.read_ended = g.last_read;
     out.load_seconds = Seconds(out.read_ended - out.read_began);
@@ -604,6 +656,17 @@ void LayerLoader::Unskip(size_t index) {
   // Between passes: the next Acquire starts one, at the first group not skipped.
   d.next = d.After(d.groups.size() - 1);
   d.DropStaleReadAhead();
+}
+
+void LayerLoader::Decide(size_t index, std::vector<bool> units) {
+  Impl& d = *impl_;
+  if (index >= d.groups.size() || !d.groups[index].deferred) return;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.groups[index].decision = std::move(units);
+  }
+  // The prefetch that stopped before this group may go on.
+  if (d.options.prefetch && d.held) d.Prefetch(*d.held);
 }
 
 size_t LayerLoader::groups() const { return impl_->groups.size(); }

@@ -53,6 +53,16 @@ struct LayerLoaderOptions {
   // Per group (empty, or one flag per group): keep it after its first read,
   // in a buffer of its own. SetPinned sets this later, between passes.
   std::vector<bool> pinned;
+  // Per group (empty, or one flag per group): a pass decides as it runs
+  // whether it reads the group, and which of its units (Decide): the
+  // prefetch stops before such a group until then, and Acquire passes over
+  // one the pass does not read. A mixture-of-experts layer's expert slices,
+  // read once the pass's rows are routed.
+  std::vector<bool> deferred;
+  // Per group (empty, or one list per group, each empty or one entry per
+  // tensor): the unit each tensor belongs to (an expert). A read never spans
+  // two units, so that a deferred group can read some of them.
+  std::vector<std::vector<int>> units;
   bool prefetch = true;  // read group i + 1 while group i is in use
   // I/O threads, each with one read in flight (1..64), all reading chunks
   // of the same group.
@@ -134,6 +144,16 @@ class LayerLoader {
   // buffers change size. FailedPrecondition while a group is held;
   // InvalidArgument for a wrong count.
   Status SetPinned(std::vector<bool> pinned);
+
+  // This pass's decision for deferred group `index` (LayerLoaderOptions::
+  // deferred; ignored for others): `units` empty passes over it (Acquire
+  // goes around it); else it reads the units marked true (a unit past the
+  // end is not read), or all of them when the group is pinned (kept for
+  // later passes). LoadedGroup::bytes_read then counts what was read; the
+  // data of units not read is undefined. The decision lasts until the group
+  // is acquired or passed over. Between acquisitions, with no group held or
+  // while the group before it is held.
+  void Decide(size_t index, std::vector<bool> units);
 
   // Group `index`, released, is never read again: Acquire's order and
   // prefetch go around it (the caller keeps its own copy, e.g. on a device).

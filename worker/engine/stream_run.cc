@@ -9,7 +9,8 @@
 //    "passes": [{"seconds", "bytes_read", "io_seconds", "load_seconds",
 //                "compute_seconds", "sequences", "tokens", "kv_bytes", "pinned_bytes",
 //                "host_pinned_bytes", "compute_dtype", "projection_kernels",
-//                "projection_flops"}...],
+//                "projection_flops", "experts_total", "experts_routed",
+//                "experts_read"}...],
 //    "micro_batch_rows", "pinned_bytes", "host_pinned_bytes", "rss_after_open_bytes",
 //    "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds",
 //    "compute": {"requested", "dtype", "plan", "cached", "rows": [...],
@@ -78,7 +79,10 @@ nlohmann::json PassJson(const PassStats& p) {
           {"host_pinned_bytes", p.host_pinned_bytes},
           {"compute_dtype", p.compute_dtype},
           {"projection_kernels", p.projection_kernels},
-          {"projection_flops", p.projection_flops}};
+          {"projection_flops", p.projection_flops},
+          {"experts_total", p.experts_total},
+          {"experts_routed", p.experts_routed},
+          {"experts_read", p.experts_read}};
 }
 
 // The compute choice and, when measured, every kernel's rate per row bucket.
@@ -111,6 +115,7 @@ int Run(int argc, char** argv) {
   std::string dir, warm_up_dir, residency = "streaming", device = "cpu", activation_budget;
   std::string memory_budget, host_memory_budget, kv_budget, pin_placement = "spread",
                                                             compute_dtype = "f32", state_dir;
+  std::string expert_reads = "auto", expert_slice;
   int64_t batch = 1, prompt_tokens = 8, max_new = 4, max_context = 0, threads = 0, streams = 0;
   int64_t labels = 0;
   bool prefetch = true, batch_invariant = true, logits = false, accelerator_path = false,
@@ -159,6 +164,11 @@ int Run(int argc, char** argv) {
                "DIR");
   flags.Bool("accelerator-path-on-cpu", &accelerator_path,
              "run the CPU through the accelerator path (tests)");
+  flags.String("expert-reads", &expert_reads,
+               "mixtures of experts: auto (default), routed or all (ExpertReads)", "WORD");
+  flags.String("expert-slice", &expert_slice,
+               "mixtures of experts: most bytes of experts per streamed group (default 256M)",
+               "BYTES");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -194,7 +204,17 @@ int Run(int argc, char** argv) {
   if (!size_flag("activation-budget", activation_budget, &options.activation_budget_bytes) ||
       !size_flag("memory-budget", memory_budget, &options.memory_budget_bytes) ||
       !size_flag("host-memory-budget", host_memory_budget, &options.host_memory_budget_bytes) ||
-      !size_flag("kv-budget", kv_budget, &options.kv_budget_bytes)) {
+      !size_flag("kv-budget", kv_budget, &options.kv_budget_bytes) ||
+      !size_flag("expert-slice", expert_slice, &options.expert_slice_bytes)) {
+    return 2;
+  }
+  if (expert_reads == "routed") {
+    options.expert_reads = ExpertReads::kRouted;
+  } else if (expert_reads == "all") {
+    options.expert_reads = ExpertReads::kAll;
+  } else if (expert_reads != "auto") {
+    std::cerr << "engine-stream-run: --expert-reads: '" << expert_reads
+              << "' is not auto, routed or all\n";
     return 2;
   }
   options.adaptive_split = adaptive_split;

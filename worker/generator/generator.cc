@@ -207,7 +207,7 @@ StatusOr<std::vector<PlannedTensor>> PlanTensors(const engine::Architecture& arc
   add(names.embedding, {c.vocab_size, c.hidden_size}, Init::kLinear);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string prefix = names.layer_prefix + std::to_string(i) + ".";
-    for (LayerWeight role : engine::ExpectedLayerWeights(c)) {
+    for (LayerWeight role : engine::ExpectedLayerWeights(c, i)) {
       const std::string name = prefix + names.layer[static_cast<size_t>(role)];
       const std::vector<int64_t> shape = engine::ExpectedShape(c, role);
       if (quantize.format == checkpoint::QuantFormat::kNone || !IsProjection(role)) {

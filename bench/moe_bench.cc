@@ -1,0 +1,189 @@
+// Mixtures of experts streamed: a generated Qwen3-MoE shape (hidden 2048,
+// 32/4 heads, 64 experts of 768, top 8, --layers sparse layers, BF16; ~0.6 GB
+// of experts a layer) written into --work-dir once. Each of --runs rounds
+// drops the page cache before every step and measures the fastest cold read
+// of the checkpoint's files (common/disk_bench.h; the engine then reads in
+// the mode it chose), then bin/engine-stream-run at 1, 4, 16, 64 and 256
+// sequences (decode passes of that many rows; EngineOptions::expert_reads
+// auto): the median decode pass, its compute seconds, the bytes it read and
+// the experts it read. Prints, per row count, the medians beside what uniform
+// routing predicts (planner::ExpectedExpertsTouched: E (1 - (1 - k/E)^B) of
+// each layer's E experts) and the pass's time against the fastest cold read
+// of the bytes it streamed. With the CPU model and the load. Prints figures,
+// never pass/fail; not a test. Needs root (drop_caches).
+//
+//   moe_bench [--work-dir DIR] [--runs 3] [--layers 4] [--stream-run PATH]
+#include <sys/sysinfo.h>
+
+#include <map>
+
+#include "bench/stream_bench.h"
+#include "common/disk_bench.h"
+#include "common/flags.h"
+#include "planner/model_facts.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/generator/generator.h"
+
+namespace nightshift {
+namespace {
+
+using namespace bench;  // NOLINT: the shared bench helpers
+
+constexpr int64_t kExperts = 64, kTopK = 8;
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "?";
+}
+
+struct Shape {
+  uint64_t file_bytes = 0;
+  uint64_t dense_bytes = 0;   // every tensor but the experts and the embedding
+  uint64_t expert_bytes = 0;  // one expert
+  int64_t sparse_layers = 0;
+};
+
+StatusOr<Shape> Generate(const std::string& dir, int64_t layers) {
+  if (!fs::exists(dir + "/config.json")) {
+    generator::CheckpointSpec spec;
+    spec.arch = "qwen3_moe";
+    spec.hidden = 2048;
+    spec.layers = layers;
+    spec.heads = 32;
+    spec.kv_heads = 4;
+    spec.head_dim = 128;
+    spec.intermediate = 6144;
+    spec.vocab = 32000;
+    spec.experts = kExperts;
+    spec.top_k = kTopK;
+    spec.moe_intermediate = 768;
+    spec.norm_topk_prob = true;
+    spec.dtype = checkpoint::DType::kBF16;
+    spec.seed = 1;
+    std::cout << "writing " << dir << " ...\n" << std::flush;
+    NS_RETURN_IF_ERROR(generator::WriteCheckpoint(spec, dir).status());
+  }
+  NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(dir));
+  Shape shape;
+  for (const checkpoint::FileInfo& f : ckpt.files) shape.file_bytes += f.size;
+  for (const checkpoint::TensorGroup& layer : ckpt.layers) {
+    bool sparse = false;
+    for (int t : layer.tensors) {
+      const checkpoint::TensorInfo& info = ckpt.tensors[static_cast<size_t>(t)];
+      const int expert = checkpoint::ExpertIndex(info.name);
+      if (expert < 0) {
+        shape.dense_bytes += info.size;
+      } else if (expert == 0) {
+        shape.expert_bytes += layer.layer == 0 ? info.size : 0;
+        sparse = true;
+      }
+    }
+    shape.sparse_layers += sparse;
+  }
+  shape.dense_bytes += ckpt.head.bytes;
+  return shape;
+}
+
+int Main(int argc, char** argv) {
+  std::string work_dir = "/tmp/nightshift-moe-bench", stream_run;
+  int64_t runs = 3, layers = 4;
+  FlagSet flags("moe_bench [flags]",
+                "A generated Qwen3-MoE (64 experts of 768, top 8, BF16) streamed at 1-256 rows: "
+                "bytes and experts read per pass beside uniform routing's prediction, and the "
+                "pass against the fastest cold read of its bytes.");
+  flags.String("work-dir", &work_dir, "where the generated checkpoint is kept", "DIR");
+  flags.String("stream-run", &stream_run, "engine-stream-run (default: <build>/bin/)", "PATH");
+  flags.Int("runs", &runs, "rounds; medians are reported");
+  flags.Int("layers", &layers, "decoder layers (each sparse, ~0.6 GB of experts)");
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help_requested() || !parsed.ok() || runs < 1 || layers < 1) {
+    std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
+    return flags.help_requested() ? 0 : 2;
+  }
+  if (stream_run.empty()) stream_run = DefaultStreamRun();
+  const std::string dir = work_dir + "/qwen3-moe-" + std::to_string(layers);
+  StatusOr<Shape> shape = Generate(dir, layers);
+  if (!shape.ok()) {
+    std::cerr << "moe_bench: " << shape.status().ToString() << "\n";
+    return 1;
+  }
+  const std::vector<int64_t> rows = {1, 4, 16, 64, 256};
+  std::map<int64_t, std::vector<Measured>> results;
+  std::map<int64_t, std::vector<double>> experts_read;
+  std::vector<double> best_gbs, loads;
+  printf(
+      "CPU: %s, %d cores; checkpoint %.2f GB: dense part %.0f MB, %lld sparse layers of %lld "
+      "experts of %.1f MB, top %lld\n",
+      CpuModel().c_str(), get_nprocs(), shape->file_bytes / 1e9, shape->dense_bytes / 1e6,
+      static_cast<long long>(shape->sparse_layers), static_cast<long long>(kExperts),
+      shape->expert_bytes / 1e6, static_cast<long long>(kTopK));
+  for (int64_t run = 0; run < runs; ++run) {
+    loads.push_back(LoadAverage());
+    DropCaches();
+    StatusOr<DiskBenchResult> disk = RunDiskBench(dir);
+    if (!disk.ok() || disk->fastest < 0) {
+      std::cerr << "moe_bench: "
+                << (disk.ok() ? "no disk-bench mode ran" : disk.status().ToString()) << "\n";
+      return 1;
+    }
+    const DiskBenchMode& chosen = disk->modes[static_cast<size_t>(disk->fastest)];
+    best_gbs.push_back(disk->FastestGbs());
+    printf("run %lld (load %.2f): fastest cold read %.2f GB/s (%s)\n",
+           static_cast<long long>(run + 1), loads.back(), disk->FastestGbs(), chosen.name.c_str());
+    Bench bench(dir, stream_run, 2, 3);
+    bench.ReadLike(chosen);
+    for (int64_t b : rows) {
+      Measured m;
+      Config c{"moe", b, /*capped=*/false};
+      if (!bench.Run(c, &m)) return 1;
+      const nlohmann::json& pass = m.last_pass;
+      experts_read[b].push_back(pass.value("experts_read", 0.0));
+      printf("  %3lld rows: pass %.3f s (compute %.3f)  read %.0f MB, %lld of %lld experts\n",
+             static_cast<long long>(b), m.pass_seconds, m.compute_seconds, m.pass_bytes / 1e6,
+             static_cast<long long>(pass.value("experts_read", 0)),
+             static_cast<long long>(pass.value("experts_total", 0)));
+      fflush(stdout);
+      results[b].push_back(m);
+    }
+  }
+  const double gbs = Median(best_gbs);
+  printf(
+      "\nmedians of %lld runs; load average at their starts: median %.2f (max %.2f); fastest "
+      "cold read %.2f GB/s\n",
+      static_cast<long long>(runs), Median(loads), *std::max_element(loads.begin(), loads.end()),
+      gbs);
+  printf("%5s %9s %9s %9s %9s %8s %8s %7s %9s\n", "rows", "experts", "uniform", "MB/pass",
+         "uniform", "pass s", "read s", "/ read", "compute s");
+  const double total = static_cast<double>(kExperts * shape->sparse_layers);
+  for (int64_t b : rows) {
+    std::vector<double> pass, compute, bytes;
+    for (const Measured& m : results[b]) {
+      pass.push_back(m.pass_seconds);
+      compute.push_back(m.compute_seconds);
+      bytes.push_back(static_cast<double>(m.pass_bytes));
+    }
+    const double touched = planner::ExpectedExpertsTouched(kExperts, kTopK, b) *
+                           static_cast<double>(shape->sparse_layers);
+    const double uniform_bytes = static_cast<double>(shape->dense_bytes) +
+                                 touched * static_cast<double>(shape->expert_bytes);
+    const double read = Median(bytes) / (gbs * 1e9);
+    printf("%5lld %4.0f/%-4.0f %9.1f %9.0f %9.0f %8.3f %8.3f %7.2f %9.3f\n",
+           static_cast<long long>(b), Median(experts_read[b]), total, touched, Median(bytes) / 1e6,
+           uniform_bytes / 1e6, Median(pass), read, Median(pass) / read, Median(compute));
+  }
+  printf(
+      "(experts: read per decode pass over all there are; uniform: what uniform top-%lld "
+      "routing touches; MB/pass beside the uniform prediction (dense part + touched experts; "
+      "the embedding rows aside); / read: the pass over the fastest cold read of its bytes)\n",
+      static_cast<long long>(kTopK));
+  return 0;
+}
+
+}  // namespace
+}  // namespace nightshift
+
+int main(int argc, char** argv) { return nightshift::Main(argc, argv); }
