@@ -41,11 +41,16 @@ int RunMakeCheckpoint(int argc, char** argv) {
   int64_t group_size = 128;
   int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, intermediate = 0, vocab = 0;
   int64_t head_dim = 0, shards = 1, seed = 0, max_position = 4096;
-  bool tie = false, json = false, quiet = false;
+  int64_t experts = 0, top_k = 0, moe_intermediate = 0, shared_expert = 0, sparse_step = 1;
+  std::string mlp_only_layers;
+  bool tie = false, json = false, quiet = false, norm_topk = false;
   const std::string usage =
       "nightshift make-checkpoint --arch " + FamilyList("|") +
       " (--preset NAME | --hidden H --layers L --heads N --kv-heads K --intermediate I --vocab V) "
-      "[--head-dim D] [--dtype bf16|f16|f32] [--quantize awq|gptq|fp8|fp8-block [--group-size G]] "
+      "[--head-dim D] [--experts E --top-k K [--moe-intermediate I] "
+      "[--shared-expert-intermediate S] [--decoder-sparse-step N] [--mlp-only-layers L,...] "
+      "[--[no-]norm-topk-prob]] [--dtype bf16|f16|f32] "
+      "[--quantize awq|gptq|fp8|fp8-block [--group-size G]] "
       "[--shards N] [--tie-embeddings] [--tokenizer DIR] --seed S --out DIR";
   FlagSet flags(usage,
                 "Writes a HuggingFace-format checkpoint with random weights: config.json,\n"
@@ -61,6 +66,14 @@ int RunMakeCheckpoint(int argc, char** argv) {
                 "(asymmetric, g_idx), both in groups of --group-size input rows (default 128);\n"
                 "fp8 = compressed-tensors float-quantized E4M3 with one --dtype scale per output\n"
                 "row; fp8-block = E4M3 with F32 scales per 128x128 block (DeepSeek-V3 layout).\n"
+                "Mixtures of experts (mixtral, qwen2_moe, qwen3_moe) take --experts and --top-k:\n"
+                "each sparse layer gets a router and that many gated experts of\n"
+                "--moe-intermediate (default --intermediate; Mixtral's are --intermediate), and\n"
+                "for qwen2_moe a shared expert of --shared-expert-intermediate (default\n"
+                "--intermediate; 0: none) with its sigmoid gate. Qwen layers are sparse when\n"
+                "(i + 1) % --decoder-sparse-step == 0 and i is not in --mlp-only-layers; the\n"
+                "others get a dense MLP of --intermediate. --quantize covers the experts; the\n"
+                "router stays in --dtype.\n"
                 "Presets: " +
                     PresetList() +
                     ".\n"
@@ -76,6 +89,20 @@ int RunMakeCheckpoint(int argc, char** argv) {
   flags.Int("vocab", &vocab, "vocabulary size (default with --tokenizer: the tokenizer's)", "V");
   flags.Int("head-dim", &head_dim, "head dimension (default hidden / heads)", "D");
   flags.Int("max-position", &max_position, "max_position_embeddings (default 4096)", "N");
+  flags.Int("experts", &experts, "mixture of experts: experts per sparse layer", "E");
+  flags.Int("top-k", &top_k, "mixture of experts: experts routed to per token", "K");
+  flags.Int("moe-intermediate", &moe_intermediate,
+            "an expert's intermediate size (default --intermediate)", "I");
+  flags.Int("shared-expert-intermediate", &shared_expert,
+            "qwen2_moe: the shared expert's intermediate size (default --intermediate; 0: none)",
+            "S");
+  flags.Int("decoder-sparse-step", &sparse_step,
+            "qwen2_moe, qwen3_moe: layer i is sparse when (i + 1) % N == 0 (default 1)", "N");
+  flags.String("mlp-only-layers", &mlp_only_layers,
+               "qwen2_moe, qwen3_moe: layers kept dense, comma-separated", "L,...");
+  flags.Bool("norm-topk-prob", &norm_topk,
+             "qwen2_moe, qwen3_moe: renormalise the top-k routing weights (default: the "
+             "family's, off; a preset's own)");
   flags.String("dtype", &dtype, "stored weight dtype: bf16 (default), f16 or f32", "DTYPE");
   flags.String("quantize", &quantize,
                "store the projections quantized: awq, gptq, fp8 or fp8-block", "FORMAT");
@@ -120,6 +147,14 @@ int RunMakeCheckpoint(int argc, char** argv) {
     spec.kv_heads = flags.Seen("kv-heads") ? kv_heads : heads;
     spec.intermediate = intermediate;
     spec.max_position = max_position;
+    if (generator::IsMixtureOfExperts(arch)) {
+      for (const char* need : {"experts", "top-k"}) {
+        if (!flags.Seen(need)) {
+          return Fail("make-checkpoint", InvalidArgument(std::string("--") + need +
+                                                         " is required for --arch " + arch));
+        }
+      }
+    }
   }
   // Flags given with a preset override its numbers.
   if (flags.Seen("hidden")) spec.hidden = hidden;
@@ -131,6 +166,17 @@ int RunMakeCheckpoint(int argc, char** argv) {
   if (flags.Seen("vocab")) spec.vocab = vocab;
   if (!tokenizer.empty() && !flags.Seen("vocab")) spec.vocab = 0;  // the tokenizer's
   if (flags.Seen("head-dim")) spec.head_dim = head_dim;
+  if (flags.Seen("experts")) spec.experts = experts;
+  if (flags.Seen("top-k")) spec.top_k = top_k;
+  if (flags.Seen("moe-intermediate")) spec.moe_intermediate = moe_intermediate;
+  if (flags.Seen("shared-expert-intermediate")) spec.shared_expert_intermediate = shared_expert;
+  if (flags.Seen("decoder-sparse-step")) spec.decoder_sparse_step = sparse_step;
+  if (flags.Seen("norm-topk-prob")) spec.norm_topk_prob = norm_topk;
+  if (flags.Seen("mlp-only-layers")) {
+    auto layers_list = ParseIntList(mlp_only_layers, "--mlp-only-layers");
+    if (!layers_list.ok()) return Fail("make-checkpoint", layers_list.status());
+    spec.mlp_only_layers = *layers_list;
+  }
   if (!dtype.empty()) {
     auto parsed = WeightDType(dtype);
     if (!parsed.ok()) return Fail("make-checkpoint", parsed.status());
@@ -146,6 +192,19 @@ int RunMakeCheckpoint(int argc, char** argv) {
       return Fail("make-checkpoint",
                   InvalidArgument(std::string("--") + name + " must be positive"));
     }
+  }
+  for (auto [name, value] : {std::pair{"experts", experts},
+                             {"top-k", top_k},
+                             {"moe-intermediate", moe_intermediate},
+                             {"decoder-sparse-step", sparse_step}}) {
+    if (flags.Seen(name) && value <= 0) {
+      return Fail("make-checkpoint",
+                  InvalidArgument(std::string("--") + name + " must be positive"));
+    }
+  }
+  if (shared_expert < 0) {
+    return Fail("make-checkpoint",
+                InvalidArgument("--shared-expert-intermediate must not be negative"));
   }
   if (seed < 0) return Fail("make-checkpoint", InvalidArgument("--seed must be non-negative"));
   if (!quantize.empty()) {

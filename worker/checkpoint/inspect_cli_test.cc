@@ -7,11 +7,15 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tests/testing/paths.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/model_config.h"
 #include "worker/checkpoint/test_util.h"
 
 namespace nightshift::checkpoint {
@@ -81,6 +85,132 @@ TEST(InspectCliTest, JsonDescribesAShardedCheckpoint) {
   const uint64_t head = out["head"]["bytes"];
   EXPECT_EQ(embedding + head + 2 * layer, total);
   EXPECT_EQ(out["largest_group"]["bytes"], std::max({layer, embedding, head}));
+  // A dense model: every parameter is active. All F32, none outside the groups.
+  EXPECT_EQ(out["moe"], nullptr);
+  EXPECT_EQ(out["parameters"], total / 4);
+  EXPECT_EQ(out["active_parameters"], out["parameters"]);
+}
+
+// What a mixture of experts holds, computed here from the fixture's tensors:
+// the experts each layer stores (by ExpertIndex), the dense rest, one
+// expert, the widest expert slice (a layer's experts all fit in one at the
+// default 256 MiB), and the parameters a token uses.
+TEST(InspectCliTest, MixtureOfExpertsReportsExpertsDensePartSliceAndActiveParameters) {
+  for (const char* fixture : {"qwen3-moe", "qwen2-moe", "mixtral"}) {
+    SCOPED_TRACE(fixture);
+    const std::string dir = FixtureDir(fixture);
+    StatusOr<Checkpoint> ckpt = ReadCheckpoint(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    StatusOr<ModelConfig> config = ParseModelConfig(ckpt->config);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    const int64_t top_k = config->moe.top_k;
+
+    std::vector<int64_t> sparse, experts_per_layer;
+    std::vector<uint64_t> dense_per_layer;
+    uint64_t dense = 0, largest_dense = 0, one_expert = 0, widest = 0;
+    int64_t expert_parameters = 0, largest_dense_layer = 0, slice_layer = -1;
+    int64_t parameters = 0, inactive = 0;
+    for (const TensorGroup* group : {&ckpt->embedding, &ckpt->head}) {
+      for (int i : group->tensors) parameters += ckpt->tensors[static_cast<size_t>(i)].numel();
+    }
+    for (const TensorGroup& layer : ckpt->layers) {
+      std::map<int, std::pair<uint64_t, int64_t>> experts;  // index -> bytes, parameters
+      uint64_t rest = 0;
+      for (int i : layer.tensors) {
+        const TensorInfo& t = ckpt->tensors[static_cast<size_t>(i)];
+        parameters += t.numel();
+        const int e = ExpertIndex(t.name);
+        if (e < 0) {
+          rest += t.size;
+        } else {
+          experts[e].first += t.size;
+          experts[e].second += t.numel();
+        }
+      }
+      experts_per_layer.push_back(static_cast<int64_t>(experts.size()));
+      if (!experts.empty()) sparse.push_back(layer.layer);
+      dense_per_layer.push_back(rest);
+      dense += rest;
+      if (rest > largest_dense) {
+        largest_dense = rest;
+        largest_dense_layer = layer.layer;
+      }
+      uint64_t all_experts = 0;
+      for (const auto& [e, totals] : experts) {
+        EXPECT_EQ(totals.first, experts.begin()->second.first) << "experts of one size";
+        one_expert = std::max(one_expert, totals.first);
+        expert_parameters = std::max(expert_parameters, totals.second);
+        all_experts += totals.first;
+      }
+      if (!experts.empty()) {
+        inactive += (static_cast<int64_t>(experts.size()) - top_k) * experts.begin()->second.second;
+      }
+      if (all_experts > widest) {
+        widest = all_experts;
+        slice_layer = layer.layer;
+      }
+    }
+    ASSERT_LT(widest, uint64_t{256} << 20);  // so the layer's experts are one slice
+
+    const CliRun run = Nightshift("inspect --model-dir " + dir + " --json");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const json out = json::parse(run.out);
+    const json& moe = out["moe"];
+    ASSERT_TRUE(moe.is_object()) << run.out;
+    EXPECT_EQ(moe["experts"], config->moe.num_experts);
+    EXPECT_EQ(moe["top_k"], top_k);
+    EXPECT_EQ(moe["norm_topk_prob"], config->moe.norm_topk_prob);
+    EXPECT_EQ(moe["shared_expert_intermediate_size"], config->moe.shared_expert_intermediate_size);
+    EXPECT_EQ(moe["sparse_layers"], json(sparse));
+    EXPECT_EQ(moe["experts_per_layer"], json(experts_per_layer));
+    EXPECT_EQ(moe["dense_bytes"], dense);
+    EXPECT_EQ(moe["dense_layer_bytes"], json(dense_per_layer));
+    EXPECT_EQ(moe["largest_dense_layer"],
+              json({{"layer", largest_dense_layer}, {"bytes", largest_dense}}));
+    EXPECT_EQ(moe["expert_bytes"], one_expert);
+    EXPECT_EQ(moe["expert_parameters"], expert_parameters);
+    EXPECT_EQ(moe["expert_slice"], json({{"limit_bytes", uint64_t{256} << 20},
+                                         {"layer", slice_layer},
+                                         {"first", 0},
+                                         {"end", config->moe.num_experts},
+                                         {"bytes", widest},
+                                         {"slices", 1}}));
+    EXPECT_EQ(out["parameters"], parameters);
+    EXPECT_EQ(out["active_parameters"], parameters - inactive);
+    // The dense part and the experts make up the layers.
+    uint64_t layers = 0;
+    for (const json& bytes : out["layer_bytes"]) layers += bytes.get<uint64_t>();
+    EXPECT_EQ(layers,
+              dense + static_cast<uint64_t>(config->moe.num_experts) * one_expert * sparse.size());
+
+    if (std::string(fixture) != "qwen3-moe") continue;
+    // The fixture as its README describes it: layers 1 and 3 sparse, 8
+    // experts of 3 F32 matrices [32, 64] / [64, 32] each, top 2.
+    EXPECT_EQ(sparse, (std::vector<int64_t>{1, 3}));
+    EXPECT_EQ(experts_per_layer, (std::vector<int64_t>{0, 8, 0, 8}));
+    EXPECT_EQ(expert_parameters, 3 * 32 * 64);
+    EXPECT_EQ(one_expert, 3u * 32 * 64 * 4);
+    EXPECT_EQ(inactive, 2 * (8 - 2) * 3 * 32 * 64);
+
+    const CliRun text = Nightshift("inspect --model-dir " + dir);
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("experts        8 per sparse layer, top 2 renormalised; sparse "
+                            "layers 1, 3 of 4\n"),
+              std::string::npos)
+        << text.out;
+    EXPECT_NE(text.out.find("    one expert: 24.0 KiB (24576 bytes, 6144 parameters)\n"),
+              std::string::npos)
+        << text.out;
+    EXPECT_NE(text.out.find("    widest slice at 256.0 MiB: experts 0-7 of layer 1, 192.0 KiB "
+                            "(196608 bytes); 1 slice in that layer\n"),
+              std::string::npos)
+        << text.out;
+    EXPECT_NE(text.out.find("(" + std::to_string(parameters - inactive) + ") active per token"),
+              std::string::npos)
+        << text.out;
+    EXPECT_NE(text.out.find("    layer 1: "), std::string::npos);
+    EXPECT_NE(text.out.find(" tensors; 8 experts, dense "), std::string::npos) << text.out;
+  }
 }
 
 TEST(InspectCliTest, TextNamesTiedHeadAndIgnoredTensors) {
@@ -93,6 +223,44 @@ TEST(InspectCliTest, TextNamesTiedHeadAndIgnoredTensors) {
   EXPECT_NE(run.out.find("model.layers.1.self_attn.rotary_emb.inv_freq F32 [8]"), std::string::npos)
       << run.out;
   EXPECT_NE(run.out.find("in 22 tensors\n"), std::string::npos) << run.out;
+}
+
+// make-checkpoint's expert flags end to end: what inspect reads back from a
+// generated Qwen2-MoE is what was asked.
+TEST(InspectCliTest, GeneratedMixtureOfExpertsReadsBackAsAsked) {
+  TempDir tmp;
+  const std::string dir = tmp.file("moe");
+  const CliRun made = Nightshift(
+      "make-checkpoint --arch qwen2_moe --hidden 64 --layers 3 --heads 4 --kv-heads 2 "
+      "--intermediate 96 --vocab 128 --experts 4 --top-k 2 --moe-intermediate 32 "
+      "--shared-expert-intermediate 64 --mlp-only-layers 1 --norm-topk-prob --dtype f32 "
+      "--seed 3 --quiet --out " +
+      dir);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const CliRun run = Nightshift("inspect --model-dir " + dir + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json out = json::parse(run.out);
+  const json& moe = out["moe"];
+  EXPECT_EQ(moe["experts"], 4);
+  EXPECT_EQ(moe["top_k"], 2);
+  EXPECT_EQ(moe["norm_topk_prob"], true);
+  EXPECT_EQ(moe["shared_expert_intermediate_size"], 64);
+  EXPECT_EQ(moe["sparse_layers"], json({0, 2}));
+  EXPECT_EQ(moe["experts_per_layer"], json({4, 0, 4}));
+  const int64_t expert = 3 * 32 * 64;
+  EXPECT_EQ(moe["expert_parameters"], expert);
+  EXPECT_EQ(moe["expert_bytes"], 4 * expert);
+  EXPECT_EQ(out["parameters"], out["total_bytes"].get<int64_t>() / 4);
+  EXPECT_EQ(out["active_parameters"], out["parameters"].get<int64_t>() - 2 * (4 - 2) * expert);
+
+  const CliRun refused = Nightshift(
+      "make-checkpoint --arch mixtral --hidden 64 --layers 2 --heads 4 --intermediate 96 "
+      "--vocab 128 --experts 4 --top-k 2 --shared-expert-intermediate 32 --seed 3 --out " +
+      tmp.file("mixtral"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("model_type 'mixtral' cannot store --shared-expert-intermediate"),
+            std::string::npos)
+      << refused.err;
 }
 
 TEST(InspectCliTest, QuantizedCheckpointShowsFormatBitsGroupAndStoredBytes) {
@@ -189,7 +357,7 @@ TEST(InspectCliTest, UsageErrorAndHelp) {
   const CliRun help = Nightshift("inspect --help");
   EXPECT_EQ(help.exit_code, 0);
   for (const char* key : {"layer_bytes", "largest_group", "tied_embeddings", "lm_head", "dtypes",
-                          "total_bytes", "files"}) {
+                          "total_bytes", "files", "active_parameters", "expert_slice"}) {
     EXPECT_NE(help.out.find(key), std::string::npos) << key;
   }
 }

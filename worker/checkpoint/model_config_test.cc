@@ -5,6 +5,8 @@
 
 #include <set>
 
+#include "tests/testing/paths.h"
+
 namespace nightshift::checkpoint {
 namespace {
 
@@ -333,8 +335,8 @@ TEST(ModelFamilyTest, TableHasUniqueModelTypesFoundByName) {
     EXPECT_EQ(*found, family);
   }
   EXPECT_EQ(seen, (std::set<std::string>{"llama", "mistral", "qwen2", "qwen3", "gemma", "gpt_neox",
-                                         "phi3"}));
-  EXPECT_THAT(FindModelFamily("mixtral").status().message(),
+                                         "phi3", "mixtral", "qwen2_moe", "qwen3_moe"}));
+  EXPECT_THAT(FindModelFamily("deepseek_v3").status().message(),
               HasSubstr("is a mixture-of-experts model"));
 }
 
@@ -360,15 +362,35 @@ json VariedConfig(const std::string& model_type) {
                          {"original_max_position_embeddings", 64}};
   }
   if (model_type == "phi3") j["partial_rotary_factor"] = 0.75;
-  if (model_type == "mistral" || model_type == "phi3") j["sliding_window"] = 256;
-  if (model_type == "qwen2" || model_type == "qwen3") {
+  if (model_type == "mistral" || model_type == "phi3" || model_type == "mixtral") {
+    j["sliding_window"] = 256;
+  }
+  if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen2_moe" ||
+      model_type == "qwen3_moe") {
     j["use_sliding_window"] = true;
     j["sliding_window"] = 256;
   }
   if (model_type == "gemma") j["hidden_activation"] = "gelu";
   if (model_type == "llama") j["mlp_bias"] = true;
-  if (model_type == "llama" || model_type == "qwen3" || model_type == "gemma") {
+  if (model_type == "llama" || model_type == "qwen3" || model_type == "gemma" ||
+      model_type == "qwen3_moe") {
     j["attention_bias"] = true;
+  }
+  if (model_type == "mixtral") {
+    j["num_local_experts"] = 4;
+    j["num_experts_per_tok"] = 1;
+  }
+  if (model_type == "qwen2_moe" || model_type == "qwen3_moe") {
+    j["num_experts"] = 6;
+    j["num_experts_per_tok"] = 3;
+    j["moe_intermediate_size"] = 48;
+    j["norm_topk_prob"] = true;  // the readers' default is false
+    j["decoder_sparse_step"] = 2;
+    j["mlp_only_layers"] = {1};
+  }
+  if (model_type == "qwen2_moe") {
+    j["shared_expert_intermediate_size"] = 80;
+    j["qkv_bias"] = false;
   }
   return j;
 }
@@ -452,6 +474,185 @@ TEST(ModelShapeTest, OtherFamiliesUnderTheirOwnNames) {
   StatusOr<ModelConfig> missing = ParseModelShape(json{{"n_head", 4}}, "/m/config.json");
   EXPECT_EQ(missing.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(missing.status().message(), HasSubstr("/m/config.json: no hidden size"));
+}
+
+// The mixture-of-experts fixtures (tests/data/models/README.md), read field
+// by field.
+json FixtureConfig(const std::string& name) {
+  const std::string text =
+      testutil::ReadFile(testutil::DataPath("models/" + name + "/config.json"));
+  EXPECT_FALSE(text.empty()) << name;
+  return json::parse(text);
+}
+
+std::vector<int64_t> SparseLayers(const ModelConfig& c) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.IsSparseLayer(i)) out.push_back(i);
+  }
+  return out;
+}
+
+TEST(MoeConfigTest, Qwen2MoeFixture) {
+  StatusOr<ModelConfig> c = ParseModelConfig(FixtureConfig("qwen2-moe"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model_type, "qwen2_moe");
+  EXPECT_TRUE(c->is_moe());
+  EXPECT_EQ(c->moe.num_experts, 8);
+  EXPECT_EQ(c->moe.top_k, 2);
+  EXPECT_EQ(c->moe.expert_intermediate_size, 32);
+  EXPECT_EQ(c->moe.shared_expert_intermediate_size, 96);
+  EXPECT_FALSE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->moe.decoder_sparse_step, 1);
+  EXPECT_EQ(c->moe.mlp_only_layers, std::vector<int64_t>{1});
+  EXPECT_EQ(c->intermediate_size, 128);  // the dense layer's
+  EXPECT_EQ(c->num_layers, 3);
+  EXPECT_EQ(SparseLayers(*c), (std::vector<int64_t>{0, 2}));
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_FALSE(c->o_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_FALSE(c->tied_embeddings);
+}
+
+TEST(MoeConfigTest, Qwen3MoeFixture) {
+  StatusOr<ModelConfig> c = ParseModelConfig(FixtureConfig("qwen3-moe"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model_type, "qwen3_moe");
+  EXPECT_TRUE(c->is_moe());
+  EXPECT_EQ(c->moe.num_experts, 8);
+  EXPECT_EQ(c->moe.top_k, 2);
+  EXPECT_EQ(c->moe.expert_intermediate_size, 32);
+  EXPECT_EQ(c->moe.shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->moe.decoder_sparse_step, 2);
+  EXPECT_TRUE(c->moe.mlp_only_layers.empty());
+  EXPECT_EQ(c->intermediate_size, 96);
+  EXPECT_EQ(c->num_layers, 4);
+  EXPECT_EQ(SparseLayers(*c), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(c->head_dim, 24);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+}
+
+TEST(MoeConfigTest, MixtralFixture) {
+  StatusOr<ModelConfig> c = ParseModelConfig(FixtureConfig("mixtral"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model_type, "mixtral");
+  EXPECT_TRUE(c->is_moe());
+  EXPECT_EQ(c->moe.num_experts, 8);
+  EXPECT_EQ(c->moe.top_k, 2);
+  EXPECT_EQ(c->intermediate_size, 32);
+  EXPECT_EQ(c->moe.expert_intermediate_size, c->intermediate_size);
+  EXPECT_EQ(c->moe.shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->moe.decoder_sparse_step, 1);
+  EXPECT_TRUE(c->moe.mlp_only_layers.empty());
+  EXPECT_EQ(c->num_layers, 2);
+  EXPECT_EQ(SparseLayers(*c), (std::vector<int64_t>{0, 1}));
+  EXPECT_FALSE(c->sliding_window.has_value());  // "sliding_window": null
+}
+
+TEST(MoeConfigTest, DenseModelsHaveNoSparseLayer) {
+  StatusOr<ModelConfig> c = ParseModelConfig(LlamaConfig());
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->is_moe());
+  EXPECT_TRUE(SparseLayers(*c).empty());
+}
+
+TEST(MoeConfigTest, FixturesRoundTripThroughTheWriter) {
+  for (const char* name : {"mixtral", "qwen2-moe", "qwen3-moe"}) {
+    StatusOr<ModelConfig> parsed = ParseModelConfig(FixtureConfig(name));
+    ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status().ToString();
+    StatusOr<json> written = ModelConfigJson(*parsed);
+    ASSERT_TRUE(written.ok()) << name << ": " << written.status().ToString();
+    StatusOr<ModelConfig> again = ParseModelConfig(*written);
+    ASSERT_TRUE(again.ok()) << name << ": " << again.status().ToString();
+    EXPECT_TRUE(*again == *parsed) << name << ": " << written->dump();
+    EXPECT_TRUE(again->moe == parsed->moe) << name;
+  }
+}
+
+// The writer spells every MoE field, also the ones a family's reader would
+// otherwise default (transformers' defaults differ from the fixtures').
+TEST(MoeConfigTest, WriterSpellsTheFamilysKeys) {
+  json qwen2 = *ModelConfigJson(*ParseModelConfig(FixtureConfig("qwen2-moe")));
+  EXPECT_EQ(qwen2["num_experts"], 8);
+  EXPECT_EQ(qwen2["num_experts_per_tok"], 2);
+  EXPECT_EQ(qwen2["moe_intermediate_size"], 32);
+  EXPECT_EQ(qwen2["shared_expert_intermediate_size"], 96);
+  EXPECT_EQ(qwen2["norm_topk_prob"], false);
+  EXPECT_EQ(qwen2["decoder_sparse_step"], 1);
+  EXPECT_EQ(qwen2["mlp_only_layers"], json({1}));
+  json mixtral = *ModelConfigJson(*ParseModelConfig(FixtureConfig("mixtral")));
+  EXPECT_EQ(mixtral["num_local_experts"], 8);
+  EXPECT_EQ(mixtral["num_experts_per_tok"], 2);
+  EXPECT_EQ(mixtral["intermediate_size"], 32);
+  EXPECT_FALSE(mixtral.contains("moe_intermediate_size"));
+}
+
+TEST(MoeConfigTest, OtherMixturesOfExpertsAreRefusedNamingWhatTheyNeed) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"deepseek_v3", "multi-head latent attention"},
+      {"gpt_oss", "attention sinks"},
+      {"olmoe", "q/k norm over the whole projection"},
+  };
+  for (const auto& [type, need] : cases) {
+    json j = FixtureConfig("qwen3-moe");
+    j["model_type"] = type;
+    StatusOr<ModelConfig> c = ParseModelConfig(j);
+    ASSERT_FALSE(c.ok()) << type;
+    EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented) << type;
+    EXPECT_THAT(c.status().message(),
+                HasSubstr(std::string("model_type '") + type + "' is a mixture-of-experts model"));
+    EXPECT_THAT(c.status().message(), HasSubstr(need)) << type;
+    EXPECT_THAT(c.status().message(), HasSubstr("supported: mixtral, qwen2_moe, qwen3_moe"));
+    EXPECT_EQ(FindModelFamily(type).status().code(), StatusCode::kUnimplemented) << type;
+  }
+}
+
+TEST(MoeConfigTest, TopKAboveTheExpertsIsRefused) {
+  json j = FixtureConfig("qwen3-moe");
+  j["num_experts_per_tok"] = 9;
+  StatusOr<ModelConfig> c = ParseModelConfig(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("'num_experts_per_tok' 9 is more than the 8 experts"));
+  json m = FixtureConfig("mixtral");
+  m["num_experts_per_tok"] = 9;
+  EXPECT_THAT(ParseModelConfig(m).status().message(),
+              HasSubstr("'num_experts_per_tok' 9 is more than the 8 experts"));
+  j["num_experts_per_tok"] = 8;  // all of them is allowed
+  EXPECT_TRUE(ParseModelConfig(j).ok());
+}
+
+TEST(MoeConfigTest, MlpOnlyLayersOutOfRangeAreRefused) {
+  for (int64_t layer : {3, -1}) {
+    json j = FixtureConfig("qwen2-moe");  // 3 layers
+    j["mlp_only_layers"] = {0, layer};
+    StatusOr<ModelConfig> c = ParseModelConfig(j);
+    EXPECT_EQ(c.status().code(), StatusCode::kDataLoss) << layer;
+    EXPECT_THAT(c.status().message(), HasSubstr("'mlp_only_layers' names layer " +
+                                                std::to_string(layer) + " of a 3-layer model"));
+  }
+}
+
+TEST(MoeConfigTest, NonPositiveMoeSizesAreNamed) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"num_experts_per_tok", "num_experts_per_tok"},
+      {"moe_intermediate_size", "moe_intermediate_size"},
+      {"decoder_sparse_step", "decoder_sparse_step"},
+  };
+  for (const auto& [key, named] : cases) {
+    json j = FixtureConfig("qwen3-moe");
+    j[key] = 0;
+    StatusOr<ModelConfig> c = ParseModelConfig(j);
+    EXPECT_EQ(c.status().code(), StatusCode::kDataLoss) << key;
+    EXPECT_THAT(c.status().message(), HasSubstr(std::string("'") + named + "' must be positive"));
+  }
+  json j = FixtureConfig("qwen2-moe");
+  j["shared_expert_intermediate_size"] = -1;
+  EXPECT_THAT(ParseModelConfig(j).status().message(),
+              HasSubstr("'shared_expert_intermediate_size' must not be negative"));
 }
 
 }  // namespace

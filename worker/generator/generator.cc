@@ -192,8 +192,9 @@ PlannedTensor Planned(std::string name, std::vector<int64_t> shape, Init init, u
   return t;
 }
 
-// Every tensor the engine expects for `config`, in checkpoint order; with
-// `quantize`, each projection as its quantized parts (InvalidArgument when
+// Every tensor the engine expects for `config`, in checkpoint order (a
+// sparse layer's experts after its other tensors); with `quantize`, each
+// projection (experts included) as its quantized parts (InvalidArgument when
 // one does not pack).
 StatusOr<std::vector<PlannedTensor>> PlanTensors(const engine::Architecture& arch,
                                                  const checkpoint::ModelConfig& c, DType dtype,
@@ -204,30 +205,47 @@ StatusOr<std::vector<PlannedTensor>> PlanTensors(const engine::Architecture& arc
     uint64_t bytes = static_cast<uint64_t>(Numel(shape)) * checkpoint::DTypeSize(dtype);
     out.push_back(Planned(std::move(name), std::move(shape), init, bytes, dtype));
   };
+  // A projection [out, in]: as it is, or as its quantized parts.
+  auto add_projection = [&](const std::string& name, const std::vector<int64_t>& shape) -> Status {
+    if (quantize.format == checkpoint::QuantFormat::kNone) {
+      add(name, shape, Init::kLinear);
+      return Status::Ok();
+    }
+    const std::string module = name.substr(0, name.size() - 7);  // less ".weight"
+    NS_RETURN_IF_ERROR(CheckQuantizable(quantize, module, shape[0], shape[1]));
+    const std::vector<PartPlan> parts = QuantizedParts(quantize, module, shape[0], shape[1], dtype);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      PlannedTensor t = Planned(
+          parts[k].name, parts[k].shape, Init::kLinear,
+          static_cast<uint64_t>(Numel(parts[k].shape)) * checkpoint::DTypeSize(parts[k].dtype),
+          parts[k].dtype);
+      t.module = module;
+      t.part = static_cast<int>(k);
+      t.out = shape[0];
+      t.in = shape[1];
+      out.push_back(std::move(t));
+    }
+    return Status::Ok();
+  };
+  const int64_t h = c.hidden_size, width = c.moe.expert_intermediate_size;
+  const std::vector<int64_t> expert_shapes[engine::kExpertWeightCount] = {
+      {width, h}, {width, h}, {h, width}};
   add(names.embedding, {c.vocab_size, c.hidden_size}, Init::kLinear);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string prefix = names.layer_prefix + std::to_string(i) + ".";
     for (LayerWeight role : engine::ExpectedLayerWeights(c, i)) {
       const std::string name = prefix + names.layer[static_cast<size_t>(role)];
-      const std::vector<int64_t> shape = engine::ExpectedShape(c, role);
-      if (quantize.format == checkpoint::QuantFormat::kNone || !IsProjection(role)) {
-        add(name, shape, InitFor(role));
-        continue;
+      if (IsProjection(role)) {
+        NS_RETURN_IF_ERROR(add_projection(name, engine::ExpectedShape(c, role)));
+      } else {
+        add(name, engine::ExpectedShape(c, role), InitFor(role));
       }
-      const std::string module = name.substr(0, name.size() - 7);  // less ".weight"
-      NS_RETURN_IF_ERROR(CheckQuantizable(quantize, module, shape[0], shape[1]));
-      const std::vector<PartPlan> parts =
-          QuantizedParts(quantize, module, shape[0], shape[1], dtype);
-      for (size_t k = 0; k < parts.size(); ++k) {
-        PlannedTensor t = Planned(
-            parts[k].name, parts[k].shape, Init::kLinear,
-            static_cast<uint64_t>(Numel(parts[k].shape)) * checkpoint::DTypeSize(parts[k].dtype),
-            parts[k].dtype);
-        t.module = module;
-        t.part = static_cast<int>(k);
-        t.out = shape[0];
-        t.in = shape[1];
-        out.push_back(std::move(t));
+    }
+    if (!c.IsSparseLayer(i)) continue;
+    for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+      const std::string expert = prefix + names.expert_prefix + std::to_string(e) + ".";
+      for (size_t w = 0; w < engine::kExpertWeightCount; ++w) {
+        NS_RETURN_IF_ERROR(add_projection(expert + names.expert[w], expert_shapes[w]));
       }
     }
   }
@@ -419,9 +437,80 @@ const std::map<std::string, CheckpointSpec>& Presets() {
     p["bench-1.7b"] = bench;
     // Small enough to stream in seconds on a laptop CPU; the demo's model.
     p["demo-150m"] = Shape("llama", 768, 12, 12, 4, 2048, 32000, 4096, 10000.0, 1e-5);
+    // Mixtures of experts (their published config.json files' numbers).
+    CheckpointSpec mixtral =
+        Shape("mixtral", 4096, 32, 32, 8, 14336, 32000, 32768, 1000000.0, 1e-5);
+    mixtral.experts = 8;  // of 14336 (intermediate_size), top 2, renormalised
+    mixtral.top_k = 2;
+    p["mixtral-8x7b"] = mixtral;
+    // Qwen3-MoE: 128 experts, top 8 renormalised, head_dim 128 (not hidden /
+    // heads); every layer sparse (`intermediate` is then unused, but written).
+    auto qwen3_moe = [](int64_t hidden, int64_t layers, int64_t heads, int64_t intermediate,
+                        int64_t expert_width) {
+      CheckpointSpec s = Shape("qwen3_moe", hidden, layers, heads, 4, intermediate, 151936, 40960,
+                               1000000.0, 1e-6);
+      s.head_dim = 128;
+      s.experts = 128;
+      s.top_k = 8;
+      s.moe_intermediate = expert_width;
+      s.norm_topk_prob = true;
+      s.decoder_sparse_step = 1;
+      s.bos_token_id = 151643;
+      s.eos_token_id = 151645;
+      return s;
+    };
+    p["qwen3-30b-a3b"] = qwen3_moe(2048, 48, 32, 6144, 768);
+    p["qwen3-235b-a22b"] = qwen3_moe(4096, 94, 64, 12288, 1536);
     return p;
   }();
   return presets;
+}
+
+// The spec's mixture of experts over the family's defaults (`model` as its
+// parser read the spec's sizes).
+Status ApplyMoe(const CheckpointSpec& s, checkpoint::ModelConfig* model) {
+  if (!model->is_moe()) {
+    if (!s.HasMoeFields()) return Status::Ok();
+    return InvalidArgument(
+        "experts (--experts, --top-k, --moe-intermediate, ...) are for the "
+        "mixtures of experts mixtral, qwen2_moe and qwen3_moe, not '" +
+        s.arch + "'");
+  }
+  checkpoint::MoeConfig& m = model->moe;
+  if (s.experts != 0) m.num_experts = s.experts;
+  if (s.top_k != 0) m.top_k = s.top_k;
+  m.expert_intermediate_size = s.moe_intermediate != 0 ? s.moe_intermediate : s.intermediate;
+  if (m.shared_expert_intermediate_size > 0 || s.shared_expert_intermediate) {
+    m.shared_expert_intermediate_size = s.shared_expert_intermediate.value_or(s.intermediate);
+  }
+  if (s.decoder_sparse_step) m.decoder_sparse_step = *s.decoder_sparse_step;
+  if (s.norm_topk_prob) m.norm_topk_prob = *s.norm_topk_prob;
+  m.mlp_only_layers = s.mlp_only_layers;
+  return checkpoint::ValidateModelConfig(*model);
+}
+
+// What the family's config.json cannot say is refused by its flag, rather
+// than written as something else: Mixtral's experts are intermediate_size
+// wide, all its layers sparse and renormalised; only Qwen2-MoE has a shared
+// expert.
+Status CheckMoeStored(const checkpoint::ModelConfig& model, const json& written) {
+  NS_ASSIGN_OR_RETURN(checkpoint::ModelConfig back, checkpoint::ParseModelConfig(written));
+  const checkpoint::MoeConfig &want = model.moe, &got = back.moe;
+  const char* flag = nullptr;
+  if (got.expert_intermediate_size != want.expert_intermediate_size) {
+    flag = "--moe-intermediate (its experts are --intermediate wide)";
+  } else if (got.shared_expert_intermediate_size != want.shared_expert_intermediate_size) {
+    flag = "--shared-expert-intermediate (only qwen2_moe has a shared expert)";
+  } else if (got.decoder_sparse_step != want.decoder_sparse_step ||
+             got.mlp_only_layers != want.mlp_only_layers) {
+    flag = "--decoder-sparse-step or --mlp-only-layers (every layer is sparse)";
+  } else if (got.norm_topk_prob != want.norm_topk_prob) {
+    flag = "--norm-topk-prob (it always renormalises the top-k weights)";
+  } else if (!(got == want)) {
+    flag = "these experts";
+  }
+  if (flag == nullptr) return Status::Ok();
+  return InvalidArgument("model_type '" + model.model_type + "' cannot store " + flag);
 }
 
 }  // namespace
@@ -452,12 +541,28 @@ StatusOr<CheckpointSpec> Preset(const std::string& name) {
   return NotFound("unknown preset '" + name + "' (known: " + known + ")");
 }
 
+bool IsMixtureOfExperts(const std::string& arch) {
+  const json probe = {{"model_type", arch},          {"hidden_size", 64},
+                      {"num_hidden_layers", 1},      {"num_attention_heads", 1},
+                      {"intermediate_size", 64},     {"vocab_size", 1},
+                      {"max_position_embeddings", 1}};
+  StatusOr<checkpoint::ModelConfig> c = checkpoint::ParseModelConfig(probe);
+  return c.ok() && c->is_moe();
+}
+
+bool CheckpointSpec::HasMoeFields() const {
+  return experts != 0 || top_k != 0 || moe_intermediate != 0 ||
+         shared_expert_intermediate.has_value() || decoder_sparse_step.has_value() ||
+         norm_topk_prob.has_value() || !mlp_only_layers.empty();
+}
+
 StatusOr<json> ConfigJson(const CheckpointSpec& s) {
   static const std::map<std::string, std::string> kClass = {
-      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
-      {"gemma", "GemmaForCausalLM"}, {"gpt_neox", "GPTNeoXForCausalLM"},
-      {"phi3", "Phi3ForCausalLM"},
+      {"llama", "LlamaForCausalLM"},        {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},        {"qwen3", "Qwen3ForCausalLM"},
+      {"gemma", "GemmaForCausalLM"},        {"gpt_neox", "GPTNeoXForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"},          {"mixtral", "MixtralForCausalLM"},
+      {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
   };
   // The spec's numbers in the keys every family reads alike; the family's
   // parser fills in its defaults for the rest (activation, rotary fraction,
@@ -480,8 +585,10 @@ StatusOr<json> ConfigJson(const CheckpointSpec& s) {
   model.norm_eps = s.norm_eps;
   model.tied_embeddings = s.tie_embeddings;
   model.sliding_window.reset();  // full attention (Mistral's reader defaults to a window)
+  NS_RETURN_IF_ERROR(ApplyMoe(s, &model));
   // Then written back in the family's own spelling by the one config writer.
   NS_ASSIGN_OR_RETURN(json c, checkpoint::ModelConfigJson(model));
+  if (model.is_moe()) NS_RETURN_IF_ERROR(CheckMoeStored(model, c));
   auto cls = kClass.find(s.arch);
   c["architectures"] = {cls == kClass.end() ? s.arch : cls->second};
   c["bos_token_id"] = s.bos_token_id;

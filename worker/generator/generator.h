@@ -11,7 +11,11 @@
 // engine's architecture table expects for the config (so none can drift apart),
 // with N(0, 1/fan_in) linear weights, norm weights 1 + 0.1·N(0, 1) and small
 // biases: activations stay in range and a random model's logits are peaked
-// enough to exercise sampling.
+// enough to exercise sampling. A mixture of experts (mixtral, qwen2_moe,
+// qwen3_moe) gets its sparse layers' routers and experts under the family's
+// names (and Qwen2-MoE's shared expert), its dense layers' MLPs; quantized,
+// the experts and the shared expert are quantized like any projection, the
+// router and the shared expert's gate stay in `dtype`.
 //
 // Values depend only on the seed and the tensor's name, never on sharding:
 // the same --seed with --shards 1 and --shards 4 gives the same model.
@@ -58,6 +62,22 @@ struct CheckpointSpec {
   // so a quantized checkpoint is the rounding of the unquantized one of the
   // same seed. Embeddings, norms, biases and the LM head stay in `dtype`.
   QuantizeSpec quantize;
+
+  // A mixture of experts (checkpoint::MoeConfig), for the families that have
+  // one (mixtral, qwen2_moe, qwen3_moe); setting any of these for another
+  // family is InvalidArgument, and so is one the family cannot store
+  // (Mixtral's experts are `intermediate` wide, every layer sparse and
+  // renormalised; only Qwen2-MoE has a shared expert).
+  int64_t experts = 0;           // num_experts; 0: the family's default
+  int64_t top_k = 0;             // num_experts_per_tok; 0: the family's default
+  int64_t moe_intermediate = 0;  // an expert's width; 0: `intermediate`
+  // Qwen2-MoE's shared expert's width (0: none); unset: `intermediate`.
+  std::optional<int64_t> shared_expert_intermediate;
+  std::optional<int64_t> decoder_sparse_step;  // unset: 1 (every layer sparse)
+  std::optional<bool> norm_topk_prob;          // unset: the family's default
+  std::vector<int64_t> mlp_only_layers;        // layers kept dense
+
+  bool HasMoeFields() const;
 };
 
 // Writes `count` values of `dtype` (F32, F16 or BF16) at `out` from float32
@@ -65,11 +85,16 @@ struct CheckpointSpec {
 // subnormals. The inverse of engine::ConvertToFloat. Thread-safe.
 void FromFloat(const float* in, int64_t count, checkpoint::DType dtype, void* out);
 
-// Names of the built-in shapes of real models ("llama-3-8b", ...).
+// Names of the built-in shapes of real models ("llama-3-8b", "mixtral-8x7b",
+// "qwen3-30b-a3b", ...).
 std::vector<std::string> PresetNames();
 // The spec of preset `name` (arch, sizes, rope, dtype); seed, shards and
 // tokenizer are left for the caller. NotFound lists the presets.
 StatusOr<CheckpointSpec> Preset(const std::string& name);
+
+// Whether `arch` is a registered mixture-of-experts family (mixtral,
+// qwen2_moe, qwen3_moe), whose CheckpointSpec may set experts.
+bool IsMixtureOfExperts(const std::string& arch);
 
 // config.json for `spec`: the spec's sizes, the family's defaults for the
 // rest, written in the family's own spelling by the one config writer

@@ -20,6 +20,7 @@ namespace nightshift::generator {
 namespace {
 namespace fs = std::filesystem;
 using checkpoint::DType;
+using engine::LayerWeight;
 
 class GeneratorTest : public ::testing::Test {
  protected:
@@ -42,6 +43,12 @@ class GeneratorTest : public ::testing::Test {
     s.intermediate = 96;
     s.vocab = 200;
     s.seed = 7;
+    if (IsMixtureOfExperts(arch)) {
+      s.experts = 4;
+      s.top_k = 2;
+      if (arch != "mixtral") s.moe_intermediate = 32;
+      if (arch == "qwen2_moe") s.shared_expert_intermediate = 48;
+    }
     return s;
   }
 
@@ -328,6 +335,215 @@ TEST_F(GeneratorTest, RefusesBadSpecsAndNonEmptyDirectories) {
   spec = Small("llama");
   std::ofstream(root_ / "keep.txt") << "x";
   EXPECT_EQ(WriteCheckpoint(spec, root_.string()).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Each mixture-of-experts family: the config says what the spec asked, and
+// the checkpoint holds exactly what the engine binds: a router and E experts
+// under the family's names in each sparse layer (Qwen2-MoE's shared expert
+// and its gate too), a dense MLP in the others.
+TEST_F(GeneratorTest, MixturesOfExpertsBindWithEveryExpert) {
+  struct Case {
+    const char* arch;
+    std::vector<int64_t> sparse;
+  };
+  for (const Case& k :
+       {Case{"mixtral", {0, 1, 2}}, Case{"qwen2_moe", {0, 2}}, Case{"qwen3_moe", {1, 3}}}) {
+    SCOPED_TRACE(k.arch);
+    CheckpointSpec spec = Small(k.arch);
+    spec.dtype = DType::kF32;
+    spec.experts = 6;
+    spec.top_k = 2;
+    if (spec.arch == "qwen2_moe") {
+      spec.mlp_only_layers = {1};
+      spec.norm_topk_prob = false;
+    }
+    if (spec.arch == "qwen3_moe") {
+      spec.layers = 4;
+      spec.decoder_sparse_step = 2;
+      spec.norm_topk_prob = true;
+    }
+    spec.shards = 2;
+    const fs::path dir = root_ / k.arch;
+    auto report = WriteCheckpoint(spec, dir.string());
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    auto ckpt = checkpoint::ReadCheckpoint(dir.string());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    auto config = checkpoint::ParseModelConfig(ckpt->config);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    const checkpoint::MoeConfig& m = config->moe;
+    EXPECT_EQ(m.num_experts, 6);
+    EXPECT_EQ(m.top_k, 2);
+    EXPECT_EQ(m.expert_intermediate_size, spec.arch == "mixtral" ? 96 : 32);
+    EXPECT_EQ(m.shared_expert_intermediate_size, spec.arch == "qwen2_moe" ? 48 : 0);
+    EXPECT_EQ(m.norm_topk_prob, spec.arch != "qwen2_moe");
+    EXPECT_EQ(m.mlp_only_layers, spec.mlp_only_layers);
+    std::vector<int64_t> sparse;
+    for (int64_t i = 0; i < config->num_layers; ++i) {
+      if (config->IsSparseLayer(i)) sparse.push_back(i);
+    }
+    EXPECT_EQ(sparse, k.sparse);
+
+    const engine::Architecture& arch = **engine::FindArchitecture(spec.arch);
+    auto bound = engine::BindTensors(arch, *config, *ckpt);
+    ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+    int64_t expected_tensors = 3;  // embedding, final norm, LM head
+    for (int64_t i = 0; i < config->num_layers; ++i) {
+      const engine::LayerTensors& layer = bound->layers[static_cast<size_t>(i)];
+      const bool is_sparse = config->IsSparseLayer(i);
+      expected_tensors += static_cast<int64_t>(engine::ExpectedLayerWeights(*config, i).size());
+      EXPECT_EQ(layer[LayerWeight::kRouter] != nullptr, is_sparse) << i;
+      EXPECT_EQ(layer[LayerWeight::kDown] != nullptr, !is_sparse) << i;
+      EXPECT_EQ(layer[LayerWeight::kSharedExpertGate] != nullptr,
+                is_sparse && spec.arch == "qwen2_moe")
+          << i;
+      EXPECT_EQ(layer.experts.size(), is_sparse ? 6u : 0u) << i;
+      expected_tensors += static_cast<int64_t>(layer.experts.size() * 3);
+    }
+    EXPECT_EQ(report->tensors, expected_tensors);
+    EXPECT_EQ(static_cast<int64_t>(ckpt->tensors.size()), expected_tensors);
+    EXPECT_EQ(ckpt->total_bytes, report->tensor_bytes);
+    // Experts are N(0, 1/fan_in) like any projection, each its own draw.
+    const std::string prefix =
+        "model.layers." + std::to_string(k.sparse.back()) + "." + arch.names.expert_prefix;
+    const std::string up = arch.names.expert[static_cast<size_t>(engine::ExpertWeight::kUp)];
+    EXPECT_NE(TensorBytes(*ckpt, prefix + "0." + up), TensorBytes(*ckpt, prefix + "1." + up));
+    double mean, std;
+    MeanStd(ReadFloats(*ckpt, prefix + "5." + up), &mean, &std);
+    EXPECT_NEAR(std, 1.0 / 8, 0.15 / 8);  // fan_in = hidden 64
+  }
+}
+
+// Quantized, the experts and the shared expert are stored in the format like
+// any projection; the router and the shared expert's gate stay in the model
+// dtype (they are not projections the engine may quantize).
+TEST_F(GeneratorTest, QuantizedMixtureOfExpertsQuantizesTheExperts) {
+  using checkpoint::QuantFormat;
+  for (QuantFormat format : {QuantFormat::kAwq, QuantFormat::kFp8Block}) {
+    CheckpointSpec spec = Small("qwen2_moe");
+    spec.shared_expert_intermediate = 64;  // int4 groups of 32 along its input
+    spec.quantize.format = format;
+    spec.quantize.group_size = 32;
+    const fs::path dir = root_ / checkpoint::QuantFormatName(format);
+    auto report = WriteCheckpoint(spec, dir.string());
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    auto ckpt = checkpoint::ReadCheckpoint(dir.string());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    EXPECT_EQ(ckpt->quantization.format, format);
+    auto config = checkpoint::ParseModelConfig(ckpt->config);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    auto bound = engine::BindTensors(**engine::FindArchitecture("qwen2_moe"), *config, *ckpt);
+    ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+    for (const engine::LayerTensors& layer : bound->layers) {
+      for (const engine::ExpertTensors& expert : layer.experts) {
+        for (const checkpoint::TensorInfo* t : expert.weights) {
+          EXPECT_TRUE(t->quant) << t->name;
+        }
+      }
+      if (layer.experts.empty()) continue;
+      EXPECT_EQ(layer.experts.size(), 4u);
+      EXPECT_FALSE(layer[LayerWeight::kRouter]->quant);
+      EXPECT_EQ(layer[LayerWeight::kRouter]->dtype, DType::kBF16);
+      EXPECT_FALSE(layer[LayerWeight::kSharedExpertGate]->quant);
+      EXPECT_TRUE(layer[LayerWeight::kSharedUp]->quant);
+    }
+  }
+}
+
+TEST_F(GeneratorTest, RefusesExpertsTheFamilyCannotStore) {
+  CheckpointSpec spec = Small("llama");
+  spec.experts = 8;
+  auto refused = WriteCheckpoint(spec, (root_ / "llama").string());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("not 'llama'"), std::string::npos)
+      << refused.status().message();
+
+  spec = Small("mixtral");
+  spec.shared_expert_intermediate = 32;
+  refused = WriteCheckpoint(spec, (root_ / "shared").string());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "model_type 'mixtral' cannot store --shared-expert-intermediate"),
+            std::string::npos)
+      << refused.status().message();
+
+  spec = Small("mixtral");
+  spec.moe_intermediate = 32;  // Mixtral's experts are intermediate_size wide
+  refused = WriteCheckpoint(spec, (root_ / "width").string());
+  EXPECT_NE(refused.status().message().find("cannot store --moe-intermediate"), std::string::npos)
+      << refused.status().message();
+
+  spec = Small("mixtral");
+  spec.norm_topk_prob = false;
+  EXPECT_NE(WriteCheckpoint(spec, (root_ / "norm").string())
+                .status()
+                .message()
+                .find("cannot store --norm-topk-prob"),
+            std::string::npos);
+
+  spec = Small("mixtral");
+  spec.decoder_sparse_step = 2;
+  EXPECT_NE(WriteCheckpoint(spec, (root_ / "step").string())
+                .status()
+                .message()
+                .find("cannot store --decoder-sparse-step"),
+            std::string::npos);
+
+  spec = Small("qwen3_moe");
+  spec.top_k = 5;  // of 4
+  refused = WriteCheckpoint(spec, (root_ / "topk").string());
+  EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(refused.status().message().find("'num_experts_per_tok' 5 is more than the 4 experts"),
+            std::string::npos)
+      << refused.status().message();
+
+  spec = Small("qwen2_moe");
+  spec.mlp_only_layers = {3};  // of 3 layers
+  refused = WriteCheckpoint(spec, (root_ / "dense").string());
+  EXPECT_NE(refused.status().message().find("'mlp_only_layers' names layer 3"), std::string::npos)
+      << refused.status().message();
+  EXPECT_FALSE(fs::exists(root_ / "dense" / "config.json"));
+
+  EXPECT_TRUE(IsMixtureOfExperts("qwen3_moe"));
+  EXPECT_FALSE(IsMixtureOfExperts("qwen3"));
+  EXPECT_FALSE(IsMixtureOfExperts("deepseek_v3"));
+}
+
+TEST(PresetTest, MixtureOfExpertsPresets) {
+  struct Want {
+    const char* name;
+    const char* model_type;
+    int64_t hidden, layers, heads, kv_heads, head_dim, experts, width, top_k, vocab;
+    bool norm_topk_prob;
+  };
+  for (const Want& w : {
+           Want{"mixtral-8x7b", "mixtral", 4096, 32, 32, 8, 128, 8, 14336, 2, 32000, true},
+           Want{"qwen3-30b-a3b", "qwen3_moe", 2048, 48, 32, 4, 128, 128, 768, 8, 151936, true},
+           Want{"qwen3-235b-a22b", "qwen3_moe", 4096, 94, 64, 4, 128, 128, 1536, 8, 151936, true},
+       }) {
+    SCOPED_TRACE(w.name);
+    auto spec = Preset(w.name);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto json = ConfigJson(*spec);
+    ASSERT_TRUE(json.ok()) << json.status().ToString();
+    auto c = checkpoint::ParseModelConfig(*json);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->model_type, w.model_type);
+    EXPECT_EQ(c->hidden_size, w.hidden);
+    EXPECT_EQ(c->num_layers, w.layers);
+    EXPECT_EQ(c->num_heads, w.heads);
+    EXPECT_EQ(c->num_kv_heads, w.kv_heads);
+    EXPECT_EQ(c->head_dim, w.head_dim);
+    EXPECT_EQ(c->vocab_size, w.vocab);
+    EXPECT_EQ(c->moe.num_experts, w.experts);
+    EXPECT_EQ(c->moe.expert_intermediate_size, w.width);
+    EXPECT_EQ(c->moe.top_k, w.top_k);
+    EXPECT_EQ(c->moe.norm_topk_prob, w.norm_topk_prob);
+    EXPECT_EQ(c->moe.shared_expert_intermediate_size, 0);
+    for (int64_t i = 0; i < c->num_layers; ++i) EXPECT_TRUE(c->IsSparseLayer(i)) << i;
+  }
+  EXPECT_EQ((*ConfigJson(*Preset("qwen3-30b-a3b")))["intermediate_size"], 6144);
+  EXPECT_EQ((*ConfigJson(*Preset("qwen3-235b-a22b")))["intermediate_size"], 12288);
+  EXPECT_EQ((*ConfigJson(*Preset("mixtral-8x7b")))["architectures"][0], "MixtralForCausalLM");
 }
 
 TEST(PresetTest, PresetsHaveRealShapes) {
