@@ -54,6 +54,7 @@ StatusOr<CheckpointShape> ShapeOf(const checkpoint::Checkpoint& ckpt) {
   s.tensor_bytes = StreamedBytesPerPass(ckpt);
   for (const checkpoint::FileInfo& f : ckpt.files) s.file_bytes += f.size;
   s.largest_group_bytes = ckpt.LargestGroupBytes();
+  s.moe = MoeFactsOf(ckpt);
   for (const checkpoint::TensorInfo& t : ckpt.tensors) {
     s.parameters += static_cast<uint64_t>(t.numel());
   }

@@ -110,6 +110,26 @@ TEST(FixtureShapeTest, GemmaLargestGroupIsADecoderLayer) {
   EXPECT_EQ(KvBytesPerToken(*shape, ComputeDtypeBytes(*shape, Device::kCpu)), 512u);
 }
 
+// A mixture of experts carries its MoeFacts; a dense checkpoint has none.
+TEST(FixtureShapeTest, MixturesOfExpertsCarryTheirFacts) {
+  for (const char* name : {"mixtral", "qwen2-moe", "qwen3-moe"}) {
+    StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(name));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    StatusOr<CheckpointShape> shape = ShapeOf(*ckpt);
+    ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+    const MoeFacts facts = MoeFactsOf(*ckpt);
+    EXPECT_TRUE(shape->moe.is_moe()) << name;
+    EXPECT_EQ(shape->moe.sparse_layers, facts.sparse_layers) << name;
+    EXPECT_EQ(shape->moe.group_bytes, facts.group_bytes) << name;
+    EXPECT_EQ(shape->moe.active_parameters, facts.active_parameters) << name;
+    EXPECT_EQ(shape->moe.total_parameters, shape->parameters) << name;
+    EXPECT_EQ(shape->tensor_bytes, ckpt->total_bytes) << name;
+  }
+  StatusOr<checkpoint::Checkpoint> dense = checkpoint::ReadCheckpoint(FixtureDir("mistral"));
+  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  EXPECT_FALSE(ShapeOf(*dense)->moe.is_moe());
+}
+
 // A checkpoint with one decoder layer of one tensor and the given config.
 checkpoint::Checkpoint Synthetic(nlohmann::json config) {
   checkpoint::Checkpoint ckpt;
