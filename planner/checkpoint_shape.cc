@@ -1,5 +1,6 @@
 #include "planner/checkpoint_shape.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -53,7 +54,16 @@ StatusOr<CheckpointShape> ShapeOf(const checkpoint::Checkpoint& ckpt) {
   s.layers = static_cast<int>(ckpt.layers.size());
   s.tensor_bytes = StreamedBytesPerPass(ckpt);
   for (const checkpoint::FileInfo& f : ckpt.files) s.file_bytes += f.size;
+  s.moe = MoeFactsOf(ckpt);
   s.largest_group_bytes = ckpt.LargestGroupBytes();
+  if (s.moe.is_moe()) {
+    // A sparse layer is never read whole: its dense part and its expert
+    // slices are the loader's units (StreamedGroupBytes).
+    s.largest_group_bytes = std::max(ckpt.embedding.bytes, ckpt.head.bytes);
+    for (uint64_t group : s.moe.group_bytes) {
+      s.largest_group_bytes = std::max(s.largest_group_bytes, group);
+    }
+  }
   for (const checkpoint::TensorInfo& t : ckpt.tensors) {
     s.parameters += static_cast<uint64_t>(t.numel());
   }

@@ -21,7 +21,11 @@ namespace nightshift::planner {
 // bytes (a quantized projection's bytes count as F16's, the dtype it is
 // multiplied in on a GPU). Quantized checkpoints (checkpoint/quantization.h)
 // are priced as stored: tensor_bytes is their packed bytes, parameters their
-// logical weights. A config without a hidden size or head count, or a checkpoint
+// logical weights. moe is MoeFactsOf(ckpt) (planner/model_facts.h) at the
+// engine's slice size; largest_group_bytes is Checkpoint::LargestGroupBytes,
+// except that a mixture of experts' layers count as the loader reads them
+// (each sparse layer's dense part and expert slices, StreamedGroupBytes). A
+// config without a hidden size or head count, or a checkpoint
 // without decoder layers, is DataLoss naming what is missing. Pure;
 // thread-safe.
 StatusOr<CheckpointShape> ShapeOf(const checkpoint::Checkpoint& ckpt);

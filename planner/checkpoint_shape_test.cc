@@ -2,6 +2,7 @@
 // written the ways other families write them.
 #include "planner/checkpoint_shape.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -108,6 +109,37 @@ TEST(FixtureShapeTest, GemmaLargestGroupIsADecoderLayer) {
   EXPECT_EQ(shape->largest_group_bytes, 217600u);
   // 2 (K, V) x 2 layers x 1 KV head x 32 x 4 bytes
   EXPECT_EQ(KvBytesPerToken(*shape, ComputeDtypeBytes(*shape, Device::kCpu)), 512u);
+}
+
+// A mixture of experts carries its MoeFacts; a dense checkpoint has none.
+TEST(FixtureShapeTest, MixturesOfExpertsCarryTheirFacts) {
+  for (const char* name : {"mixtral", "qwen2-moe", "qwen3-moe"}) {
+    StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(FixtureDir(name));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    StatusOr<CheckpointShape> shape = ShapeOf(*ckpt);
+    ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+    const MoeFacts facts = MoeFactsOf(*ckpt);
+    EXPECT_TRUE(shape->moe.is_moe()) << name;
+    EXPECT_EQ(shape->moe.sparse_layers, facts.sparse_layers) << name;
+    EXPECT_EQ(shape->moe.group_bytes, facts.group_bytes) << name;
+    EXPECT_EQ(shape->moe.active_parameters, facts.active_parameters) << name;
+    EXPECT_EQ(shape->moe.total_parameters, shape->parameters) << name;
+    EXPECT_EQ(shape->tensor_bytes, ckpt->total_bytes) << name;
+    // The loader's largest unit: the embedding, the head, a dense layer, a
+    // sparse layer's dense part or an expert slice; never a sparse layer whole.
+    uint64_t largest = std::max(ckpt->embedding.bytes, ckpt->head.bytes);
+    for (uint64_t group : facts.group_bytes) largest = std::max(largest, group);
+    EXPECT_EQ(shape->largest_group_bytes, largest) << name;
+  }
+  // qwen3-moe: its largest unit is a sparse layer's slice of 8 experts of
+  // 24576 bytes, smaller than the layer.
+  StatusOr<checkpoint::Checkpoint> qwen3 = checkpoint::ReadCheckpoint(FixtureDir("qwen3-moe"));
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status().ToString();
+  EXPECT_EQ(ShapeOf(*qwen3)->largest_group_bytes, 8u * 24576);
+  EXPECT_LT(ShapeOf(*qwen3)->largest_group_bytes, qwen3->LargestGroupBytes());
+  StatusOr<checkpoint::Checkpoint> dense = checkpoint::ReadCheckpoint(FixtureDir("mistral"));
+  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  EXPECT_FALSE(ShapeOf(*dense)->moe.is_moe());
 }
 
 // A checkpoint with one decoder layer of one tensor and the given config.

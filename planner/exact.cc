@@ -66,6 +66,9 @@ Sizing ExactSizing(const CheckpointShape& shape, const PlanOptions& options, Dev
   s.disk = {disk, disk};
   s.layers = shape.layers;
   s.layers_estimated = false;
+  if (shape.moe.is_moe()) {
+    s.pass_read_gb = Gb(ExpectedStreamedBytesPerPass(shape.moe, static_cast<int64_t>(batch)));
+  }
   return s;
 }
 
@@ -73,6 +76,19 @@ PinSplitPlan PlanPinSplit(const std::vector<uint64_t>& group_bytes, uint64_t tot
                           uint64_t embedding_bytes, uint64_t memory_budget_bytes,
                           uint64_t working_set_bytes, uint64_t kv_bytes_per_sequence,
                           int64_t queued_jobs, double read_bytes_per_second) {
+  MoeFacts dense;  // no sparse layer: every group is read
+  dense.total_bytes = total_bytes;
+  dense.embedding_bytes = embedding_bytes;
+  dense.group_bytes = group_bytes;
+  dense.group_experts.assign(group_bytes.size(), 0);
+  return PlanPinSplit(dense, memory_budget_bytes, working_set_bytes, kv_bytes_per_sequence,
+                      queued_jobs, read_bytes_per_second);
+}
+
+PinSplitPlan PlanPinSplit(const MoeFacts& facts, uint64_t memory_budget_bytes,
+                          uint64_t working_set_bytes, uint64_t kv_bytes_per_sequence,
+                          int64_t queued_jobs, double read_bytes_per_second) {
+  const std::vector<uint64_t>& group_bytes = facts.group_bytes;
   PinSplitPlan plan;
   plan.working_set_bytes = working_set_bytes;
   const uint64_t left = PinBudgetBytes(memory_budget_bytes, working_set_bytes, 0, 0);
@@ -90,11 +106,11 @@ PinSplitPlan PlanPinSplit(const std::vector<uint64_t>& group_bytes, uint64_t tot
     PinSplit split;
     split.kv_sequences = k;
     split.kv_budget_bytes = static_cast<uint64_t>(k) * per_sequence;
-    split.pinned_bytes =
-        PinnedBytes(group_bytes, ChoosePinnedGroups(group_bytes, left - split.kv_budget_bytes));
-    split.streamed_bytes = StreamedBytesPerPass(total_bytes, split.pinned_bytes, embedding_bytes);
-    split.seconds_per_pass = PassSeconds(split.streamed_bytes, read_bytes_per_second);
+    const std::vector<bool> pinned = ChoosePinnedGroups(group_bytes, left - split.kv_budget_bytes);
+    split.pinned_bytes = PinnedBytes(group_bytes, pinned);
     split.jobs_per_pass = std::min(k, queue);
+    split.streamed_bytes = ExpectedStreamedBytesPerPass(facts, split.jobs_per_pass, pinned);
+    split.seconds_per_pass = PassSeconds(split.streamed_bytes, read_bytes_per_second);
     if (split.seconds_per_pass > 0) {
       split.jobs_per_second = static_cast<double>(split.jobs_per_pass) / split.seconds_per_pass;
     }

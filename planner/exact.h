@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "planner/estimate.h"
+#include "planner/model_facts.h"
 #include "planner/plan.h"
 
 namespace nightshift::planner {
@@ -44,6 +45,9 @@ struct CheckpointShape {
   int64_t intermediate = 0;          // MLP width
   int64_t vocab = 0;                 // LM head rows
   int stored_dtype_bytes = 2;        // element size of the dtype holding most bytes
+  // The mixture of experts (MoeFacts::is_moe(); a dense checkpoint's facts
+  // otherwise): what a pass of B rows is expected to read.
+  MoeFacts moe;
 };
 
 enum class Device { kCpu, kGpu };
@@ -83,7 +87,10 @@ uint64_t ActivationBytes(const CheckpointShape& shape, int compute_dtype_bytes, 
                          int64_t prompt_tokens, int64_t context_tokens);
 
 // The exact sizing of `shape` under `options` (prefetching, context_k, batch
-// and prompt_tokens are read) on `device`. layers_estimated is false.
+// and prompt_tokens are read) on `device`. layers_estimated is false. For a
+// mixture of experts, pass_read_gb is what a decode pass of the batch (one
+// row per sequence) is expected to read: ExpectedStreamedBytesPerPass of
+// shape.moe at `batch` rows; unset for a dense checkpoint.
 Sizing ExactSizing(const CheckpointShape& shape, const PlanOptions& options, Device device);
 
 // One way to split what a memory budget leaves after the working set
@@ -118,6 +125,14 @@ struct PinSplitPlan {
 // sequence's KV fits beside the working set.
 PinSplitPlan PlanPinSplit(const std::vector<uint64_t>& group_bytes, uint64_t total_bytes,
                           uint64_t embedding_bytes, uint64_t memory_budget_bytes,
+                          uint64_t working_set_bytes, uint64_t kv_bytes_per_sequence,
+                          int64_t queued_jobs, double read_bytes_per_second);
+// The same over a checkpoint's MoeFacts (its groups, total and embedding
+// bytes): a mixture of experts' split prices each pass at the bytes a pass
+// of its jobs (one row each) is expected to read with the split's pins
+// (ExpectedStreamedBytesPerPass), so more jobs per pass also read more
+// experts. A dense checkpoint's facts give the figures above.
+PinSplitPlan PlanPinSplit(const MoeFacts& facts, uint64_t memory_budget_bytes,
                           uint64_t working_set_bytes, uint64_t kv_bytes_per_sequence,
                           int64_t queued_jobs, double read_bytes_per_second);
 

@@ -140,5 +140,86 @@ TEST(ExactTest, PinSplitMaximisesJobsPerSecondForTheQueue) {
   EXPECT_TRUE(PlanPinSplit(groups, 1000, 200, 220, 200, 50, 3, 1.0).alternatives.empty());
 }
 
+// A mixture of experts by hand: 100 GB, of it a 4 GB embedding, one sparse
+// layer of a 16 GB dense part and 8 experts of 10 GB (a slice each), top 2.
+CheckpointShape Moe() {
+  CheckpointShape s = Llama3_70b();
+  s.tensor_bytes = 100'000'000'000ull;
+  s.file_bytes = s.tensor_bytes;
+  MoeFacts& f = s.moe;
+  f.sparse_layers = 1;
+  f.experts = 8;
+  f.top_k = 2;
+  f.total_bytes = s.tensor_bytes;
+  f.embedding_bytes = 4'000'000'000ull;
+  f.expert_bytes = 80'000'000'000ull;
+  f.dense_bytes = 20'000'000'000ull;
+  f.group_bytes = {16'000'000'000ull};
+  f.group_experts = {0};
+  for (int e = 0; e < 8; ++e) {
+    f.group_bytes.push_back(10'000'000'000ull);
+    f.group_experts.push_back(1);
+  }
+  return s;
+}
+
+TEST(ExactTest, AMixtureOfExpertsReadsTheExpertsItsBatchTouches) {
+  PlanOptions options;
+  options.budget_gb = 100.0;
+  options.disk = {4.0, 900.0};
+  // One row runs 2 of 8 experts: 20 GB dense + 2 x 10 GB.
+  Sizing one = ExactSizing(Moe(), options, Device::kGpu);
+  EXPECT_EQ(one.checkpoint_gb, 100.0);  // the disk and the checkpoint stay whole
+  EXPECT_EQ(one.disk.peak_gb, 100.0);
+  ASSERT_TRUE(one.pass_read_gb.has_value());
+  EXPECT_EQ(*one.pass_read_gb, 40.0);
+  PlanResult p = PlanSized(one, options);
+  EXPECT_EQ(p.checkpoint_gb, 100.0);
+  EXPECT_EQ(p.pass_read_gb, 40.0);
+  EXPECT_EQ(p.seconds_per_pass, 11.765);  // 40 / 4 / 0.85
+  EXPECT_EQ(p.est_tokens_per_s, 0.085);
+  // Four rows (the batch): 20 + 80 x (1 - 0.75^4) GB.
+  options.batch = 4;
+  Sizing four = ExactSizing(Moe(), options, Device::kGpu);
+  EXPECT_EQ(*four.pass_read_gb, 74.6875);
+  EXPECT_EQ(PlanSized(four, options).seconds_per_pass, 21.967);  // 74.6875 / 4 / 0.85
+  // A dense checkpoint reads all of itself, as before.
+  EXPECT_FALSE(ExactSizing(Llama3_70b(), options, Device::kGpu).pass_read_gb.has_value());
+  EXPECT_FALSE(PlanSized(ExactSizing(Llama3_70b(), options, Device::kGpu), options)
+                   .pass_read_gb.has_value());
+}
+
+TEST(ExactTest, AMixtureOfExpertsSplitPricesEachPassAtItsJobs) {
+  const MoeFacts f = Moe().moe;
+  // 10 GB of KV per job, 100 GB after the working set.
+  PinSplitPlan plan =
+      PlanPinSplit(f, 110'000'000'000ull, 10'000'000'000ull, 10'000'000'000ull, 4, 1e9);
+  ASSERT_FALSE(plan.alternatives.empty());
+  for (const PinSplit& a : plan.alternatives) {
+    SCOPED_TRACE(a.kv_sequences);
+    const std::vector<bool> pinned =
+        ChoosePinnedGroups(f.group_bytes, 100'000'000'000ull - a.kv_budget_bytes);
+    EXPECT_EQ(a.pinned_bytes, PinnedBytes(f.group_bytes, pinned));
+    EXPECT_EQ(a.streamed_bytes, ExpectedStreamedBytesPerPass(f, a.jobs_per_pass, pinned));
+    EXPECT_LE(a.streamed_bytes,
+              StreamedBytesPerPass(f.total_bytes, a.pinned_bytes, f.embedding_bytes));
+    EXPECT_DOUBLE_EQ(a.seconds_per_pass, static_cast<double>(a.streamed_bytes) / 1e9);
+  }
+  // Dense facts give the dense split.
+  const std::vector<uint64_t> groups(8, 100);
+  MoeFacts dense;
+  dense.total_bytes = 1000;
+  dense.embedding_bytes = 200;
+  dense.group_bytes = groups;
+  dense.group_experts.assign(8, 0);
+  const PinSplitPlan a = PlanPinSplit(groups, 1000, 200, 1000, 200, 50, 3, 1.0);
+  const PinSplitPlan b = PlanPinSplit(dense, 1000, 200, 50, 3, 1.0);
+  ASSERT_EQ(a.alternatives.size(), b.alternatives.size());
+  EXPECT_EQ(a.chosen, b.chosen);
+  for (size_t i = 0; i < a.alternatives.size(); ++i) {
+    EXPECT_EQ(a.alternatives[i].streamed_bytes, b.alternatives[i].streamed_bytes) << i;
+  }
+}
+
 }  // namespace
 }  // namespace nightshift::planner

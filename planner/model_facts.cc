@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace nightshift::planner {
 
@@ -109,16 +110,79 @@ const checkpoint::TensorInfo* HeadTensor(const checkpoint::Checkpoint& checkpoin
   return head;
 }
 
-}  // namespace
+// A weight matrix a pass multiplies: a float one, or a quantized module
+// (its logical [out, in], whatever its packed parts' dtypes).
+bool IsProjectionMatrix(const checkpoint::TensorInfo& t) {
+  return t.shape.size() == 2 &&
+         (t.quant != nullptr || t.dtype == checkpoint::DType::kF32 ||
+          t.dtype == checkpoint::DType::kF16 || t.dtype == checkpoint::DType::kBF16);
+}
 
-std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint) {
-  std::vector<uint64_t> groups;
+double MatrixFlops(const checkpoint::TensorInfo& t) {
+  return 2.0 * static_cast<double>(t.shape[0]) * static_cast<double>(t.shape[1]);
+}
+
+// One decoder layer as the loader reads it: its dense part (every tensor
+// that is not an expert's) and its experts in index order (the indices
+// present; checkpoint::ExpertIndex), with what each costs.
+struct LayerSplit {
+  uint64_t dense_bytes = 0;
+  uint64_t dense_elements = 0;
+  double dense_flops = 0;  // per token
+  std::vector<uint64_t> expert_bytes;
+  uint64_t expert_elements = 0;  // all experts together
+  double expert_flops = 0;       // all experts together, per token
+  int64_t experts() const { return static_cast<int64_t>(expert_bytes.size()); }
+};
+
+LayerSplit SplitLayer(const checkpoint::Checkpoint& checkpoint,
+                      const checkpoint::TensorGroup& layer) {
+  LayerSplit split;
+  std::map<int, uint64_t> experts;
+  for (int t : layer.tensors) {
+    const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
+    const double flops = IsProjectionMatrix(info) ? MatrixFlops(info) : 0;
+    const uint64_t elements = static_cast<uint64_t>(std::max<int64_t>(0, info.numel()));
+    const int expert = checkpoint::ExpertIndex(info.name);
+    if (expert < 0) {
+      split.dense_bytes += info.size;
+      split.dense_elements += elements;
+      split.dense_flops += flops;
+    } else {
+      experts[expert] += info.size;
+      split.expert_elements += elements;
+      split.expert_flops += flops;
+    }
+  }
+  for (const auto& [index, bytes] : experts) split.expert_bytes.push_back(bytes);
+  return split;
+}
+
+// Experts each token runs in a checkpoint whose sparse layers hold at most
+// `experts`: the config's top_k (checkpoint::ParseModelShape), at most
+// `experts`; `experts` when the config does not say.
+int64_t TopK(const checkpoint::Checkpoint& checkpoint, int64_t experts) {
+  StatusOr<checkpoint::ModelConfig> config = checkpoint::ParseModelShape(checkpoint.config);
+  if (!config.ok() || config->moe.top_k <= 0) return experts;
+  return std::min(config->moe.top_k, experts);
+}
+
+// The loader's groups (StreamedGroupBytes) and the experts each holds (0 for
+// a dense group).
+void LoaderGroups(const checkpoint::Checkpoint& checkpoint, uint64_t expert_slice_bytes,
+                  std::vector<uint64_t>* groups, std::vector<int64_t>* group_experts) {
   uint64_t largest_layer = 0;
-  for (const checkpoint::TensorGroup& layer : checkpoint.layers) {
-    uint64_t bytes = 0;
-    for (int t : layer.tensors) bytes += checkpoint.tensors[static_cast<size_t>(t)].size;
-    groups.push_back(bytes);
+  auto add = [&](uint64_t bytes, int64_t experts) {
+    groups->push_back(bytes);
+    group_experts->push_back(experts);
     largest_layer = std::max(largest_layer, bytes);
+  };
+  for (const checkpoint::TensorGroup& layer : checkpoint.layers) {
+    const LayerSplit split = SplitLayer(checkpoint, layer);
+    add(split.dense_bytes, 0);
+    for (const ExpertSlice& slice : ExpertSlices(split.expert_bytes, expert_slice_bytes)) {
+      add(slice.bytes, slice.end - slice.first);
+    }
   }
   const checkpoint::TensorInfo* head = HeadTensor(checkpoint);
   uint64_t norm = 0;  // the head group's other tensors: the final norm (and bias)
@@ -126,17 +190,32 @@ std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoin
     if (t != checkpoint.lm_head) norm += checkpoint.tensors[static_cast<size_t>(t)].size;
   }
   if (head == nullptr || head->shape.empty() || head->shape[0] <= 0) {
-    groups.push_back(norm);
-    return groups;
+    groups->push_back(norm);
+    group_experts->push_back(0);
+    return;
   }
   const int64_t rows = head->shape[0];
   const uint64_t row_bytes = head->size / static_cast<uint64_t>(rows);
   const int64_t per_slice = HeadSliceRows(rows, head->size, largest_layer);
   for (int64_t row = 0; row < rows; row += per_slice) {
     const uint64_t bytes = static_cast<uint64_t>(std::min(per_slice, rows - row)) * row_bytes;
-    groups.push_back(bytes + (row == 0 ? norm : 0));
+    groups->push_back(bytes + (row == 0 ? norm : 0));
+    group_experts->push_back(0);
   }
+}
+
+}  // namespace
+
+std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint,
+                                         uint64_t expert_slice_bytes) {
+  std::vector<uint64_t> groups;
+  std::vector<int64_t> experts;
+  LoaderGroups(checkpoint, expert_slice_bytes, &groups, &experts);
   return groups;
+}
+
+std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint) {
+  return StreamedGroupBytes(checkpoint, kDefaultExpertSliceBytes);
 }
 
 const char* PinPlacementName(PinPlacement placement) {
@@ -279,33 +358,96 @@ uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
                   std::min(total_bytes, embedding_bytes));
 }
 
+double SliceTouchedProbability(int64_t experts, int64_t top_k, int64_t slice_experts,
+                               int64_t rows) {
+  if (rows <= 0 || slice_experts <= 0) return 0;
+  if (top_k <= 0 || experts - slice_experts < top_k) return 1;
+  // One token misses the slice when all its top_k lie outside it:
+  // C(E - m, k) / C(E, k) = prod_{i<k} (E - m - i) / (E - i).
+  double miss = 1;
+  for (int64_t i = 0; i < top_k; ++i) {
+    miss *= static_cast<double>(experts - slice_experts - i) / static_cast<double>(experts - i);
+  }
+  return 1.0 - std::pow(miss, static_cast<double>(rows));
+}
+
+MoeFacts MoeFactsOf(const checkpoint::Checkpoint& checkpoint, uint64_t slice_bytes) {
+  MoeFacts f;
+  f.slice_bytes = slice_bytes;
+  f.total_bytes = checkpoint.total_bytes;
+  f.embedding_bytes = checkpoint.embedding.bytes;
+  for (const checkpoint::TensorInfo& t : checkpoint.tensors) {
+    f.total_parameters += static_cast<uint64_t>(std::max<int64_t>(0, t.numel()));
+  }
+  std::vector<LayerSplit> splits;
+  for (const checkpoint::TensorGroup& layer : checkpoint.layers) {
+    splits.push_back(SplitLayer(checkpoint, layer));
+    const LayerSplit& split = splits.back();
+    if (split.experts() == 0) continue;
+    ++f.sparse_layers;
+    f.experts = std::max(f.experts, split.experts());
+    for (uint64_t bytes : split.expert_bytes) {
+      f.expert_bytes += bytes;
+      f.largest_expert_bytes = std::max(f.largest_expert_bytes, bytes);
+    }
+    for (const ExpertSlice& slice : ExpertSlices(split.expert_bytes, slice_bytes)) {
+      f.widest_slice_bytes = std::max(f.widest_slice_bytes, slice.bytes);
+    }
+  }
+  f.dense_bytes = f.total_bytes - std::min(f.total_bytes, f.expert_bytes);
+  f.top_k = f.experts > 0 ? TopK(checkpoint, f.experts) : 0;
+  f.active_parameters = f.total_parameters;
+  for (const LayerSplit& split : splits) {
+    if (split.experts() == 0) continue;
+    const uint64_t k = static_cast<uint64_t>(std::min(f.top_k, split.experts()));
+    const uint64_t active = split.expert_elements * k / static_cast<uint64_t>(split.experts());
+    f.active_parameters -= std::min(f.active_parameters, split.expert_elements - active);
+  }
+  LoaderGroups(checkpoint, slice_bytes, &f.group_bytes, &f.group_experts);
+  return f;
+}
+
+uint64_t ExpectedStreamedBytesPerPass(const MoeFacts& facts, int64_t rows,
+                                      const std::vector<bool>& pinned) {
+  const uint64_t streamed = StreamedBytesPerPass(
+      facts.total_bytes, PinnedBytes(facts.group_bytes, pinned), facts.embedding_bytes);
+  if (!facts.is_moe()) return streamed;
+  const int64_t b = std::max<int64_t>(1, rows);
+  double unread = 0;  // expected bytes of the unpinned slices no token routes into
+  for (size_t g = 0; g < facts.group_bytes.size() && g < facts.group_experts.size(); ++g) {
+    if (facts.group_experts[g] == 0 || (g < pinned.size() && pinned[g])) continue;
+    const double touched =
+        SliceTouchedProbability(facts.experts, facts.top_k, facts.group_experts[g], b);
+    unread += static_cast<double>(facts.group_bytes[g]) * (1.0 - touched);
+  }
+  return streamed - std::min(streamed, static_cast<uint64_t>(std::llround(unread)));
+}
+
+uint64_t ExpectedStreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint, int64_t rows,
+                                      const std::vector<bool>& pinned) {
+  return ExpectedStreamedBytesPerPass(MoeFactsOf(checkpoint), rows, pinned);
+}
+
 double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second) {
   if (!(read_bytes_per_second > 0)) return 0;
   return static_cast<double>(streamed_bytes) / read_bytes_per_second;
 }
 
-namespace {
-
-// A weight matrix a pass multiplies: a float one, or a quantized module
-// (its logical [out, in], whatever its packed parts' dtypes).
-bool IsProjectionMatrix(const checkpoint::TensorInfo& t) {
-  return t.shape.size() == 2 &&
-         (t.quant != nullptr || t.dtype == checkpoint::DType::kF32 ||
-          t.dtype == checkpoint::DType::kF16 || t.dtype == checkpoint::DType::kBF16);
-}
-
-double MatrixFlops(const checkpoint::TensorInfo& t) {
-  return 2.0 * static_cast<double>(t.shape[0]) * static_cast<double>(t.shape[1]);
-}
-
-}  // namespace
-
 double LayerFlopsPerToken(const checkpoint::Checkpoint& checkpoint) {
-  double flops = 0;
+  std::vector<LayerSplit> splits;
+  int64_t experts = 0;
   for (const checkpoint::TensorGroup& layer : checkpoint.layers) {
-    for (int t : layer.tensors) {
-      const checkpoint::TensorInfo& info = checkpoint.tensors[static_cast<size_t>(t)];
-      if (IsProjectionMatrix(info)) flops += MatrixFlops(info);
+    splits.push_back(SplitLayer(checkpoint, layer));
+    experts = std::max(experts, splits.back().experts());
+  }
+  const int64_t top_k = experts > 0 ? TopK(checkpoint, experts) : 0;
+  double flops = 0;
+  for (const LayerSplit& split : splits) {
+    flops += split.dense_flops;
+    if (split.experts() > 0) {
+      // Each token runs top_k of the layer's experts (all of one width).
+      flops += split.expert_flops * static_cast<double>(std::min(top_k, split.experts())) /
+               static_cast<double>(split.experts());
     }
   }
   return flops;

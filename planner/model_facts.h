@@ -11,7 +11,9 @@
 //   streamed groups      StreamedGroupBytes: what the engine's loader reads
 //                        as one unit (each layer, the head's row slices)
 //   pinned groups        ChoosePinnedGroups: which groups a budget keeps
-//   streamed bytes       StreamedBytesPerPass: what one pass reads
+//   streamed bytes       StreamedBytesPerPass: what one pass reads;
+//                        ExpectedStreamedBytesPerPass: the same for a
+//                        mixture of experts at a pass's rows (MoeFacts)
 //   seconds per pass     PassSeconds: streamed bytes / measured bandwidth;
 //                        PassSecondsWithCompute: the larger of that and the
 //                        pass's FLOPs (PassFlops) / the measured compute rate
@@ -103,8 +105,14 @@ int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_
 // The tensor bytes of each group the engine's layer loader reads as one unit,
 // in pass order: every decoder layer (checkpoint::Checkpoint::layers), then
 // the final norm (and its bias) with the LM head's first row slice, then each
-// further slice (HeadSliceRows; a tied head is the embedding). The embedding
-// is not a group: a pass reads only the rows of the tokens it feeds.
+// further slice (HeadSliceRows against the largest group before the head; a
+// tied head is the embedding). A layer holding expert tensors
+// (checkpoint::ExpertIndex >= 0) is its dense part (every other tensor of the
+// layer) and then its expert slices (ExpertSlices at kDefaultExpertSliceBytes,
+// the engine's; the overload below takes another size), expert e being every
+// tensor of the layer whose ExpertIndex is e; a dense model's groups are its
+// layers. The embedding is not a group: a pass reads only the rows of the
+// tokens it feeds.
 std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint);
 
 // Mixtures of experts. A sparse layer streams as its dense part (attention,
@@ -207,6 +215,68 @@ uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint, uint64_t
 uint64_t StreamedBytesPerPass(uint64_t total_bytes, uint64_t pinned_bytes,
                               uint64_t embedding_bytes);
 
+// StreamedGroupBytes with expert slices of at most `expert_slice_bytes`.
+std::vector<uint64_t> StreamedGroupBytes(const checkpoint::Checkpoint& checkpoint,
+                                         uint64_t expert_slice_bytes);
+
+// The chance that `rows` tokens, each routed to `top_k` distinct experts of
+// `experts` uniformly, route at least one of them into a given run of
+// `slice_experts` experts: 1 - (C(E - m, k) / C(E, k))^B. One expert (m = 1)
+// is ExpectedExpertsTouched / E. 1 when top_k is unknown (<= 0) or covers
+// the slice's complement (E - m < k); 0 for no rows or an empty slice.
+double SliceTouchedProbability(int64_t experts, int64_t top_k, int64_t slice_experts, int64_t rows);
+
+// What a checkpoint's mixture of experts costs a pass, from its tensors
+// (StreamedGroupBytes' split: checkpoint::ExpertIndex) and its config's
+// top_k (checkpoint::ParseModelShape's MoeConfig::top_k). Filled for a dense
+// checkpoint too (no sparse layer, every byte dense), so that one function
+// prices either (ExpectedStreamedBytesPerPass).
+struct MoeFacts {
+  int64_t sparse_layers = 0;  // decoder layers holding expert tensors
+  int64_t experts = 0;        // experts of a sparse layer (the most any holds)
+  // Experts each token runs (config num_experts_per_tok), at most `experts`;
+  // `experts` when the config does not say (every expert then counts as
+  // read and run).
+  int64_t top_k = 0;
+  uint64_t slice_bytes = kDefaultExpertSliceBytes;  // what the slices were cut at
+  uint64_t total_bytes = 0;                         // every tensor (Checkpoint::total_bytes)
+  uint64_t embedding_bytes = 0;                     // Checkpoint::embedding.bytes
+  uint64_t dense_bytes = 0;                         // every tensor but the experts'
+  uint64_t expert_bytes = 0;                        // every expert of every sparse layer
+  uint64_t largest_expert_bytes = 0;                // one expert's tensors, the largest expert
+  uint64_t widest_slice_bytes = 0;                  // the largest expert slice
+  uint64_t total_parameters = 0;  // elements of every tensor (logical, when quantized)
+  // What one token runs: every parameter but the experts', plus top_k of
+  // each sparse layer's experts (top_k x the layer's expert elements / its
+  // experts).
+  uint64_t active_parameters = 0;
+  // StreamedGroupBytes(checkpoint, slice_bytes), and the experts each group
+  // holds (0: a dense group, always read).
+  std::vector<uint64_t> group_bytes;
+  std::vector<int64_t> group_experts;
+
+  bool is_moe() const { return sparse_layers > 0; }
+};
+MoeFacts MoeFactsOf(const checkpoint::Checkpoint& checkpoint,
+                    uint64_t slice_bytes = kDefaultExpertSliceBytes);
+
+// The bytes one pass of `rows` tokens is expected to stream: the engine reads
+// a sparse layer's dense part always and each expert slice only when a token
+// routes into it, so this is StreamedBytesPerPass(total, the bytes of the
+// groups `pinned` marks (one flag per MoeFacts::group_bytes; empty: none),
+// embedding) less each unpinned slice's bytes x the chance no token touches
+// it (1 - SliceTouchedProbability). Uniform routing, so an upper bound of the
+// mean (ExpectedExpertsTouched). When every slice holds one expert it is the
+// dense bytes streamed + per sparse layer ExpectedExpertsTouched x one
+// expert's bytes; with several experts to a slice it is more (a slice is
+// read whole). Exactly StreamedBytesPerPass for a dense model; at least 1
+// row is priced.
+uint64_t ExpectedStreamedBytesPerPass(const MoeFacts& facts, int64_t rows,
+                                      const std::vector<bool>& pinned = {});
+// The same for a checkpoint: MoeFactsOf(checkpoint) at kDefaultExpertSliceBytes.
+uint64_t ExpectedStreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint, int64_t rows,
+                                      const std::vector<bool>& pinned = {});
+
 // Seconds one pass takes at `read_bytes_per_second`: streamed_bytes /
 // read_bytes_per_second; 0 when the bandwidth is unknown (<= 0).
 //
@@ -225,7 +295,10 @@ double PassSeconds(uint64_t streamed_bytes, double read_bytes_per_second);
 // elements of each layer's matrices (2-D F32/F16/BF16 tensors, and quantized
 // modules at their logical [out, in]; norms and biases are not counted, nor
 // attention's scores, which grow with the context and are a few percent of
-// a pass at these sizes).
+// a pass at these sizes). In a layer holding experts only the active ones
+// count: its other matrices (attention, the router, a shared expert and its
+// gate) and top_k / experts of its experts' (each token runs top_k of them;
+// top_k from the config as MoeFacts reads it).
 double LayerFlopsPerToken(const checkpoint::Checkpoint& checkpoint);
 // FLOPs of one row through the LM head: 2 x its elements (the embedding's
 // when tied).

@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "planner/checkpoint_shape.h"
 #include "planner/exact.h"
@@ -231,6 +233,358 @@ TEST(StreamedBytesPerPassTest, PinnedBytesAreNotStreamed) {
   EXPECT_EQ(StreamedBytesPerPass(ckpt, 950), 100u);
   EXPECT_EQ(StreamedBytesPerPass(ckpt, 400), 600u);
   EXPECT_DOUBLE_EQ(PassSeconds(StreamedBytesPerPass(ckpt, 400), 1200), 0.5);
+}
+
+TEST(ExpertSlicesTest, RunsOfWholeExpertsInIndexOrder) {
+  // Three of 3 bytes fit in 7 two at a time: no expert is ever split.
+  std::vector<ExpertSlice> slices = ExpertSlices({3, 3, 3, 3, 3}, 7);
+  ASSERT_EQ(slices.size(), 3u);
+  EXPECT_EQ(slices[0].first, 0);
+  EXPECT_EQ(slices[0].end, 2);
+  EXPECT_EQ(slices[0].bytes, 6u);
+  EXPECT_EQ(slices[1].first, 2);
+  EXPECT_EQ(slices[1].end, 4);
+  EXPECT_EQ(slices[2].first, 4);
+  EXPECT_EQ(slices[2].end, 5);
+  EXPECT_EQ(slices[2].bytes, 3u);
+  // Exactly the slice size: one slice.
+  slices = ExpertSlices({5, 5}, 10);
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_EQ(slices[0].bytes, 10u);
+  EXPECT_TRUE(ExpertSlices({}, 10).empty());
+}
+
+TEST(ExpertSlicesTest, AnOversizeExpertIsASliceOfItsOwn) {
+  const std::vector<uint64_t> experts = {2, 12, 2, 2, 11};
+  const std::vector<ExpertSlice> slices = ExpertSlices(experts, 5);
+  ASSERT_EQ(slices.size(), 4u);
+  EXPECT_EQ(slices[0].end - slices[0].first, 1);  // 2, then 12 would overflow it
+  EXPECT_EQ(slices[1].bytes, 12u);                // alone
+  EXPECT_EQ(slices[1].end - slices[1].first, 1);
+  EXPECT_EQ(slices[2].bytes, 4u);  // 2 + 2
+  EXPECT_EQ(slices[3].bytes, 11u);
+  // Contiguous, covering every expert once; the bytes sum to the experts'.
+  uint64_t sum = 0;
+  int64_t next = 0;
+  for (const ExpertSlice& s : slices) {
+    EXPECT_EQ(s.first, next);
+    EXPECT_GT(s.end, s.first);
+    next = s.end;
+    sum += s.bytes;
+    uint64_t bytes = 0;
+    for (int64_t e = s.first; e < s.end; ++e) bytes += experts[static_cast<size_t>(e)];
+    EXPECT_EQ(s.bytes, bytes);
+    EXPECT_TRUE(s.bytes <= 5 || s.end - s.first == 1) << s.first;
+  }
+  EXPECT_EQ(next, 5);
+  EXPECT_EQ(sum, 29u);
+}
+
+// The issue's figures: 128 experts, top-8 (Qwen3-30B-A3B): a token alone
+// touches 6% of a layer's experts, 4 rows 23%, 16 rows 64%, 64 rows 98%.
+TEST(ExpectedExpertsTouchedTest, TheIssuesFigures) {
+  auto percent = [](int64_t rows) {
+    return std::lround(100.0 * ExpectedExpertsTouched(128, 8, rows) / 128.0);
+  };
+  EXPECT_EQ(percent(1), 6);
+  EXPECT_EQ(percent(4), 23);
+  EXPECT_EQ(percent(16), 64);
+  EXPECT_EQ(percent(64), 98);
+  EXPECT_DOUBLE_EQ(ExpectedExpertsTouched(128, 8, 1), 8.0);  // one token: exactly its k
+  EXPECT_EQ(ExpectedExpertsTouched(128, 8, 0), 0.0);
+  EXPECT_DOUBLE_EQ(ExpectedExpertsTouched(8, 8, 1), 8.0);   // every expert runs
+  EXPECT_DOUBLE_EQ(ExpectedExpertsTouched(8, 20, 3), 8.0);  // k past E: all of them
+}
+
+TEST(SliceTouchedProbabilityTest, AnySliceExpertRoutedUniformly) {
+  // One expert to a slice: ExpectedExpertsTouched / E.
+  for (int64_t rows : {1, 4, 16, 64}) {
+    EXPECT_NEAR(SliceTouchedProbability(128, 8, 1, rows),
+                ExpectedExpertsTouched(128, 8, rows) / 128.0, 1e-12)
+        << rows;
+  }
+  // 8 experts, top 2, a slice of 3: a token misses it with C(5,2)/C(8,2) = 10/28.
+  EXPECT_NEAR(SliceTouchedProbability(8, 2, 3, 1), 1.0 - 10.0 / 28.0, 1e-12);
+  EXPECT_NEAR(SliceTouchedProbability(8, 2, 3, 2), 1.0 - (10.0 / 28.0) * (10.0 / 28.0), 1e-12);
+  // A slice the k cannot all avoid: always read.
+  EXPECT_EQ(SliceTouchedProbability(8, 2, 7, 1), 1.0);
+  EXPECT_EQ(SliceTouchedProbability(8, 2, 8, 1), 1.0);
+  EXPECT_EQ(SliceTouchedProbability(8, 0, 1, 1), 1.0);  // top_k unknown: read
+  EXPECT_EQ(SliceTouchedProbability(8, 2, 3, 0), 0.0);  // no rows
+  EXPECT_EQ(SliceTouchedProbability(8, 2, 0, 5), 0.0);  // an empty slice
+}
+
+// A layer's tensors split as the engine's loader reads it: the dense part
+// (everything that is not an expert's) and each expert's bytes by index.
+struct FixtureLayer {
+  uint64_t bytes = 0;
+  uint64_t dense = 0;
+  std::map<int, uint64_t> experts;
+  uint64_t expert_elements = 0;
+  double dense_flops = 0, expert_flops = 0;
+};
+
+FixtureLayer SplitFixtureLayer(const checkpoint::Checkpoint& ckpt,
+                               const checkpoint::TensorGroup& layer) {
+  FixtureLayer f;
+  for (int t : layer.tensors) {
+    const checkpoint::TensorInfo& info = ckpt.tensors[static_cast<size_t>(t)];
+    const double flops =
+        info.shape.size() == 2 ? 2.0 * static_cast<double>(info.shape[0] * info.shape[1]) : 0;
+    f.bytes += info.size;
+    const int e = checkpoint::ExpertIndex(info.name);
+    if (e < 0) {
+      f.dense += info.size;
+      f.dense_flops += flops;
+    } else {
+      f.experts[e] += info.size;
+      f.expert_elements += static_cast<uint64_t>(info.numel());
+      f.expert_flops += flops;
+    }
+  }
+  return f;
+}
+
+StatusOr<checkpoint::Checkpoint> ReadFixture(const std::string& name) {
+  return checkpoint::ReadCheckpoint(testutil::DataPath("models/" + name));
+}
+
+// qwen3-moe: layers 1 and 3 sparse (8 experts), 0 and 2 dense. At a slice of
+// two experts' bytes a sparse layer is its dense part then four slices; a
+// dense layer one group; each layer's groups sum to its bytes.
+TEST(StreamedGroupBytesTest, ASparseLayerIsItsDensePartThenItsExpertSlices) {
+  StatusOr<checkpoint::Checkpoint> ckpt = ReadFixture("qwen3-moe");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const FixtureLayer sparse = SplitFixtureLayer(*ckpt, ckpt->layers[1]);
+  ASSERT_EQ(sparse.experts.size(), 8u);
+  const uint64_t expert = sparse.experts.at(0);
+  for (const auto& [e, bytes] : sparse.experts) EXPECT_EQ(bytes, expert) << e;
+
+  const std::vector<uint64_t> groups = StreamedGroupBytes(*ckpt, 2 * expert);
+  size_t g = 0;
+  uint64_t largest = 0;
+  for (const checkpoint::TensorGroup& layer : ckpt->layers) {
+    SCOPED_TRACE(layer.layer);
+    const FixtureLayer split = SplitFixtureLayer(*ckpt, layer);
+    const bool is_sparse = layer.layer % 2 == 1;
+    EXPECT_EQ(split.experts.empty(), !is_sparse);
+    ASSERT_LT(g, groups.size());
+    EXPECT_EQ(groups[g], split.dense);
+    uint64_t sum = groups[g];
+    largest = std::max(largest, groups[g]);
+    ++g;
+    if (is_sparse) {
+      for (int slice = 0; slice < 4; ++slice, ++g) {
+        ASSERT_LT(g, groups.size());
+        EXPECT_EQ(groups[g], 2 * expert) << slice;
+        sum += groups[g];
+        largest = std::max(largest, groups[g]);
+      }
+    }
+    EXPECT_EQ(sum, split.bytes);
+    EXPECT_EQ(sum, layer.bytes);
+  }
+  // Then the head: the final norm with the LM head's row slices, sized
+  // against the largest group before it.
+  const checkpoint::TensorInfo& head = ckpt->tensors[static_cast<size_t>(ckpt->lm_head)];
+  const int64_t per_slice = HeadSliceRows(head.shape[0], head.size, largest);
+  const size_t head_slices = static_cast<size_t>((head.shape[0] + per_slice - 1) / per_slice);
+  EXPECT_EQ(groups.size(), g + head_slices);
+  uint64_t head_sum = 0;
+  for (; g < groups.size(); ++g) head_sum += groups[g];
+  EXPECT_EQ(head_sum, ckpt->head.bytes);
+
+  // At the default slice (256 MiB) all 8 experts share one slice.
+  const std::vector<uint64_t> coarse = StreamedGroupBytes(*ckpt);
+  EXPECT_EQ(coarse[0], ckpt->layers[0].bytes);  // dense layer 0
+  EXPECT_EQ(coarse[1], sparse.dense);           // layer 1's dense part
+  EXPECT_EQ(coarse[2], 8 * expert);             // and its experts
+  EXPECT_EQ(coarse[3], ckpt->layers[2].bytes);
+}
+
+// A dense checkpoint's groups are its layers, then the head: unchanged.
+TEST(StreamedGroupBytesTest, DenseLayersAreOneGroupEach) {
+  for (const char* fixture :
+       {"llama-gqa-sharded", "qwen3-qknorm", "llama3-tied-invfreq", "awq-int4"}) {
+    StatusOr<checkpoint::Checkpoint> ckpt = ReadFixture(fixture);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    const std::vector<uint64_t> groups = StreamedGroupBytes(*ckpt, 1);  // any slice size
+    ASSERT_GT(groups.size(), ckpt->layers.size()) << fixture;
+    for (size_t l = 0; l < ckpt->layers.size(); ++l) {
+      EXPECT_EQ(groups[l], ckpt->layers[l].bytes) << fixture << " layer " << l;
+    }
+    EXPECT_EQ(groups, StreamedGroupBytes(*ckpt)) << fixture;
+  }
+}
+
+// MoeFacts of each MoE fixture, against what the tensors and the config say.
+TEST(MoeFactsTest, TheFixturesFacts) {
+  for (const char* fixture : {"mixtral", "qwen2-moe", "qwen3-moe"}) {
+    SCOPED_TRACE(fixture);
+    StatusOr<checkpoint::Checkpoint> ckpt = ReadFixture(fixture);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    StatusOr<checkpoint::ModelConfig> config = checkpoint::ParseModelConfig(ckpt->config);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    ASSERT_TRUE(config->is_moe());
+
+    int64_t sparse = 0;
+    uint64_t expert_bytes = 0, largest_expert = 0, widest = 0, params = 0, inactive = 0;
+    for (const checkpoint::TensorInfo& t : ckpt->tensors)
+      params += static_cast<uint64_t>(t.numel());
+    for (const checkpoint::TensorGroup& layer : ckpt->layers) {
+      const FixtureLayer split = SplitFixtureLayer(*ckpt, layer);
+      EXPECT_EQ(!split.experts.empty(), config->IsSparseLayer(layer.layer)) << layer.layer;
+      if (split.experts.empty()) continue;
+      ++sparse;
+      EXPECT_EQ(static_cast<int64_t>(split.experts.size()), config->moe.num_experts);
+      uint64_t layer_experts = 0;
+      for (const auto& [e, bytes] : split.experts) {
+        layer_experts += bytes;
+        largest_expert = std::max(largest_expert, bytes);
+      }
+      expert_bytes += layer_experts;
+      widest = std::max(widest, layer_experts);  // tiny experts: one slice a layer
+      const uint64_t e = split.experts.size();
+      inactive += split.expert_elements / e * (e - static_cast<uint64_t>(config->moe.top_k));
+    }
+
+    const MoeFacts f = MoeFactsOf(*ckpt);
+    EXPECT_TRUE(f.is_moe());
+    EXPECT_EQ(f.sparse_layers, sparse);
+    EXPECT_EQ(f.experts, config->moe.num_experts);
+    EXPECT_EQ(f.top_k, config->moe.top_k);
+    EXPECT_EQ(f.total_bytes, ckpt->total_bytes);
+    EXPECT_EQ(f.embedding_bytes, ckpt->embedding.bytes);
+    EXPECT_EQ(f.expert_bytes, expert_bytes);
+    EXPECT_EQ(f.dense_bytes, ckpt->total_bytes - expert_bytes);
+    EXPECT_EQ(f.largest_expert_bytes, largest_expert);
+    EXPECT_EQ(f.widest_slice_bytes, widest);
+    EXPECT_EQ(f.total_parameters, params);
+    EXPECT_EQ(f.active_parameters, params - inactive);
+    EXPECT_LT(f.active_parameters, f.total_parameters);
+    EXPECT_EQ(f.group_bytes, StreamedGroupBytes(*ckpt));
+    ASSERT_EQ(f.group_experts.size(), f.group_bytes.size());
+
+    // One expert to a slice: the widest slice is one expert.
+    const MoeFacts fine = MoeFactsOf(*ckpt, largest_expert);
+    EXPECT_EQ(fine.widest_slice_bytes, largest_expert);
+    EXPECT_EQ(fine.group_bytes, StreamedGroupBytes(*ckpt, largest_expert));
+    int64_t slices = 0;
+    for (int64_t experts : fine.group_experts) {
+      EXPECT_LE(experts, 1);
+      slices += experts;
+    }
+    EXPECT_EQ(slices, sparse * config->moe.num_experts);
+  }
+}
+
+TEST(MoeFactsTest, ADenseCheckpointHasNoSparseLayer) {
+  StatusOr<checkpoint::Checkpoint> ckpt = ReadFixture("qwen3-qknorm");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const MoeFacts f = MoeFactsOf(*ckpt);
+  EXPECT_FALSE(f.is_moe());
+  EXPECT_EQ(f.sparse_layers, 0);
+  EXPECT_EQ(f.expert_bytes, 0u);
+  EXPECT_EQ(f.dense_bytes, ckpt->total_bytes);
+  EXPECT_EQ(f.active_parameters, f.total_parameters);
+  EXPECT_EQ(f.group_bytes, StreamedGroupBytes(*ckpt));
+  // Expected bytes are the streamed bytes at any rows, pinned or not.
+  for (int64_t rows : {1, 16, 256}) {
+    EXPECT_EQ(ExpectedStreamedBytesPerPass(f, rows), StreamedBytesPerPass(*ckpt)) << rows;
+    EXPECT_EQ(ExpectedStreamedBytesPerPass(*ckpt, rows), StreamedBytesPerPass(*ckpt)) << rows;
+  }
+  const std::vector<bool> pinned = ChoosePinnedGroups(f.group_bytes, ckpt->total_bytes / 2);
+  EXPECT_EQ(ExpectedStreamedBytesPerPass(f, 7, pinned),
+            StreamedBytesPerPass(*ckpt, PinnedBytes(f.group_bytes, pinned)));
+}
+
+// One expert to a slice: a pass of B rows reads the dense bytes and, per
+// sparse layer, ExpectedExpertsTouched(E, k, B) experts' bytes.
+TEST(ExpectedStreamedBytesPerPassTest, DenseBytesPlusTheExpertsTouched) {
+  for (const char* fixture : {"mixtral", "qwen2-moe", "qwen3-moe"}) {
+    SCOPED_TRACE(fixture);
+    StatusOr<checkpoint::Checkpoint> ckpt = ReadFixture(fixture);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    const MoeFacts coarse = MoeFactsOf(*ckpt);
+    const MoeFacts f = MoeFactsOf(*ckpt, coarse.largest_expert_bytes);
+    const double expert = static_cast<double>(f.expert_bytes) /
+                          static_cast<double>(f.sparse_layers * f.experts);  // all of one size
+    uint64_t previous = 0;
+    for (int64_t rows : {1, 2, 4, 16, 64, 256}) {
+      const double expected = static_cast<double>(f.dense_bytes) +
+                              static_cast<double>(f.sparse_layers) *
+                                  ExpectedExpertsTouched(f.experts, f.top_k, rows) * expert;
+      const uint64_t bytes = ExpectedStreamedBytesPerPass(f, rows);
+      EXPECT_NEAR(static_cast<double>(bytes), expected, 1.0) << rows;
+      EXPECT_GE(bytes, previous) << rows;  // more rows, more experts
+      EXPECT_LE(bytes, f.total_bytes) << rows;
+      previous = bytes;
+    }
+    // One token runs exactly top_k experts a layer.
+    EXPECT_EQ(ExpectedStreamedBytesPerPass(f, 1),
+              f.dense_bytes +
+                  static_cast<uint64_t>(f.sparse_layers * f.top_k) * static_cast<uint64_t>(expert));
+    EXPECT_EQ(ExpectedStreamedBytesPerPass(f, 0), ExpectedStreamedBytesPerPass(f, 1));
+    // All 8 in one slice (the default, for these tiny experts): top-2 of 8
+    // always lands in it, so every pass reads the whole checkpoint.
+    for (int64_t rows : {1, 16, 256}) {
+      EXPECT_EQ(ExpectedStreamedBytesPerPass(coarse, rows), ckpt->total_bytes) << rows;
+      EXPECT_EQ(ExpectedStreamedBytesPerPass(*ckpt, rows), ckpt->total_bytes) << rows;
+    }
+  }
+}
+
+// Two experts to a slice: a slice is read when any of its experts is
+// routed; a pinned group is never read.
+TEST(ExpectedStreamedBytesPerPassTest, SlicesAreReadWholeAndPinnedOnesNever) {
+  StatusOr<checkpoint::Checkpoint> ckpt = ReadFixture("qwen3-moe");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const uint64_t expert = MoeFactsOf(*ckpt).largest_expert_bytes;
+  const MoeFacts f = MoeFactsOf(*ckpt, 2 * expert);
+  ASSERT_EQ(f.sparse_layers, 2);
+  ASSERT_EQ(f.widest_slice_bytes, 2 * expert);
+  for (int64_t rows : {1, 3, 16}) {
+    // 4 slices of 2 per sparse layer, each read unless all rows avoid it.
+    const double unread =
+        2 * 4 * static_cast<double>(2 * expert) * (1.0 - SliceTouchedProbability(8, 2, 2, rows));
+    EXPECT_NEAR(static_cast<double>(ExpectedStreamedBytesPerPass(f, rows)),
+                static_cast<double>(ckpt->total_bytes) - unread, 1.0)
+        << rows;
+  }
+  // Pin the first slice of layer 1 (group 2: layer 0, layer 1's dense part,
+  // then its slices) and layer 0: their bytes are never read.
+  std::vector<bool> pinned(f.group_bytes.size(), false);
+  ASSERT_EQ(f.group_experts[2], 2);
+  pinned[0] = pinned[2] = true;
+  const double p = SliceTouchedProbability(8, 2, 2, 1);
+  const double expected = static_cast<double>(ckpt->total_bytes - f.group_bytes[0]) -
+                          static_cast<double>(2 * expert) -                 // the pinned slice
+                          7 * static_cast<double>(2 * expert) * (1.0 - p);  // the others unread
+  EXPECT_NEAR(static_cast<double>(ExpectedStreamedBytesPerPass(f, 1, pinned)), expected, 1.0);
+}
+
+// Active FLOPs: a sparse layer counts its dense matrices (attention, the
+// router, a shared expert) and top_k / E of its experts'.
+TEST(PassFlopsTest, AMixtureOfExpertsCountsOnlyTheActiveExperts) {
+  for (const char* fixture : {"mixtral", "qwen2-moe", "qwen3-moe"}) {
+    SCOPED_TRACE(fixture);
+    StatusOr<checkpoint::Checkpoint> ckpt = ReadFixture(fixture);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    StatusOr<checkpoint::ModelConfig> config = checkpoint::ParseModelConfig(ckpt->config);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    double expected = 0, all = 0;
+    for (const checkpoint::TensorGroup& layer : ckpt->layers) {
+      const FixtureLayer split = SplitFixtureLayer(*ckpt, layer);
+      expected += split.dense_flops;
+      all += split.dense_flops + split.expert_flops;
+      if (!split.experts.empty()) {
+        expected += split.expert_flops * static_cast<double>(config->moe.top_k) /
+                    static_cast<double>(split.experts.size());
+      }
+    }
+    EXPECT_DOUBLE_EQ(LayerFlopsPerToken(*ckpt), expected);
+    EXPECT_LT(LayerFlopsPerToken(*ckpt), all);
+  }
 }
 
 // On every fixture: the facts from the parsed config agree with exact mode's

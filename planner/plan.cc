@@ -100,12 +100,14 @@ PlanResult PlanSized(const Sizing& sizing, const PlanOptions& options) {
   p.prompt_tokens = options.prompt_tokens;
   p.prompt_is_free = options.prompt_tokens <= kPrefillIoBoundTokens;
 
-  p.est_tokens_per_s =
-      TokensPerSecond(sizing.checkpoint_gb, options.disk.read_gbs, options.prefetching);
+  p.pass_read_gb = sizing.pass_read_gb;
+  // What a pass reads: the checkpoint, or a mixture of experts' expected bytes.
+  const double read_gb = sizing.pass_read_gb.value_or(sizing.checkpoint_gb);
+  p.est_tokens_per_s = TokensPerSecond(read_gb, options.disk.read_gbs, options.prefetching);
   p.seconds_per_token = SecondsPerToken(p.est_tokens_per_s);
   GenerationRequest request{options.new_tokens, options.prompt_tokens, options.batch,
                             options.prefetching};
-  if (auto t = EstimateGenerationTime(sizing.checkpoint_gb, options.disk.read_gbs, request)) {
+  if (auto t = EstimateGenerationTime(read_gb, options.disk.read_gbs, request)) {
     p.seconds_per_pass = t->seconds_per_pass;
     p.time_to_first_token_s = t->time_to_first_token_s;
     p.answer_seconds = t->total_seconds;

@@ -26,6 +26,10 @@ struct Sizing {
   DiskRequired disk;          // disk the checkpoint needs
   std::optional<int> layers;  // decoder depth, unknown when absent
   bool layers_estimated = false;
+  // What one pass is expected to read when that is less than the checkpoint
+  // (a mixture of experts: a decode pass of the batch reads only the experts
+  // its rows route to); unset: checkpoint_gb. Seconds per pass read this.
+  std::optional<double> pass_read_gb;
 };
 
 // The catalog estimate: CheckpointGb, FootprintGb, KvCacheGb,
@@ -57,6 +61,7 @@ struct PlanResult {
 
   std::optional<double> resident_gb;    // unknown when the footprint cannot be sized
   std::optional<double> checkpoint_gb;  // unknown when the size is unknown
+  std::optional<double> pass_read_gb;   // Sizing::pass_read_gb: set for a mixture of experts
   std::optional<int> layers;
   bool layers_estimated = false;
   bool prefetching = true;

@@ -141,9 +141,9 @@ TEST(PlanCliTest, ExactFormFromAFixture) {
 }
 
 TEST(PlanCliTest, ExactFormWorksForEveryFixtureFamily) {
-  for (const char* name :
-       {"gemma", "gpt-neox", "llama-bf16", "llama-fp16", "llama-gqa-sharded", "llama3-tied-invfreq",
-        "mistral", "phi3", "qwen2-bias", "qwen3-qknorm", "stories260k"}) {
+  for (const char* name : {"gemma", "gpt-neox", "llama-bf16", "llama-fp16", "llama-gqa-sharded",
+                           "llama3-tied-invfreq", "mistral", "phi3", "qwen2-bias", "qwen3-qknorm",
+                           "stories260k", "mixtral", "qwen2-moe", "qwen3-moe"}) {
     json j = PlanJson({"--model-dir", Model(name), "--budget-gb", "2", "--read-gbs", "1",
                        "--free-gb", "1", "--device", "gpu"});
     EXPECT_EQ(j["mode"], "exact") << name;
@@ -182,6 +182,78 @@ TEST(PlanCliTest, ExactFormShowsTheMemorySplitAndItsAlternatives) {
                         "--free-gb", "1"});
   EXPECT_TRUE(tiny["memory_split"]["alternatives"].empty());
   EXPECT_TRUE(tiny["memory_split"]["chosen"].is_null());
+}
+
+// A mixture of experts: qwen3-moe (layers 1 and 3 sparse, 8 experts of
+// 24576 bytes, top 2; 1022976 bytes, 393216 of them experts'). Its facts,
+// and the bytes a pass is expected to read at 1, 16 and 256 rows: with a
+// slice per expert, 629760 dense + 2 layers x 8 x (1 - 0.75^B) x 24576.
+TEST(PlanCliTest, ExactFormOnAMixtureOfExperts) {
+  const std::vector<std::string> args = {
+      "--model-dir", Model("qwen3-moe"), "--budget-gb", "2", "--read-gbs", "1", "--free-gb", "1"};
+  std::vector<std::string> per_expert = args;
+  per_expert.insert(per_expert.end(), {"--expert-slice", "24576"});
+  json j = PlanJson(per_expert);
+  ASSERT_TRUE(j.contains("moe")) << j.dump();
+  const json& moe = j["moe"];
+  EXPECT_EQ(moe["sparse_layers"], 2);
+  EXPECT_EQ(moe["experts"], 8);
+  EXPECT_EQ(moe["top_k"], 2);
+  EXPECT_EQ(moe["expert_slice_bytes"], 24576);
+  EXPECT_EQ(moe["total_bytes"], 1022976);
+  EXPECT_EQ(moe["expert_bytes"], 393216);
+  EXPECT_EQ(moe["dense_bytes"], 629760);
+  EXPECT_EQ(moe["largest_expert_bytes"], 24576);
+  EXPECT_EQ(moe["widest_slice_bytes"], 24576);
+  EXPECT_EQ(moe["total_parameters"], 255744);
+  EXPECT_EQ(moe["total_parameters"], j["parameters"]);
+  EXPECT_EQ(moe["active_parameters"], 255744 - 2 * 6 * 6144);  // 6 of 8 experts idle
+  const json& expected = moe["expected_bytes_per_pass"];
+  ASSERT_EQ(expected.size(), 3u);
+  EXPECT_EQ(expected[0]["rows"], 1);
+  EXPECT_EQ(expected[0]["bytes"], 629760 + 2 * 2 * 24576);  // 728064: top 2 of each layer
+  EXPECT_EQ(expected[0]["experts_touched"], 2.0);
+  EXPECT_EQ(expected[1]["rows"], 16);
+  EXPECT_EQ(expected[1]["bytes"], 1019035);
+  EXPECT_EQ(expected[2]["rows"], 256);
+  EXPECT_EQ(expected[2]["bytes"], 1022976);
+  // The plan's pass (batch 1) reads the 1-row figure; the checkpoint stays whole.
+  EXPECT_EQ(j["checkpoint_gb"], 0.001023);
+  EXPECT_EQ(j["pass_read_gb"], 0.000728);
+  EXPECT_EQ(j["seconds_per_pass"], 0.001);  // the floor: 0.000728 GB at 1 GB/s / 0.85
+
+  // At the engine's slice size a layer's 8 tiny experts share one slice,
+  // which top-2 routing always reads: every pass reads all of it.
+  json whole = PlanJson(args);
+  EXPECT_EQ(whole["moe"]["expert_slice_bytes"], 256 << 20);
+  EXPECT_EQ(whole["moe"]["widest_slice_bytes"], 8 * 24576);
+  for (const json& e : whole["moe"]["expected_bytes_per_pass"]) {
+    EXPECT_EQ(e["bytes"], 1022976) << e.dump();
+  }
+  EXPECT_EQ(whole["pass_read_gb"], 0.001023);
+
+  // The human table prints the figures.
+  CommandResult run = Plan(per_expert);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const char* text :
+       {"mixture of experts: 2 of 4 layers sparse, 8 experts each, top 2", "255.7k total",
+        "182.0k active per token", "read per pass (expected, 1 row)", "728064", "1019035",
+        "1022976", "1 row", "16 rows", "256 rows"}) {
+    EXPECT_NE(run.out.find(text), std::string::npos) << text << "\n" << run.out;
+  }
+}
+
+// A dense checkpoint has no MoE report and reads all of itself.
+TEST(PlanCliTest, ADenseCheckpointHasNoMoeReport) {
+  json j = PlanJson({"--model-dir", Model("qwen3-qknorm"), "--budget-gb", "2", "--read-gbs", "1",
+                     "--free-gb", "1"});
+  EXPECT_FALSE(j.contains("moe"));
+  EXPECT_FALSE(j.contains("pass_read_gb"));
+  CommandResult run = Plan({"--model-dir", Model("qwen3-qknorm"), "--budget-gb", "2", "--read-gbs",
+                            "1", "--free-gb", "1"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.find("mixture of experts"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("checkpoint (read per pass)"), std::string::npos) << run.out;
 }
 
 TEST(PlanCliTest, CompareAddsTheResidentSide) {
@@ -250,6 +322,9 @@ TEST(PlanCliTest, BadInputIsAOneLineError) {
   ExpectOneLineError({"--size-b", "70", "--budget-gb", "11", "--free-gb", "900"}, 2, "--read-gbs");
   ExpectOneLineError(with({"--model-dir", Model("gemma"), "--size-b", "70"}), 2, "--model-dir");
   ExpectOneLineError(with({"--model-dir", Model("no-such-model")}), 1, "no-such-model");
+  ExpectOneLineError(with({"--size-b", "70", "--expert-slice", "1G"}), 2, "--model-dir");
+  ExpectOneLineError(with({"--model-dir", Model("qwen3-moe"), "--expert-slice", "lots"}), 2,
+                     "--expert-slice");
 }
 
 TEST(PlanCliTest, CorruptCheckpointIsAOneLineError) {

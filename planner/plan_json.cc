@@ -23,6 +23,7 @@ ordered_json PlanJson(const PlanResult& p) {
   j["model"] = p.id.empty() ? ordered_json() : ordered_json(p.id);
   j["resident_gb"] = Optional(p.resident_gb);
   j["checkpoint_gb"] = Optional(p.checkpoint_gb);
+  if (p.pass_read_gb) j["pass_read_gb"] = Number(*p.pass_read_gb);
   j["layers"] = Optional(p.layers);
   j["layers_estimated"] = p.layers_estimated;
   j["prefetching"] = p.prefetching;

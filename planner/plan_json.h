@@ -17,8 +17,9 @@ namespace nightshift::planner {
 // est_tokens_per_s, seconds_per_token, seconds_per_pass,
 // time_to_first_token_s, answer_tokens, answer_seconds, answer_human,
 // effective_tps, batch, prompt_tokens, prompt_is_free, fits, usable,
-// blockers, warnings; plus size_b, kind and score when the plan came from a
-// catalog entry that has them.
+// blockers, warnings; plus pass_read_gb after checkpoint_gb for a mixture of
+// experts, and size_b, kind and score when the plan came from a catalog
+// entry that has them.
 nlohmann::ordered_json PlanJson(const PlanResult& plan);
 
 // activate, request, trigger, reason, engine_available, runtime, blockers,

@@ -4,7 +4,10 @@
 // Catalog form (--size-b ...) prices a model from its parameter count with
 // the seed's rules of thumb; exact form (--model-dir DIR) reads the
 // checkpoint's metadata and prices its real layers, KV shape and activations,
-// and reports the catalog estimate beside it under "heuristic".
+// and reports the catalog estimate beside it under "heuristic". A mixture of
+// experts' exact plan also reports its total and active parameters and the
+// bytes a pass is expected to read at 1, 16 and 256 rows; its seconds per
+// pass read the expected bytes at the batch's rows.
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -17,6 +20,7 @@
 
 #include "cli/command.h"
 #include "common/flags.h"
+#include "common/size.h"
 #include "planner/checkpoint_shape.h"
 #include "planner/estimate.h"
 #include "planner/exact.h"
@@ -38,6 +42,7 @@ struct PlanFlags {
   std::string dtype = "bf16";
   bool moe = false;
   std::string model_dir;
+  std::string expert_slice;  // exact form: the loader's expert slice size
   double budget_gb = 0, vram_gb = 0, unified_gb = 0, ram_gb = 0, available_ram_gb = 0;
   double read_gbs = 0, free_gb = 0;
   int64_t batch = 1, new_tokens = 300, prompt_tokens = 0;
@@ -58,6 +63,10 @@ void DeclareFlags(FlagSet& flags, PlanFlags& f) {
                "NAME");
   flags.Bool("moe", &f.moe, "catalog form: a mixture-of-experts model (needs --layers)");
   flags.String("model-dir", &f.model_dir, "exact form: a checkpoint directory", "DIR");
+  flags.String("expert-slice", &f.expert_slice,
+               "exact form, mixture of experts: price the loader's expert slices at this size "
+               "(the engine's: 256MiB)",
+               "SIZE");
   flags.Double("budget-gb", &f.budget_gb, "memory budget in GB, given directly");
   flags.Double("vram-gb", &f.vram_gb, "GPU memory in GB (budget: 92%)");
   flags.Double("unified-gb", &f.unified_gb, "unified memory in GB (budget: 66%)");
@@ -86,6 +95,7 @@ struct PlanRequest {
   planner::PlanOptions options;
   planner::Device device = planner::Device::kCpu;
   planner::StreamingRequest streaming = planner::StreamingRequest::kAuto;
+  uint64_t expert_slice_bytes = planner::kDefaultExpertSliceBytes;  // exact form
 };
 
 Status CheckNotNegative(const FlagSet& flags, const char* name, double value) {
@@ -106,7 +116,15 @@ Status CheckModelFlags(const FlagSet& flags, const PlanFlags& f, PlanRequest& r)
   }
   if (r.exact) {
     if (f.model_dir.empty()) return InvalidArgument("--model-dir is empty");
+    if (flags.Seen("expert-slice")) {
+      StatusOr<uint64_t> bytes = ParseSize(f.expert_slice);
+      if (!bytes.ok()) return InvalidArgument("--expert-slice: " + bytes.status().message());
+      r.expert_slice_bytes = *bytes;
+    }
     return Status::Ok();
+  }
+  if (flags.Seen("expert-slice")) {
+    return InvalidArgument("--expert-slice prices a checkpoint's experts: it needs --model-dir");
   }
   if (!flags.Seen("size-b")) return InvalidArgument("give --size-b (catalog form) or --model-dir");
   if (!(f.size_b > 0)) return InvalidArgument("--size-b must be a positive number of billions");
@@ -240,6 +258,9 @@ Status Price(const PlanFlags& f, Report& report) {
   } else {
     NS_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(f.model_dir));
     NS_ASSIGN_OR_RETURN(planner::CheckpointShape shape, planner::ShapeOf(ckpt));
+    if (r.expert_slice_bytes != shape.moe.slice_bytes) {
+      shape.moe = planner::MoeFactsOf(ckpt, r.expert_slice_bytes);
+    }
     planner::Sizing sizing = planner::ExactSizing(shape, r.options, r.device);
     report.main = {sizing, planner::PlanSized(sizing, r.options)};
     report.main.plan.id = f.model_dir;
@@ -253,16 +274,16 @@ Status Price(const PlanFlags& f, Report& report) {
       config.num_kv_heads = shape.kv_heads;
       config.head_dim = shape.head_dim;
       config.intermediate_size = shape.intermediate;
-      const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
+      // The loader's groups (StreamedGroupBytes at the slice size priced).
+      const std::vector<uint64_t>& groups = shape.moe.group_bytes;
       const uint64_t working_set = planner::StreamBufferBytes(groups, {}, r.options.prefetching) +
                                    planner::ActivationWorkingSetBytes(config, 0);
       const uint64_t kv_per_sequence =
           planner::KvBytesPerToken(shape, planner::ComputeDtypeBytes(shape, r.device)) *
           static_cast<uint64_t>(planner::ContextTokens(r.options.context_k));
-      report.split =
-          planner::PlanPinSplit(groups, ckpt.total_bytes, ckpt.embedding.bytes,
-                                static_cast<uint64_t>(*r.options.budget_gb * 1e9), working_set,
-                                kv_per_sequence, r.options.batch, *r.options.disk.read_gbs * 1e9);
+      report.split = planner::PlanPinSplit(
+          shape.moe, static_cast<uint64_t>(*r.options.budget_gb * 1e9), working_set,
+          kv_per_sequence, r.options.batch, *r.options.disk.read_gbs * 1e9);
     }
   }
   report.comparison = planner::CompareResident(report.main.sizing, report.main.plan, r.options,
@@ -278,6 +299,32 @@ Status Price(const PlanFlags& f, Report& report) {
   in.read_gbs = r.options.disk.read_gbs;
   report.decision = planner::Decide(in);
   return Status::Ok();
+}
+
+// The rows a mixture of experts' expected bytes per pass are reported at:
+// one sequence decoding, a small batch, a full micro-batch.
+constexpr int64_t kMoeReportRows[] = {1, 16, 256};
+
+nlohmann::ordered_json MoeJson(const planner::MoeFacts& m) {
+  nlohmann::ordered_json expected = nlohmann::ordered_json::array();
+  for (int64_t rows : kMoeReportRows) {
+    expected.push_back(
+        {{"rows", rows},
+         {"bytes", planner::ExpectedStreamedBytesPerPass(m, rows)},
+         {"experts_touched", planner::ExpectedExpertsTouched(m.experts, m.top_k, rows)}});
+  }
+  return {{"sparse_layers", m.sparse_layers},
+          {"experts", m.experts},
+          {"top_k", m.top_k},
+          {"expert_slice_bytes", m.slice_bytes},
+          {"total_parameters", m.total_parameters},
+          {"active_parameters", m.active_parameters},
+          {"total_bytes", m.total_bytes},
+          {"dense_bytes", m.dense_bytes},
+          {"expert_bytes", m.expert_bytes},
+          {"largest_expert_bytes", m.largest_expert_bytes},
+          {"widest_slice_bytes", m.widest_slice_bytes},
+          {"expected_bytes_per_pass", std::move(expected)}};
 }
 
 nlohmann::ordered_json ReportJson(const PlanFlags& f, const Report& report) {
@@ -296,6 +343,7 @@ nlohmann::ordered_json ReportJson(const PlanFlags& f, const Report& report) {
     j["kv_bytes_per_token"] = planner::KvBytesPerToken(s, dtype_bytes);
     j["tokens_per_pass"] = p.batch * std::max<int64_t>(1, p.prompt_tokens);
     j["parameters"] = s.parameters;
+    if (s.moe.is_moe()) j["moe"] = MoeJson(s.moe);
     j["heuristic"] = planner::PlanJson(report.heuristic->plan);
   }
   if (report.split) {
@@ -346,10 +394,11 @@ std::string YesNo(bool b) { return b ? "yes" : "no"; }
 using Column = std::vector<std::string>;
 
 // The table's values for one plan, in the order of kRowLabels.
-Column PlanColumn(const PlanResult& p) {
+// `moe`: the table has the expected-read row (a mixture of experts).
+Column PlanColumn(const PlanResult& p, bool moe) {
   std::string layers = p.layers ? std::to_string(*p.layers) : "?";
   if (p.layers_estimated) layers += " (estimated)";
-  return {
+  Column column = {
       Gb(p.resident_gb),
       YesNo(p.fits),
       Gb(p.checkpoint_gb),
@@ -366,24 +415,31 @@ Column PlanColumn(const PlanResult& p) {
       Number(p.effective_tps),
       YesNo(p.usable),
   };
+  if (moe) column.insert(column.begin() + 3, p.pass_read_gb ? Gb(p.pass_read_gb) : "-");
+  return column;
 }
 
-std::vector<std::string> RowLabels(const PlanResult& p) {
-  return {"resident memory",
-          "fits memory",
-          "checkpoint (read per pass)",
-          "disk needed",
-          "fits disk",
-          "layers",
-          "KV cache per sequence",
-          "activations",
-          "seconds per pass",
-          "seconds per token",
-          "tokens/s (one sequence)",
-          "time to first token",
-          "answer (" + std::to_string(p.answer_tokens) + " tokens)",
-          "effective tokens/s (batch " + std::to_string(p.batch) + ")",
-          "usable"};
+std::vector<std::string> RowLabels(const PlanResult& p, bool moe) {
+  std::vector<std::string> labels = {"resident memory",
+                                     "fits memory",
+                                     moe ? "checkpoint" : "checkpoint (read per pass)",
+                                     "disk needed",
+                                     "fits disk",
+                                     "layers",
+                                     "KV cache per sequence",
+                                     "activations",
+                                     "seconds per pass",
+                                     "seconds per token",
+                                     "tokens/s (one sequence)",
+                                     "time to first token",
+                                     "answer (" + std::to_string(p.answer_tokens) + " tokens)",
+                                     "effective tokens/s (batch " + std::to_string(p.batch) + ")",
+                                     "usable"};
+  if (moe) {
+    labels.insert(labels.begin() + 3, "read per pass (expected, " + std::to_string(p.batch) +
+                                          (p.batch == 1 ? " row)" : " rows)"));
+  }
+  return labels;
 }
 
 void PrintTable(const std::vector<std::string>& labels, const std::vector<std::string>& headers,
@@ -415,6 +471,45 @@ void PrintList(const std::string& title, const std::vector<std::string>& items) 
 }
 
 std::string Bytes(uint64_t bytes) { return Gb(static_cast<double>(bytes) / 1e9); }
+
+// A parameter count as people say it: 30.53B, 3.35M, 258.4k.
+std::string Count(uint64_t n) {
+  const double x = static_cast<double>(n);
+  if (x >= 1e9) return planner::FormatFixed(x / 1e9, 2) + "B";
+  if (x >= 1e6) return planner::FormatFixed(x / 1e6, 2) + "M";
+  if (x >= 1e3) return planner::FormatFixed(x / 1e3, 1) + "k";
+  return std::to_string(n);
+}
+
+// A mixture of experts: its parameters, and what a pass of 1, 16 and 256
+// rows is expected to read (uniform routing; a slice is read when any of
+// its experts is routed).
+void PrintMoe(const planner::MoeFacts& m, int64_t layers) {
+  std::cout << "mixture of experts: " << m.sparse_layers << " of " << layers << " layers sparse, "
+            << m.experts << " experts each, top " << m.top_k << "; parameters "
+            << Count(m.total_parameters) << " total, " << Count(m.active_parameters)
+            << " active per token\n"
+            << "bytes per pass, expected under uniform routing (dense " << Bytes(m.dense_bytes)
+            << " always, experts " << Bytes(m.expert_bytes) << " in slices of at most "
+            << Bytes(m.slice_bytes) << ", widest " << Bytes(m.widest_slice_bytes)
+            << ", each read when any of its experts is routed):\n";
+  std::vector<std::string> labels;
+  std::vector<Column> columns(4);
+  for (int64_t rows : kMoeReportRows) {
+    const uint64_t bytes = planner::ExpectedStreamedBytesPerPass(m, rows);
+    const double share =
+        static_cast<double>(bytes) / static_cast<double>(std::max<uint64_t>(1, m.total_bytes));
+    labels.push_back(std::to_string(rows) + (rows == 1 ? " row" : " rows"));
+    columns[0].push_back(Bytes(bytes));
+    columns[1].push_back(std::to_string(bytes));
+    columns[2].push_back(planner::FormatFixed(100.0 * share, 0) + "%");
+    columns[3].push_back(
+        planner::FormatFixed(planner::ExpectedExpertsTouched(m.experts, m.top_k, rows), 1) +
+        " of " + std::to_string(m.experts));
+  }
+  PrintTable(labels, {"read per pass", "bytes", "of all", "experts touched a layer"}, columns);
+  std::cout << "\n";
+}
 
 // The split between KV budget and pinned groups, every alternative priced.
 void PrintSplit(const planner::PinSplitPlan& split, int64_t queued) {
@@ -460,14 +555,16 @@ void PrintHuman(const PlanFlags& f, const Report& report) {
             << Plain(*r.options.disk.read_gbs) << " GB/s with " << Gb(r.options.disk.free_gb)
             << " free, batch " << p.batch << ", context " << Plain(p.context_k) << "k, prefetch "
             << (p.prefetching ? "on" : "off") << "\n\n";
-  std::vector<Column> columns = {PlanColumn(p)};
+  const bool moe = report.shape && report.shape->moe.is_moe();
+  std::vector<Column> columns = {PlanColumn(p, moe)};
   std::vector<std::string> headers = {r.exact ? "exact" : "estimate"};
   if (report.heuristic) {
-    columns.push_back(PlanColumn(report.heuristic->plan));
+    columns.push_back(PlanColumn(report.heuristic->plan, moe));
     headers.push_back("seed estimate");
   }
-  PrintTable(RowLabels(p), headers, columns);
+  PrintTable(RowLabels(p, moe), headers, columns);
   std::cout << "\n";
+  if (moe) PrintMoe(report.shape->moe, report.shape->layers);
   PrintList("blockers", p.blockers);
   PrintList("warnings", p.warnings);
   if (f.compare) {
@@ -490,6 +587,7 @@ int RunPlan(int argc, char** argv) {
       "       (--budget-gb X | --vram-gb X | --unified-gb X | --ram-gb X) "
       "[--available-ram-gb Y]\n"
       "       --read-gbs X --free-gb X [--batch N] [--new-tokens N] [--context-k K]\n"
+      "       [--expert-slice SIZE]\n"
       "       [--no-prefetch] [--compare --mem-bw-gbs X] [--json]",
       "Prices streaming one model on this machine: resident memory, disk, seconds per pass\n"
       "and per token, time to the first token and to a whole answer, and whether it is usable.\n"

@@ -71,6 +71,15 @@ StatusOr<checkpoint::Checkpoint> ReadCheckpointInsideRoot(const std::string& roo
   return ckpt;
 }
 
+// Prices entry's pass from the bytes a pass of the advert's tokens reads
+// (AdvertPassBytes; a dense checkpoint's whatever the tokens), at its
+// read bandwidth.
+void PriceRead(ModelEntry* entry, uint64_t kv_budget_bytes) {
+  const uint64_t pass_bytes = AdvertPassBytes(*entry, AdvertPassTokens(*entry, kv_budget_bytes));
+  entry->offer.checkpoint_bytes = static_cast<int64_t>(pass_bytes);
+  entry->offer.seconds_per_pass = planner::PassSeconds(pass_bytes, entry->read_bytes_per_second);
+}
+
 // Places and prices one valid checkpoint; the reason when it cannot be served.
 StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Checkpoint& ckpt,
                            const engine::ModelConfig& config, checkpoint::DType projection_dtype,
@@ -145,19 +154,21 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
     entry.adaptive_split = true;
     entry.memory_budget_bytes = options.memory_budget_bytes;
   }
+  entry.unread_groups = pinned;
+  entry.unread_groups.resize(groups.size(), false);
   if (partial && options.device == planner::Device::kGpu && options.host_memory_budget_bytes > 0) {
     // What the engine's host tier then keeps (Engine::Impl::FixHostTier).
-    entry.host_pinned_bytes = planner::PinnedBytes(
-        groups, planner::ChooseHostTierGroups(groups, pinned, options.host_memory_budget_bytes,
-                                              /*prefetch=*/true));
+    const std::vector<bool> host = planner::ChooseHostTierGroups(
+        groups, pinned, options.host_memory_budget_bytes, /*prefetch=*/true);
+    entry.host_pinned_bytes = planner::PinnedBytes(groups, host);
     if (entry.host_pinned_bytes > 0) {
       entry.host_memory_budget_bytes = options.host_memory_budget_bytes;
     }
+    for (size_t g = 0; g < host.size() && g < groups.size(); ++g) {
+      if (host[g]) entry.unread_groups[g] = true;
+    }
   }
-  const uint64_t pass_bytes =
-      planner::StreamedBytesPerPass(ckpt, entry.pinned_bytes + entry.host_pinned_bytes);
-  entry.offer.checkpoint_bytes = static_cast<int64_t>(pass_bytes);
-  entry.offer.seconds_per_pass = planner::PassSeconds(pass_bytes, read_bytes_per_second);
+  entry.moe = planner::MoeFactsOf(ckpt);
   entry.read_bytes_per_second = read_bytes_per_second;
   entry.layer_flops_per_token = planner::LayerFlopsPerToken(ckpt);
   entry.head_flops_per_row = planner::HeadFlopsPerRow(ckpt);
@@ -165,6 +176,9 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   entry.offer.pass_token_budget = options.pass_token_budget > 0
                                       ? options.pass_token_budget
                                       : planner::DefaultPassTokenBudget(config);
+  // A pass of the advert's tokens (AdvertPassTokens; a derived KV budget
+  // reprices it once known, ScanModelRoots).
+  PriceRead(&entry, options.kv_budget_bytes);
   return entry;
 }
 
@@ -288,8 +302,16 @@ int64_t AdvertPassTokens(const ModelEntry& entry, uint64_t kv_budget_bytes) {
   return tokens;
 }
 
+uint64_t AdvertPassBytes(const ModelEntry& entry, int64_t rows) {
+  return planner::ExpectedStreamedBytesPerPass(entry.moe, rows, entry.unread_groups);
+}
+
 void PriceCompute(ModelEntry* entry, uint64_t kv_budget_bytes, double flops_per_second) {
   entry->advert_pass_tokens = AdvertPassTokens(*entry, kv_budget_bytes);
+  if (entry->moe.is_moe()) {
+    entry->offer.checkpoint_bytes =
+        static_cast<int64_t>(AdvertPassBytes(*entry, entry->advert_pass_tokens));
+  }
   entry->compute_flops_per_second = flops_per_second > 0 ? flops_per_second : 0;
   const double flops = planner::PassFlops(entry->layer_flops_per_token, entry->head_flops_per_row,
                                           entry->advert_pass_tokens, entry->advert_pass_tokens);
@@ -334,6 +356,8 @@ StatusOr<Catalog> ScanModelRoots(const CatalogOptions& options) {
     uint64_t largest = 0;
     for (const ModelEntry& m : catalog.models) largest = std::max(largest, m.footprint_bytes);
     catalog.kv_budget_bytes = options.memory_budget_bytes - largest;  // Price kept largest below
+    // A mixture of experts' pass reads more experts with more rows.
+    for (ModelEntry& m : catalog.models) PriceRead(&m, catalog.kv_budget_bytes);
   }
   return catalog;
 }

@@ -107,6 +107,11 @@ struct ModelEntry {
   // and the bytes it keeps, which a pass does not read either.
   uint64_t host_memory_budget_bytes = 0;
   uint64_t host_pinned_bytes = 0;
+  // What prices the bytes a pass reads (AdvertPassBytes): the checkpoint's
+  // facts (planner::MoeFactsOf) and the groups a pass does not read, pinned
+  // or in the host tier (one flag per moe.group_bytes).
+  planner::MoeFacts moe;
+  std::vector<bool> unread_groups;
   api::ModelOffer offer;  // name, exact figures, tokenizer hash
   // What prices a pass's compute (PriceCompute): the root's read bandwidth,
   // the checkpoint's FLOPs (planner::LayerFlopsPerToken, HeadFlopsPerRow),
@@ -159,12 +164,21 @@ double StreamReadBandwidth(const std::vector<uint64_t>& group_bytes, double read
 // over once the model's batches run.)
 int64_t AdvertPassTokens(const ModelEntry& entry, uint64_t kv_budget_bytes);
 
+// The bytes the advert prices a pass of `rows` rows at:
+// planner::ExpectedStreamedBytesPerPass of entry.moe with entry.unread_groups
+// left out, which for a dense checkpoint is StreamedBytesPerPass less its
+// pinned and host-tier bytes whatever the rows, and for a mixture of experts
+// reads only the expert slices its rows are expected to touch.
+uint64_t AdvertPassBytes(const ModelEntry& entry, int64_t rows);
+
 // Prices entry's offer.seconds_per_pass with compute as well as the read:
 // planner::PassSecondsWithCompute(offer.checkpoint_bytes,
 // read_bytes_per_second, planner::PassFlops of AdvertPassTokens tokens, each
 // also an LM-head row, `flops_per_second`), where `flops_per_second` is the
 // engine's measured rate at those rows (engine::ComputeChoice::
-// FlopsPerSecond); <= 0 leaves the read alone. Records the tokens and the rate.
+// FlopsPerSecond); <= 0 leaves the read alone. A mixture of experts'
+// offer.checkpoint_bytes is first set to AdvertPassBytes at those tokens.
+// Records the tokens and the rate.
 void PriceCompute(ModelEntry* entry, uint64_t kv_budget_bytes, double flops_per_second);
 
 // The tokenizer files a scheduler needs from a checkpoint directory

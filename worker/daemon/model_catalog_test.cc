@@ -164,6 +164,54 @@ TEST(PriceComputeTest, AComputeBoundPassIsPricedAsOne) {
   EXPECT_EQ(m.compute_flops_per_second, 0);
 }
 
+// A mixture of experts is advertised at the bytes a pass of the advert's
+// tokens is expected to read (planner::ExpectedStreamedBytesPerPass), and
+// PriceCompute reprices it at its tokens. The fixture's experts are tiny:
+// at the engine's slice size all 8 of a layer share a slice, which top-2
+// routing always reads; with a slice per expert fewer are read.
+TEST(ScanModelRootsTest, AMixtureOfExpertsIsPricedAtTheExpertsItsPassTouches) {
+  TempDir root;
+  fs::copy(testutil::DataPath("models/qwen3-moe"), root.file("moe"), fs::copy_options::recursive);
+  CatalogOptions options = Options(root.path(), 1ull << 40);
+  options.streaming = planner::StreamingRequest::kAlways;
+  auto catalog = ScanModelRoots(options);
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  ASSERT_EQ(catalog->models.size(), 1u)
+      << (catalog->skipped.empty() ? std::string() : catalog->skipped[0].reason);
+  ModelEntry m = catalog->models[0];
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(m.dir);
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_TRUE(m.moe.is_moe());
+  EXPECT_EQ(m.moe.group_bytes, planner::StreamedGroupBytes(*ckpt));
+  const int64_t tokens = AdvertPassTokens(m, catalog->kv_budget_bytes);
+  EXPECT_EQ(m.offer.checkpoint_bytes,
+            static_cast<int64_t>(planner::ExpectedStreamedBytesPerPass(*ckpt, tokens)));
+  EXPECT_EQ(m.offer.checkpoint_bytes, static_cast<int64_t>(ckpt->total_bytes));
+  EXPECT_DOUBLE_EQ(m.offer.seconds_per_pass,
+                   planner::PassSeconds(ckpt->total_bytes, m.read_bytes_per_second));
+  EXPECT_DOUBLE_EQ(m.layer_flops_per_token, planner::LayerFlopsPerToken(*ckpt));
+
+  // One expert to a slice: a pass of one row reads 2 of 8 experts a layer,
+  // more rows read more.
+  m.moe = planner::MoeFactsOf(*ckpt, m.moe.largest_expert_bytes);
+  m.unread_groups.assign(m.moe.group_bytes.size(), false);
+  const uint64_t per_sequence = static_cast<uint64_t>(m.offer.kv_bytes_per_token) *
+                                static_cast<uint64_t>(m.offer.max_context_tokens);
+  PriceCompute(&m, per_sequence, 0);
+  EXPECT_EQ(m.advert_pass_tokens, 1);
+  const uint64_t one = planner::ExpectedStreamedBytesPerPass(m.moe, 1);
+  EXPECT_EQ(one, m.moe.dense_bytes + 2 * 2 * m.moe.largest_expert_bytes);
+  EXPECT_EQ(AdvertPassBytes(m, 1), one);
+  EXPECT_EQ(m.offer.checkpoint_bytes, static_cast<int64_t>(one));
+  EXPECT_DOUBLE_EQ(m.offer.seconds_per_pass, planner::PassSeconds(one, m.read_bytes_per_second));
+  PriceCompute(&m, 16 * per_sequence, 0);
+  EXPECT_EQ(m.advert_pass_tokens, 16);
+  EXPECT_EQ(m.offer.checkpoint_bytes,
+            static_cast<int64_t>(planner::ExpectedStreamedBytesPerPass(m.moe, 16)));
+  EXPECT_GT(m.offer.checkpoint_bytes, static_cast<int64_t>(one));
+  EXPECT_LT(m.offer.checkpoint_bytes, static_cast<int64_t>(ckpt->total_bytes));
+}
+
 // The scheduler sizes batches with the advertised KV bytes per token; the
 // engine admits a sequence by KvBytesFor. They must agree on every device,
 // or a GPU worker would be leased other than the jobs its engine takes.
