@@ -413,11 +413,12 @@ uint64_t ExpectedStreamedBytesPerPass(const MoeFacts& facts, int64_t rows,
       facts.total_bytes, PinnedBytes(facts.group_bytes, pinned), facts.embedding_bytes);
   if (!facts.is_moe()) return streamed;
   const int64_t b = std::max<int64_t>(1, rows);
-  double unread = 0;  // expected bytes of the unpinned slices no token routes into
+  // Expected bytes of the unpinned slices' experts no token routes to (the
+  // loader reads a slice's routed experts alone).
+  const double touched = SliceTouchedProbability(facts.experts, facts.top_k, 1, b);
+  double unread = 0;
   for (size_t g = 0; g < facts.group_bytes.size() && g < facts.group_experts.size(); ++g) {
     if (facts.group_experts[g] == 0 || (g < pinned.size() && pinned[g])) continue;
-    const double touched =
-        SliceTouchedProbability(facts.experts, facts.top_k, facts.group_experts[g], b);
     unread += static_cast<double>(facts.group_bytes[g]) * (1.0 - touched);
   }
   return streamed - std::min(streamed, static_cast<uint64_t>(std::llround(unread)));

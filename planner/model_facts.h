@@ -261,15 +261,17 @@ MoeFacts MoeFactsOf(const checkpoint::Checkpoint& checkpoint,
                     uint64_t slice_bytes = kDefaultExpertSliceBytes);
 
 // The bytes one pass of `rows` tokens is expected to stream: the engine reads
-// a sparse layer's dense part always and each expert slice only when a token
-// routes into it, so this is StreamedBytesPerPass(total, the bytes of the
-// groups `pinned` marks (one flag per MoeFacts::group_bytes; empty: none),
-// embedding) less each unpinned slice's bytes x the chance no token touches
-// it (1 - SliceTouchedProbability). Uniform routing, so an upper bound of the
-// mean (ExpectedExpertsTouched). When every slice holds one expert it is the
+// a sparse layer's dense part always and, of an expert slice not pinned,
+// only the experts a token routes to (the loader reads a slice's routed
+// experts alone: LayerLoader::Decide), so this is StreamedBytesPerPass(total,
+// the bytes of the groups `pinned` marks (one flag per MoeFacts::group_bytes;
+// empty: none), embedding) less each unpinned slice's bytes x the chance no
+// token touches one expert (1 - SliceTouchedProbability with m = 1): the
 // dense bytes streamed + per sparse layer ExpectedExpertsTouched x one
-// expert's bytes; with several experts to a slice it is more (a slice is
-// read whole). Exactly StreamedBytesPerPass for a dense model; at least 1
+// expert's bytes, whatever the slice size. Uniform routing, so an upper bound
+// of the mean. A pass the engine chooses to read whole slices ahead
+// (planner::ReadExpertsAhead) reads more; it does so only where that is
+// priced cheaper. Exactly StreamedBytesPerPass for a dense model; at least 1
 // row is priced.
 uint64_t ExpectedStreamedBytesPerPass(const MoeFacts& facts, int64_t rows,
                                       const std::vector<bool>& pinned = {});
