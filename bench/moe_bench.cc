@@ -138,7 +138,10 @@ int Main(int argc, char** argv) {
     bench.ReadLike(chosen);
     for (int64_t b : rows) {
       Measured m;
-      Config c{"moe", b, /*capped=*/false};
+      Config c;
+      c.name = "moe";
+      c.batch = b;
+      c.capped = false;
       if (!bench.Run(c, &m)) return 1;
       const nlohmann::json& pass = m.last_pass;
       experts_read[b].push_back(pass.value("experts_read", 0.0));

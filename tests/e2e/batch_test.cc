@@ -42,17 +42,19 @@ struct Job {
 constexpr double kTemperature = 0.8;
 constexpr uint64_t kFirstSeed = 1000;
 
-// 100 jobs per model, interleaved: per 10, three greedy completions, one
-// sampled, three chats, three classifications; generation asks for 3 or 6
-// tokens. Sampled jobs of one model and length get consecutive seeds, as
-// `nightshift run` seeds its prompts (seed + i).
-std::vector<Job> MakeJobs() {
+// `count` jobs over `models`, interleaved (by default 100 per model of the
+// two): per 10, three greedy completions, one sampled, three chats, three
+// classifications; generation asks for 3 or 6 tokens. Sampled jobs of one
+// model and length get consecutive seeds, as `nightshift run` seeds its
+// prompts (seed + i).
+std::vector<Job> MakeJobs(const std::vector<std::string>& models = {kLlama, kQwen},
+                          int count = 200) {
   std::map<std::string, uint64_t> next_seed;  // model and length -> seed
   const std::vector<std::string> topics = {"the sea",  "a red fox", "old clocks", "rain",
                                            "a garden", "trains",    "the moon"};
   std::vector<Job> jobs;
-  for (int i = 0; i < 200; ++i) {
-    const std::string model = i % 2 == 0 ? kLlama : kQwen;
+  for (int i = 0; i < count; ++i) {
+    const std::string& model = models[static_cast<size_t>(i) % models.size()];
     const std::string id = "job-" + std::to_string(i);
     const std::string topic = topics[i % topics.size()] + " #" + std::to_string(i);
     const int max_tokens = i % 4 < 2 ? 3 : 6;
@@ -463,6 +465,57 @@ TEST(BatchEndToEndTest, LongClassificationsFillPassesUpToThePassTokenBudget) {
           << custom_id << " label " << l;
     }
   }
+  if (HasFailure()) std::cerr << cluster.Logs();
+}
+
+// A mixture of experts (a generated Qwen3-MoE: 8 experts of 32, top 2, with
+// Qwen3's tokenizer) through the scheduler: completions, a sampled one, chats
+// and classifications give what `nightshift run` gives them directly, and the
+// worker's pass reports count the experts it read.
+TEST(BatchEndToEndTest, AMixtureOfExpertsRunsThroughTheSchedulerAsRunDoes) {
+  TempDir dir;
+  const std::string root = dir.file("models");
+  ModelShape shape = QwenMini();
+  shape.arch = "qwen3_moe";
+  shape.extra_args = {"--experts", "8", "--top-k", "2", "--moe-intermediate", "32"};
+  const std::string model = "qwen3-moe-mini";
+  ASSERT_EQ(MakeCheckpoint(shape, root + "/" + model), "");
+
+  Cluster cluster(dir.path());
+  ASSERT_EQ(cluster.StartScheduler(/*lease_seconds=*/10), "");
+  Process* worker = cluster.StartWorker("w1", {root}, {"--max-batch-jobs", "16"});
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(cluster.WaitForWorker("w1", {model}, 60)) << cluster.Logs();
+
+  const std::vector<Job> jobs = MakeJobs({model}, 40);
+  Reference reference(root, dir.path());
+  Outcome watch;
+  const int64_t id = SubmitAndRunDirectly(cluster, jobs, dir.file("moe.jsonl"), reference, &watch);
+  ASSERT_GT(id, 0) << cluster.last_error();
+  EXPECT_NE(watch.out.find("done: 40 succeeded, 0 failed, 0 cancelled"), std::string::npos)
+      << watch.out;
+  std::vector<json> stored = cluster.ListJobs(id);
+  ASSERT_EQ(stored.size(), jobs.size());
+  std::map<std::string, const Job*> by_custom_id;
+  for (const Job& job : jobs) by_custom_id[job.spec.custom_id] = &job;
+  for (const json& row : stored) {
+    const std::string custom_id = row.value("custom_id", "");
+    ASSERT_EQ(by_custom_id.count(custom_id), 1u) << row;
+    const Expected& expected = reference[custom_id];
+    EXPECT_EQ(row["state"], "JOB_STATE_SUCCEEDED") << row;
+    if (by_custom_id[custom_id]->spec.labels.empty()) {
+      CheckGenerated(custom_id, row["output"], expected);
+      continue;
+    }
+    const json& labels = row["output"]["labels"];
+    ASSERT_EQ(labels.size(), kLabels.size()) << row;
+    for (size_t l = 0; l < kLabels.size(); ++l) {
+      EXPECT_EQ(labels[l].value("logprob", 0.0), expected.label_logprobs[l])
+          << custom_id << " label " << l;
+    }
+  }
+  // The worker's log line of each pass: "experts read N of 16".
+  EXPECT_NE(cluster.Logs().find(" of 16 ("), std::string::npos) << cluster.Logs();
   if (HasFailure()) std::cerr << cluster.Logs();
 }
 

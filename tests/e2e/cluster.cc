@@ -102,6 +102,7 @@ std::string MakeCheckpoint(const ModelShape& shape, const std::string& out_dir) 
                                    "--out",
                                    out_dir};
   if (shape.tie_embeddings) argv.push_back("--tie-embeddings");
+  argv.insert(argv.end(), shape.extra_args.begin(), shape.extra_args.end());
   if (shape.head_dim > 0) {
     argv.push_back("--head-dim");
     argv.push_back(std::to_string(shape.head_dim));

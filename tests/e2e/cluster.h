@@ -62,6 +62,7 @@ struct ModelShape {
   std::string tokenizer_dir;       // copied into the checkpoint
   std::string chat_template_file;  // copied as chat_template.jinja when set
   int seed = 1;
+  std::vector<std::string> extra_args;  // more make-checkpoint flags (a mixture of experts')
 };
 
 // Writes the checkpoint to `out_dir` (created, with its parents). "" on success, else the

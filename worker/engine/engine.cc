@@ -1067,15 +1067,17 @@ StatusOr<at::Tensor> Engine::Impl::RunLayers(const PassPlan& plan, PassStats* st
   stats->load_seconds += SecondsSince(start);
   if (device) hidden = hidden.to(*device);
   const bool read_ahead = ReadExpertsAhead(static_cast<int64_t>(plan.ids.size()));
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const LayerGroups& where = layer_groups[static_cast<size_t>(layer)];
-    if (read_ahead) {  // the slices are read in the order of groups, as a dense layer's
+  if (read_ahead) {  // every slice read in the order of groups, as a dense layer's weights
+    for (const LayerGroups& where : layer_groups) {
       for (size_t s = 0; s < where.slices.size(); ++s) {
         const planner::ExpertSlice& slice = where.slices[s];
         loader->Decide(where.dense + 1 + s,
                        std::vector<bool>(static_cast<size_t>(slice.end - slice.first), true));
       }
     }
+  }
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const LayerGroups& where = layer_groups[static_cast<size_t>(layer)];
     NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(where.dense, stats));
     if (!where.slices.empty()) {
       NS_RETURN_IF_ERROR(RunSparseLayer(layer, loaded, read_ahead, plan, hidden, stats));
@@ -1113,6 +1115,23 @@ Status Engine::Impl::RunSparseLayer(int64_t layer, const LoadedGroup& dense, boo
   const LayerWeights w = LayerView(tensors_of_layer, dense);
   RunAttentionHalf(config, w, layer, hidden, plan.rows);
   SparseMlp mlp(config, w, hidden, micro_batch_rows);
+  // Each slice's routed experts (its units), decided before the dense part
+  // goes back, so that the loader reads the first slice at once and each
+  // next one while this one computes. A group the device keeps is kept
+  // whole: later passes route elsewhere.
+  std::vector<std::vector<bool>> units(where.slices.size());
+  for (size_t s = 0; s < where.slices.size(); ++s) {
+    const planner::ExpertSlice& slice = where.slices[s];
+    const size_t group = where.dense + 1 + s;
+    const auto first = mlp.routed().begin() + slice.first;
+    units[s].assign(first, first + (slice.end - slice.first));
+    const bool any = std::find(units[s].begin(), units[s].end(), true) != units[s].end();
+    const bool kept =
+        stager && (options.residency == Residency::kResident || (!pinned.empty() && pinned[group]));
+    if (any && kept) units[s].assign(units[s].size(), true);
+    if (!any) units[s].clear();
+    if (!read_ahead) loader->Decide(group, units[s]);
+  }
   Release(where.dense);
   const double dense_seconds = SecondsSince(start);
   stats->compute_seconds += dense_seconds;
@@ -1126,23 +1145,13 @@ Status Engine::Impl::RunSparseLayer(int64_t layer, const LoadedGroup& dense, boo
   stats->routed_experts[static_cast<size_t>(layer)] = std::move(routed);
   for (size_t s = 0; s < where.slices.size(); ++s) {
     const planner::ExpertSlice& slice = where.slices[s];
-    std::vector<bool> units(static_cast<size_t>(slice.end - slice.first), false);
-    bool any = false;
-    for (int64_t e = slice.first; e < slice.end; ++e) {
-      any |= units[static_cast<size_t>(e - slice.first)] = mlp.routed()[static_cast<size_t>(e)];
-    }
     const size_t group = where.dense + 1 + s;
-    // A group the device keeps is kept whole: later passes route elsewhere.
-    const bool kept = stager && (options.residency == Residency::kResident ||
-                                 (!pinned.empty() && pinned[group]) || options.adaptive_split);
-    if (any && kept) units.assign(units.size(), true);
-    if (!read_ahead) loader->Decide(group, any ? units : std::vector<bool>{});
-    if (!any && !read_ahead) continue;
+    if (units[s].empty() && !read_ahead) continue;  // no row routes into it
     NS_ASSIGN_OR_RETURN(LoadedGroup loaded, Acquire(group, stats));
     if (loaded.bytes_read > 0) {
       stats->experts_read += loaded.bytes_read >= slice.bytes
                                  ? slice.end - slice.first
-                                 : std::count(units.begin(), units.end(), true);
+                                 : std::count(units[s].begin(), units[s].end(), true);
       if (loaded.load_seconds > 0) {
         read_bytes_per_second = static_cast<double>(loaded.bytes_read) / loaded.load_seconds;
       }

@@ -35,6 +35,7 @@ Golden LoadGolden(const std::string& name) {
   j.at("greedy").get_to(g.greedy);
   // The engine computes in float32, which is what this tolerance is for.
   g.atol = j.at("atol_if_computing_in_fp32").get<double>();
+  g.router_min_margin = j.value("router_min_margin", 0.0);
   return g;
 }
 

@@ -17,6 +17,9 @@ struct Golden {
   std::vector<std::vector<float>> last_logits;  // per prompt, run alone
   std::vector<std::vector<TokenId>> greedy;     // per prompt, greedy_steps tokens
   double atol = 0;  // for an engine computing in float32, whatever the stored dtype
+  // A mixture of experts' smallest gap between the k-th and (k+1)-th router
+  // logit over the prompts (router_min_margin); 0 for a dense model.
+  double router_min_margin = 0;
 };
 
 // The logit tolerance for projections that round their inputs to BF16 (the
