@@ -133,6 +133,8 @@ TEST(ApiWireTest, PassProgressRoundTrips) {
   p.free_kv_bytes = 512;
   p.want_top_up = true;
   p.free_pass_tokens = 900;
+  p.experts_total = 256;
+  p.experts_read = 40;
   v1::PassReport wire;
   ToProto(p, &wire);
   ExpectEveryFieldSet(wire);
@@ -145,6 +147,8 @@ TEST(ApiWireTest, PassProgressRoundTrips) {
   EXPECT_EQ(back.sequences, 3);
   EXPECT_EQ(back.tokens, 30);
   EXPECT_EQ(back.mode, "streaming");
+  EXPECT_EQ(back.experts_total, 256);
+  EXPECT_EQ(back.experts_read, 40);
   EXPECT_EQ(back.generated, (std::map<int64_t, int64_t>{{7, 2}, {8, 3}}));
   EXPECT_EQ(back.free_kv_bytes, 512);
   EXPECT_TRUE(back.want_top_up);

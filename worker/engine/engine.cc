@@ -23,6 +23,7 @@
 #include "worker/engine/compute_measure.h"
 #include "worker/engine/decoder.h"
 #include "worker/engine/device_stager.h"
+#include "worker/engine/expert_usage.h"
 #include "worker/engine/experts.h"
 #include "worker/engine/isa.h"
 #include "worker/engine/kernels.h"
@@ -560,6 +561,11 @@ struct Engine::Impl {
   // the dense half's compute seconds per row, the loader's bytes per second.
   double dense_seconds_per_row = 0;
   double read_bytes_per_second = 0;
+  // Rows routed to each expert, counted as passes run and kept in
+  // compute_state_dir (expert_usage.h; `expert_usage_path`, empty: kept in
+  // this process only): what a memory budget pins by.
+  ExpertUsage expert_usage;
+  std::string expert_usage_path;
   // The accelerator path (a CUDA device, or the CPU when the options ask):
   // each group the loader reads is staged into device memory and runs
   // through ATen's generic kernels. Unset on the CPU path.
@@ -701,6 +707,10 @@ struct Engine::Impl {
   Status Resplit(uint64_t kv);
   // Every loader group's tensor bytes.
   std::vector<uint64_t> GroupBytes() const;
+  // The groups a pin budget of `budget` keeps: planner::ChoosePinnedGroups;
+  // for a mixture of experts, every group a pass always reads first, then
+  // the expert slices the measured routing uses most (ChooseExpertAwarePins).
+  std::vector<bool> ChoosePins(const std::vector<uint64_t>& group_bytes, uint64_t budget) const;
   // The activations the first pass `plan` needs (run's plan): its
   // micro-batch temporaries, score blocks (both bounded as in
   // planner::ActivationWorkingSetBytes), hidden states and logits.
@@ -766,6 +776,26 @@ std::vector<uint64_t> Engine::Impl::GroupBytes() const {
   return group_bytes;
 }
 
+std::vector<bool> Engine::Impl::ChoosePins(const std::vector<uint64_t>& group_bytes,
+                                           uint64_t budget) const {
+  if (!config.is_moe()) {
+    return planner::ChoosePinnedGroups(group_bytes, budget, options.pin_placement);
+  }
+  std::vector<bool> always_read(group_bytes.size(), true);
+  std::vector<uint64_t> use(group_bytes.size(), 0);
+  for (size_t layer = 0; layer < layer_groups.size(); ++layer) {
+    const LayerGroups& where = layer_groups[layer];
+    for (size_t s = 0; s < where.slices.size(); ++s) {
+      const size_t group = where.dense + 1 + s;
+      always_read[group] = false;
+      for (int64_t e = where.slices[s].first; e < where.slices[s].end; ++e) {
+        use[group] += expert_usage[layer][static_cast<size_t>(e)];
+      }
+    }
+  }
+  return ChooseExpertAwarePins(group_bytes, always_read, use, budget, options.pin_placement);
+}
+
 Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
   const std::vector<uint64_t> group_bytes = GroupBytes();
   if (options.residency == Residency::kResident) {
@@ -796,9 +826,8 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
                              std::to_string(activations) + ", KV " + std::to_string(kv) + ")");
   }
   kv_split = kv;
-  pinned = planner::ChoosePinnedGroups(
-      group_bytes, planner::PinBudgetBytes(options.memory_budget_bytes, buffers, activations, kv),
-      options.pin_placement);
+  pinned = ChoosePins(
+      group_bytes, planner::PinBudgetBytes(options.memory_budget_bytes, buffers, activations, kv));
   pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
   if (!stager) return pinned_bytes == 0 ? Status::Ok() : loader->SetPinned(pinned);
   if (pinned_bytes == 0 && !options.adaptive_split) return FixHostTier(group_bytes);
@@ -845,9 +874,8 @@ Status Engine::Impl::Resplit(uint64_t kv) {
   const uint64_t buffers = planner::StreamBufferBytes(group_bytes, {}, options.prefetch);
   const uint64_t activations =
       planner::ActivationWorkingSetBytes(config, options.activation_budget_bytes);
-  std::vector<bool> next = planner::ChoosePinnedGroups(
-      group_bytes, planner::PinBudgetBytes(options.memory_budget_bytes, buffers, activations, kv),
-      options.pin_placement);
+  std::vector<bool> next = ChoosePins(
+      group_bytes, planner::PinBudgetBytes(options.memory_budget_bytes, buffers, activations, kv));
   kv_split = kv;
   if (next == pinned) return Status::Ok();
   if (stager) {
@@ -1139,6 +1167,10 @@ Status Engine::Impl::RunSparseLayer(int64_t layer, const LoadedGroup& dense, boo
   if (rows > 0) {  // measured, for the next pass's ReadExpertsAhead
     dense_seconds_per_row = dense_seconds / static_cast<double>(rows);
   }
+  std::vector<uint64_t>& usage = expert_usage[static_cast<size_t>(layer)];
+  for (size_t e = 0; e < usage.size(); ++e) {
+    usage[e] += static_cast<uint64_t>(mlp.rows_routed(static_cast<int64_t>(e)));
+  }
   std::vector<int64_t> routed = mlp.RoutedExperts();
   stats->experts_total += config.moe.num_experts;
   stats->experts_routed += static_cast<int64_t>(routed.size());
@@ -1272,6 +1304,7 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   // Device kernels run asynchronously: what the host did not spend waiting
   // for weights, it spent waiting for (or launching) them.
   if (stager) stats.compute_seconds = std::max(0.0, stats.seconds - stats.io_seconds);
+  if (!expert_usage_path.empty()) WriteExpertUsage(expert_usage_path, expert_usage);  // a hint
   return stats;
 }
 
@@ -1300,6 +1333,22 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& dir,
   StreamPlan stream = StreamedGroups(impl->tensors, impl->head_slices, slice_bytes);
   impl->layer_groups = std::move(stream.layers);
   impl->head_group = stream.head;
+  if (impl->config.is_moe()) {
+    for (int64_t layer = 0; layer < impl->config.num_layers; ++layer) {
+      impl->expert_usage.emplace_back(
+          impl->config.IsSparseLayer(layer) ? impl->config.moe.num_experts : 0, 0);
+    }
+    if (!options.compute_state_dir.empty()) {
+      impl->expert_usage_path = ExpertUsagePath(options.compute_state_dir, impl->checkpoint.dir);
+      std::optional<ExpertUsage> kept = ReadExpertUsage(
+          impl->expert_usage_path, impl->config.num_layers, impl->config.moe.num_experts);
+      bool same_shape = kept.has_value();  // sparse layers where this config has them
+      for (size_t layer = 0; same_shape && layer < kept->size(); ++layer) {
+        same_shape = (*kept)[layer].size() == impl->expert_usage[layer].size();
+      }
+      if (same_shape) impl->expert_usage = std::move(*kept);
+    }
+  }
   const LayerLoaderOptions loader_options = LoaderOptions(options, staged, stream);
   NS_ASSIGN_OR_RETURN(
       impl->loader, LayerLoader::Open(impl->checkpoint, std::move(stream.groups), loader_options));

@@ -1,14 +1,21 @@
 // Streaming a generated checkpoint: resident memory bounded by the planner's
-// footprint, not by the checkpoint; continuous batching; and every way of
-// holding the layers (prefetch on or off, resident) giving the same results.
+// footprint, not by the checkpoint; continuous batching; every way of
+// holding the layers (prefetch on or off, resident) giving the same results;
+// and a mixture of experts reading only what its rows route to, in expert
+// slices that fit a memory cgroup smaller than one layer.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <iostream>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -21,6 +28,7 @@
 #include "worker/checkpoint/test_util.h"
 #include "worker/engine/convert.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/expert_usage.h"
 #include "worker/engine/test_fixtures.h"
 #include "worker/generator/generator.h"
 
@@ -32,7 +40,10 @@ using checkpoint::testing::ReadFileBytes;
 using checkpoint::testing::SplitSafetensors;
 using checkpoint::testing::TempDir;
 using checkpoint::testing::WriteFileBytes;
+using testing::Drain;
+using testing::GreedyRequest;
 using testing::MaxAbsDiff;
+using testing::OpenEngine;
 
 generator::CheckpointSpec Spec(int64_t hidden, int64_t layers, int64_t intermediate,
                                int64_t vocab) {
@@ -418,6 +429,252 @@ TEST_F(SmallCheckpointTest, PrefetchOnOrOffAndResidentGiveTheSameResults) {
           << "pass " << p;
     }
   }
+}
+
+// Mixtures of experts streamed from generated checkpoints: a pass reads the
+// experts its rows route to and no others (a decode pass of one sequence
+// little more than the dense part and k experts a layer; a long prompt each
+// routed expert once), with the tokens of reading them all; and a layer of
+// experts larger than twice a memory cgroup runs inside it (expert slices).
+
+generator::CheckpointSpec Qwen3Moe(int64_t hidden, int64_t layers, int64_t experts,
+                                   int64_t expert_width) {
+  generator::CheckpointSpec spec;
+  spec.arch = "qwen3_moe";
+  spec.hidden = hidden;
+  spec.layers = layers;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 64;
+  spec.intermediate = 2 * expert_width;
+  spec.vocab = 512;
+  spec.experts = experts;
+  spec.top_k = 8;
+  spec.moe_intermediate = expert_width;
+  spec.norm_topk_prob = true;
+  spec.dtype = checkpoint::DType::kBF16;
+  spec.seed = 5;
+  return spec;
+}
+
+struct Bytes {
+  uint64_t dense = 0;   // every tensor but the experts and the embedding
+  uint64_t expert = 0;  // one expert (the largest)
+  uint64_t embedding_row = 0;
+  int64_t sparse_layers = 0;
+};
+
+Bytes BytesOf(const checkpoint::Checkpoint& ckpt) {
+  Bytes b;
+  for (const checkpoint::TensorGroup& layer : ckpt.layers) {
+    std::map<int, uint64_t> experts;
+    for (int t : layer.tensors) {
+      const checkpoint::TensorInfo& info = ckpt.tensors[static_cast<size_t>(t)];
+      const int e = checkpoint::ExpertIndex(info.name);
+      if (e < 0) {
+        b.dense += info.size;
+      } else {
+        experts[e] += info.size;
+      }
+    }
+    for (const auto& [e, bytes] : experts) b.expert = std::max(b.expert, bytes);
+    b.sparse_layers += !experts.empty();
+  }
+  b.dense += ckpt.head.bytes;
+  const checkpoint::TensorInfo* embedding = ckpt.Find("model.embed_tokens.weight");
+  b.embedding_row = embedding->size / static_cast<uint64_t>(embedding->shape[0]);
+  return b;
+}
+
+class MoeReadsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    // 64 experts of 256 (top 8) in each of 3 layers: 24 MB of experts a layer.
+    ckpt_ = new checkpoint::Checkpoint(Write(Qwen3Moe(256, 3, 64, 256), tmp_->file("moe")));
+  }
+  static void TearDownTestSuite() {
+    delete ckpt_;
+    delete tmp_;
+  }
+
+  static std::vector<PassStats> Run(const EngineOptions& options, int64_t prompt_tokens,
+                                    int64_t new_tokens, std::vector<SequenceResult>* results) {
+    EngineOptions o = options;
+    o.threads = 1;
+    std::unique_ptr<Engine> engine = OpenEngine(tmp_->file("moe"), o);
+    std::vector<PassStats> passes;
+    if (engine == nullptr) return passes;
+    std::vector<TokenId> prompt;
+    for (int64_t t = 0; t < prompt_tokens; ++t) prompt.push_back(1 + (t * 37) % 500);
+    EXPECT_TRUE(engine->Add(GreedyRequest(prompt, new_tokens)).ok());
+    *results = Drain(*engine, &passes);
+    return passes;
+  }
+
+  static TempDir* tmp_;
+  static checkpoint::Checkpoint* ckpt_;
+};
+TempDir* MoeReadsTest::tmp_ = nullptr;
+checkpoint::Checkpoint* MoeReadsTest::ckpt_ = nullptr;
+
+// One sequence: each decode pass reads the dense part, the 8 routed experts of
+// each layer and its token's embedding row (at most 1.25 x that), not the 64;
+// the tokens are those of reading every expert every pass.
+TEST_F(MoeReadsTest, ADecodePassOfOneSequenceReadsItsRoutedExpertsOnly) {
+  const Bytes b = BytesOf(*ckpt_);
+  ASSERT_EQ(b.sparse_layers, 3);
+  std::vector<SequenceResult> routed, all;
+  std::vector<PassStats> passes = Run(EngineOptions(), 4, 4, &routed);
+  EngineOptions every;
+  every.expert_reads = ExpertReads::kAll;
+  std::vector<PassStats> every_passes = Run(every, 4, 4, &all);
+  ASSERT_EQ(passes.size(), 4u);
+  ASSERT_EQ(routed.size(), 1u);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(routed[0].generated, all[0].generated);
+  EXPECT_EQ(routed[0].last_logits, all[0].last_logits);
+  const double bound = 1.25 * static_cast<double>(b.dense + b.embedding_row + 3 * 8 * b.expert);
+  for (size_t p = 1; p < passes.size(); ++p) {
+    EXPECT_LE(static_cast<double>(passes[p].bytes_read), bound) << "pass " << p;
+    EXPECT_EQ(passes[p].experts_routed, 3 * 8) << "pass " << p;
+    EXPECT_EQ(passes[p].experts_read, 3 * 8) << "pass " << p;
+    EXPECT_EQ(passes[p].experts_total, 3 * 64) << "pass " << p;
+    // Reading every expert: the whole layer each pass.
+    EXPECT_EQ(every_passes[p].experts_read, 3 * 64) << "pass " << p;
+    EXPECT_GT(every_passes[p].bytes_read, 3 * 60 * b.expert) << "pass " << p;
+  }
+}
+
+// A pass of 256 prompt tokens reads each expert its rows route to once,
+// not once per row: the dense part, those experts and the tokens'
+// embedding rows. (This random router is skewed: the 2,048 choices of each
+// layer landed on 171 of the 192 experts of the 3.) Reading every expert, the pass
+// reads the whole checkpoint but the embedding's other rows, once.
+TEST_F(MoeReadsTest, APassOf256PromptTokensReadsEachExpertOnce) {
+  const Bytes b = BytesOf(*ckpt_);
+  std::vector<SequenceResult> routed, all;
+  std::vector<PassStats> passes = Run(EngineOptions(), 256, 1, &routed);
+  EngineOptions every;
+  every.expert_reads = ExpertReads::kAll;
+  std::vector<PassStats> every_passes = Run(every, 256, 1, &all);
+  ASSERT_EQ(passes.size(), 1u);
+  ASSERT_EQ(every_passes.size(), 1u);
+  const checkpoint::TensorInfo* embedding = ckpt_->Find("model.embed_tokens.weight");
+  EXPECT_GE(passes[0].experts_routed, 3 * 48);
+  EXPECT_EQ(passes[0].experts_read, passes[0].experts_routed);
+  EXPECT_EQ(passes[0].bytes_read, b.dense + 256 * b.embedding_row +
+                                      static_cast<uint64_t>(passes[0].experts_routed) * b.expert);
+  EXPECT_EQ(every_passes[0].experts_read, 3 * 64);
+  EXPECT_EQ(every_passes[0].bytes_read,
+            ckpt_->total_bytes - embedding->size + 256 * b.embedding_row);
+  ASSERT_EQ(routed.size(), 1u);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(routed[0].last_logits, all[0].last_logits);
+}
+
+// Under a memory budget an MoE pins every group a pass always reads (the
+// dense parts, the head) before any expert slice, so a decode pass reads
+// routed experts (a pinned slice whole, the first time) and its token's
+// embedding row, no dense part; the rows routed to each expert are counted
+// into the state directory, and the next engine of the checkpoint adds to
+// what the last one counted.
+TEST_F(MoeReadsTest, ABudgetPinsTheDensePartsFirstAndTheRoutingIsCounted) {
+  const Bytes b = BytesOf(*ckpt_);
+  constexpr uint64_t kSlice = 4 * 3 * 256 * 256 * 2;  // 4 experts (BF16)
+  constexpr uint64_t kKv = 1 << 20;
+  StatusOr<ModelConfig> config = ParseModelConfig(ckpt_->config);
+  ASSERT_TRUE(config.ok());
+  const uint64_t working_set =
+      planner::StreamBufferBytes(planner::StreamedGroupBytes(*ckpt_, kSlice), {}, true) +
+      planner::ActivationWorkingSetBytes(*config, 0) + kKv;
+  EngineOptions options;
+  options.expert_slice_bytes = kSlice;
+  options.kv_budget_bytes = kKv;
+  options.memory_budget_bytes = working_set + b.dense + 5 * kSlice;  // 5 of the 48 slices
+  options.compute_state_dir = tmp_->file("state");
+  std::vector<SequenceResult> results, streamed;
+  std::vector<PassStats> passes = Run(options, 4, 4, &results);
+  Run(EngineOptions(), 4, 4, &streamed);
+  ASSERT_EQ(passes.size(), 4u);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].generated, streamed[0].generated);
+  EXPECT_GE(passes[0].pinned_bytes, b.dense);
+  EXPECT_LT(passes[0].pinned_bytes, b.dense + 6 * kSlice);
+  for (size_t p = 1; p < passes.size(); ++p) {
+    EXPECT_EQ(passes[p].bytes_read,
+              b.embedding_row + static_cast<uint64_t>(passes[p].experts_read) * b.expert)
+        << "pass " << p << ": no dense bytes";
+  }
+  const std::string path = ExpertUsagePath(options.compute_state_dir, ckpt_->dir);
+  auto routed_rows = [&](int64_t layer) {
+    std::optional<ExpertUsage> usage = ReadExpertUsage(path, 3, 64);
+    EXPECT_TRUE(usage.has_value()) << path;
+    uint64_t rows = 0;
+    if (usage) {
+      for (uint64_t n : (*usage)[static_cast<size_t>(layer)]) rows += n;
+    }
+    return rows;
+  };
+  for (int64_t layer = 0; layer < 3; ++layer) EXPECT_EQ(routed_rows(layer), 7u * 8);  // 4 + 3 rows
+  Run(options, 4, 4, &results);
+  for (int64_t layer = 0; layer < 3; ++layer) EXPECT_EQ(routed_rows(layer), 2u * 7 * 8);
+}
+
+// cgroup v1's memory controller, as bench/engine_bench uses it (root).
+constexpr char kCgroup[] = "/sys/fs/cgroup/memory/nightshift-moe-test-";
+
+bool WriteCgroup(const std::string& path, const std::string& value) {
+  std::ofstream out(path);
+  out << value;
+  return static_cast<bool>(out.flush());
+}
+
+// A layer of experts (64 of 17 MB, 1.1 GB) larger than twice a memory cgroup
+// of 512 MiB: streamed in expert slices of 64 MiB inside it, with the tokens
+// of the uncapped run. 1.2 GB written; root (cgroup v1) runs it capped, else
+// the test says so and checks the tokens only.
+TEST(MoeCgroupTest, ALayerOfExpertsLargerThanTwiceTheCgroupRunsInsideIt) {
+  TempDir tmp;
+  generator::CheckpointSpec spec = Qwen3Moe(1024, 2, 64, 2816);
+  spec.decoder_sparse_step = 2;  // layer 1 sparse, layer 0 dense
+  spec.vocab = 8192;
+  const checkpoint::Checkpoint ckpt = Write(spec, tmp.file("moe"));
+  const Bytes b = BytesOf(ckpt);
+  const uint64_t cap = 512ull << 20;
+  ASSERT_EQ(b.sparse_layers, 1);
+  ASSERT_GT(64 * b.expert, 2 * cap);
+  const std::string args = testutil::BinPath("engine-stream-run") + " --model-dir " +
+                           tmp.file("moe") + " --batch 4 --prompt-tokens 16 --max-new-tokens 3" +
+                           " --expert-slice 64M --threads 2";
+  auto run = [&](const std::string& prefix) {
+    const std::string out = tmp.file("out.json");
+    const int status = std::system((prefix + args + " >" + out).c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << prefix << args;
+    const std::string text = ReadFileBytes(out);
+    return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
+  };
+  const nlohmann::json uncapped = run("");
+  const std::string cgroup = kCgroup + std::to_string(getpid());
+  std::error_code ec;
+  std::filesystem::create_directories(cgroup, ec);
+  if (ec || !WriteCgroup(cgroup + "/memory.limit_in_bytes", std::to_string(cap))) {
+    std::cout << "[ note ] no cgroup v1 memory controller to write at " << cgroup
+              << " (root needed): the capped run is not checked\n";
+    return;
+  }
+  const nlohmann::json capped =
+      run("timeout 600 sh -c 'echo $$ > " + cgroup + "/tasks && exec \"$0\" \"$@\"' ");
+  std::ifstream peak_file(cgroup + "/memory.max_usage_in_bytes");
+  uint64_t peak = 0;
+  peak_file >> peak;
+  std::cout << "[ note ] cgroup cap " << cap << " bytes, peak usage " << peak
+            << "; a layer's experts " << 64 * b.expert << " bytes\n";
+  rmdir(cgroup.c_str());
+  ASSERT_TRUE(capped.is_object() && uncapped.is_object()) << "killed by the cgroup's cap?";
+  EXPECT_LE(peak, cap);
+  EXPECT_EQ(capped["generated"], uncapped["generated"]);
+  EXPECT_EQ(capped["generated"].size(), 4u);
 }
 
 }  // namespace

@@ -46,6 +46,10 @@ class SparseMlp {
   const std::vector<bool>& routed() const { return routed_; }
   // The routed experts, ascending.
   std::vector<int64_t> RoutedExperts() const;
+  // The rows routed to `expert`.
+  int64_t rows_routed(int64_t expert) const {
+    return static_cast<int64_t>(rows_.at(static_cast<size_t>(expert)).size());
+  }
   // Per row, its top-k experts, highest routing weight first.
   const std::vector<std::vector<int64_t>>& row_experts() const { return row_experts_; }
 

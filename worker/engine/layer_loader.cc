@@ -533,6 +533,11 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
   if (d.groups[index].skipped) {
     return FailedPrecondition("layer group " + std::to_string(index) + " is skipped");
   }
+  if (d.groups[index].deferred && d.groups[index].decision &&
+      d.groups[index].decision->empty()) {
+    return FailedPrecondition("layer group " + std::to_string(index) +
+                              " is passed over this pass");
+  }
   d.Request(index);
   if (d.options.prefetch) d.Prefetch(index);
 

@@ -286,6 +286,61 @@ TEST(LayerLoaderTest, SkippedGroupsAreNeitherReadNorExpected) {
   }
 }
 
+// Deferred groups (an MoE layer's expert slices): each pass decides which
+// units (experts) of the group it reads: a subset reads only those units'
+// tensors, byte for byte; none passes over the group (Acquire goes around
+// it); a pinned deferred group is read whole once. Here group 1 (layer 1)
+// is deferred, each of its tensors a unit of its own.
+TEST(LayerLoaderTest, DeferredGroupsReadTheUnitsEachPassDecides) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  std::vector<std::string> files;
+  for (const checkpoint::FileInfo& f : ckpt.files) files.push_back(ReadFileBytes(f.path));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  const size_t tensors = groups[1].size();
+  ASSERT_GE(tensors, 3u);
+  for (bool pinned : {false, true}) {
+    SCOPED_TRACE(pinned ? "pinned" : "streamed");
+    LayerLoaderOptions options = Small(false, true, 2, false);
+    options.deferred = {false, true, false};
+    options.units.assign(3, {});
+    for (size_t t = 0; t < tensors; ++t) options.units[1].push_back(static_cast<int>(t));
+    if (pinned) options.pinned = {false, true, false};
+    StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    // Pass 1 reads units 0 and 2 of group 1, pass 2 none, pass 3 unit 1.
+    const std::vector<std::vector<bool>> decisions = {{true, false, true}, {}, {false, true}};
+    bool read_whole = false;
+    for (const std::vector<bool>& units : decisions) {
+      ASSERT_TRUE((*loader)->Acquire(0).ok());
+      (*loader)->Decide(1, units);  // while group 0 is held, as the engine does
+      (*loader)->Release(0);
+      if (!units.empty()) {
+        StatusOr<LoadedGroup> loaded = (*loader)->Acquire(1);
+        ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+        uint64_t expected = 0;
+        for (size_t t = 0; t < tensors; ++t) {
+          const bool wanted = pinned || (t < units.size() && units[t]);
+          const checkpoint::TensorInfo& info = *groups[1][t];
+          if (wanted) expected += info.size;
+          if (!wanted && !(pinned && read_whole)) continue;
+          const std::string& file = files[static_cast<size_t>(info.file)];
+          EXPECT_EQ(std::memcmp(loaded->data[t], file.data() + info.offset, info.size), 0)
+              << info.name;
+        }
+        EXPECT_EQ(loaded->bytes_read, pinned && read_whole ? 0u : expected);
+        read_whole |= pinned;
+        (*loader)->Release(1);
+      } else {
+        EXPECT_EQ((*loader)->Acquire(1).status().code(), StatusCode::kFailedPrecondition);
+      }
+      StatusOr<LoadedGroup> head = (*loader)->Acquire(2);
+      ASSERT_TRUE(head.ok()) << head.status().ToString();
+      EXPECT_EQ(head->bytes_read, Bytes(groups[2]));
+      (*loader)->Release(2);
+    }
+  }
+}
+
 TEST(LayerLoaderTest, LargestGroupIsTheLargestTensorBytes) {
   checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
   const std::vector<TensorList> groups = Groups(ckpt);
