@@ -492,7 +492,7 @@ void PrintMoe(const planner::MoeFacts& m, int64_t layers) {
             << "bytes per pass, expected under uniform routing (dense " << Bytes(m.dense_bytes)
             << " always, experts " << Bytes(m.expert_bytes) << " in slices of at most "
             << Bytes(m.slice_bytes) << ", widest " << Bytes(m.widest_slice_bytes)
-            << ", each read when any of its experts is routed):\n";
+            << ", of which a pass reads the routed experts):\n";
   std::vector<std::string> labels;
   std::vector<Column> columns(4);
   for (int64_t rows : kMoeReportRows) {
