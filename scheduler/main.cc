@@ -34,6 +34,7 @@ constexpr EnvFlag kEnv[] = {
     {"http-files-dir", "NIGHTSHIFT_HTTP_FILES_DIR"},
     {"http-max-upload-bytes", "NIGHTSHIFT_HTTP_MAX_UPLOAD_BYTES"},
     {"http-max-batch-requests", "NIGHTSHIFT_HTTP_MAX_BATCH_REQUESTS"},
+    {"http-timeout-seconds", "NIGHTSHIFT_HTTP_TIMEOUT_SECONDS"},
     {"keepalive-seconds", "NIGHTSHIFT_KEEPALIVE_SECONDS"},
     {"keepalive-timeout-seconds", "NIGHTSHIFT_KEEPALIVE_TIMEOUT_SECONDS"},
 };
@@ -113,6 +114,11 @@ int main(int argc, char** argv) {
                "SIZE");
   flags.Int("http-max-batch-requests", &config.http_max_batch_requests,
             "most requests one batch's input file may hold (default 50000, OpenAI's limit)", "N");
+  flags.Double("http-timeout-seconds", &config.http_timeout_seconds,
+               "disconnect an HTTP client that sends or takes no byte for this long (a stalled "
+               "upload, an answer it never reads) or whose request header takes longer, so it "
+               "cannot hold a connection's thread (default 60)",
+               "S");
   Status parsed = flags.Parse(WithEnvironment(argc, argv));
   if (flags.help_requested()) {
     std::cout << flags.Help();

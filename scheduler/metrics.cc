@@ -24,6 +24,9 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry)
               .With({})),
       disk_full_(
           metrics::CatalogueFamily<prometheus::Counter>(registry, names::kSchedulerDiskFullTotal)
+              .With({})),
+      http_timeouts_(
+          metrics::CatalogueFamily<prometheus::Counter>(registry, names::kHttpClientTimeoutsTotal)
               .With({})) {}
 
 void SchedulerMetrics::JobsSubmitted(const std::string& model, int64_t jobs) {
@@ -54,6 +57,8 @@ void SchedulerMetrics::ResultRefused(const std::string& model, const std::string
 }
 
 void SchedulerMetrics::SubmitAnswered(double seconds) { submit_seconds_.Observe(seconds); }
+
+void SchedulerMetrics::HttpClientTimedOut() { http_timeouts_.Increment(); }
 
 void SchedulerMetrics::EtaError(const std::string& progress, double ratio) {
   eta_errors_.With({{"progress", progress}}).Observe(ratio);

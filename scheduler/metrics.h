@@ -78,6 +78,8 @@ class SchedulerMetrics {
   void ResultRefused(const std::string& model, const std::string& worker);
   // One SubmitJobs call was answered (whatever its outcome) in `seconds`.
   void SubmitAnswered(double seconds);
+  // The Batch API closed a stalled client's connection (http_server.h).
+  void HttpClientTimedOut();
   // A submission ended; the ETA it showed at `progress` percent done was off
   // by `ratio` ((shown - actual) / actual).
   void EtaError(const std::string& progress, double ratio);
@@ -110,6 +112,7 @@ class SchedulerMetrics {
   prometheus::Gauge& workers_attached_;
   prometheus::Histogram& submit_seconds_;
   prometheus::Counter& disk_full_;
+  prometheus::Counter& http_timeouts_;
 
   std::mutex mu_;  // guards the label sets below
   std::set<std::pair<std::string, JobState>> counted_;

@@ -358,6 +358,13 @@ TEST_F(SchedulerMetricsTest, DiskFullErrorsAreCountedFromTheProcessTotal) {
   EXPECT_EQ(Value(names::kSchedulerDiskFullTotal, {}), 2);
 }
 
+TEST_F(SchedulerMetricsTest, StalledHttpClientsAreCounted) {
+  EXPECT_EQ(Value(names::kHttpClientTimeoutsTotal, {}), 0);
+  metrics_.HttpClientTimedOut();
+  metrics_.HttpClientTimedOut();
+  EXPECT_EQ(Value(names::kHttpClientTimeoutsTotal, {}), 2);
+}
+
 TEST_F(SchedulerMetricsTest, JobCounterReadsAnIndexNotTheJobRows) {
   Submit({TokenJob("a", "m")});
   auto db = sqlite::Db::Open(dir_.file("state.db"), 1000);

@@ -137,6 +137,9 @@ StatusOr<HttpBind> HttpBindAddress(const ServerConfig& config, std::string* note
     return InvalidArgument(
         "--http-max-upload-bytes and --http-max-batch-requests must be positive");
   }
+  if (!(config.http_timeout_seconds >= 0.1)) {
+    return InvalidArgument("--http-timeout-seconds must be at least 0.1");
+  }
   bind.host = host.empty() ? "0.0.0.0" : host == "localhost" ? "127.0.0.1" : host;
   const bool loopback = bind.host == "::1" || bind.host.rfind("127.", 0) == 0;
   if (config.client_token.empty() && !loopback) {
@@ -213,6 +216,14 @@ Status RunServer(const ServerConfig& config) {
     http_options.port = bind.port;
     http_options.tls_cert = config.tls_cert;
     http_options.tls_key = config.tls_key;
+    http_options.idle_timeout_ms = static_cast<int64_t>(config.http_timeout_seconds * 1000);
+    http_options.header_timeout_ms = http_options.idle_timeout_ms;
+    SchedulerMetrics* metrics = options.metrics;
+    http_options.on_timeout = [metrics](const std::string& peer, const std::string& why) {
+      std::cerr << "nightshift-scheduler: http: closed the connection from " << peer << ": " << why
+                << std::endl;
+      if (metrics != nullptr) metrics->HttpClientTimedOut();
+    };
     http::BatchApi* api = batch_api.get();
     NS_ASSIGN_OR_RETURN(http_server,
                         http::HttpServer::Start(http_options, [api](const http::HttpRequest& r) {

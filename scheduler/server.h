@@ -32,6 +32,10 @@ struct ServerConfig {
   std::string http_files_dir;                   // "" = <db_path>.files
   int64_t http_max_upload_bytes = 200'000'000;  // OpenAI's 200 MB
   int64_t http_max_batch_requests = 50'000;     // OpenAI's limit
+  // An HTTP client that sends or takes no byte for this long (a stalled
+  // upload, an answer it never reads), or whose request header takes longer
+  // (a drip), is disconnected, logged and counted.
+  double http_timeout_seconds = 60;
   // Take jobs for models no worker has advertised yet (queues filled before
   // their workers start); by default such a job is a line error.
   bool allow_unknown_models = false;

@@ -97,11 +97,31 @@ class Tracked {
 // One accepted connection. Its socket is closed, and `fd` set to -1, under
 // the server's mutex, so the reaper never shuts down a reused descriptor.
 struct Connection {
-  explicit Connection(tcp::socket s) : socket(std::move(s)), fd(socket.native_handle()) {}
+  // What a connection's deadline bounds.
+  enum Wait : int { kHandshake, kHeader, kDiscard };
+
+  explicit Connection(tcp::socket s) : socket(std::move(s)), fd(socket.native_handle()) {
+    error_code ec;
+    const tcp::endpoint remote = socket.remote_endpoint(ec);
+    if (!ec) peer = remote.address().to_string() + ":" + std::to_string(remote.port());
+  }
+  // Closes the connection once NowMs() passes `deadline` unless cleared first.
+  void Bound(Wait what, int64_t deadline) {
+    wait = what;
+    bound_at_ms = NowMs();
+    deadline_ms = deadline;
+  }
+  void Unbound() { deadline_ms = 0; }
+
   tcp::socket socket;
   int fd;
+  std::string peer = "?";
   std::atomic<int64_t> last_io_ms{NowMs()};
-  std::atomic<int64_t> deadline_ms{0};  // 0 = none; else closed once passed (draining)
+  std::atomic<int64_t> deadline_ms{0};  // 0 = none
+  std::atomic<int> wait{kHeader};       // what deadline_ms bounds
+  std::atomic<int64_t> bound_at_ms{0};  // when deadline_ms was set
+  std::atomic<int> answered{0};         // requests answered on this connection
+  bool timed_out = false;               // shut down by the reaper (under the server's mutex)
   std::atomic<bool> done{false};
   std::thread thread;
 };
@@ -289,6 +309,10 @@ class HttpServer::Impl {
   }
 
   int port() const { return port_; }
+  int connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(connections_.size());
+  }
 
  private:
   void AcceptLoop() {
@@ -331,23 +355,61 @@ class HttpServer::Impl {
           it = connections_.erase(it);
           continue;
         }
-        const int64_t deadline = c.deadline_ms;
-        if (c.fd >= 0 &&
-            (now - c.last_io_ms > options_.idle_timeout_ms || (deadline != 0 && now > deadline))) {
-          ::shutdown(c.fd, SHUT_RDWR);
+        if (c.fd >= 0 && !c.timed_out) {
+          const Verdict verdict = TimedOut(c, now);
+          if (verdict.close) {
+            ::shutdown(c.fd, SHUT_RDWR);
+            c.timed_out = true;
+            if (!verdict.why.empty() && options_.on_timeout)
+              options_.on_timeout(c.peer, verdict.why);
+          }
         }
         ++it;
       }
     }
   }
 
+  // Whether `c` must be closed at `now`, and why (empty for a kept-alive
+  // connection that idled between requests: closing it is routine).
+  struct Verdict {
+    bool close = false;
+    std::string why;
+  };
+  Verdict TimedOut(const Connection& c, int64_t now) const {
+    const int64_t last_io = c.last_io_ms;
+    const bool between_requests =
+        c.answered > 0 && c.wait == Connection::kHeader && last_io <= c.bound_at_ms;
+    if (now - last_io > options_.idle_timeout_ms) {
+      if (between_requests) return {true, ""};
+      return {true, "no byte went either way for " + Seconds(options_.idle_timeout_ms) +
+                        " (a stalled upload, or a client not reading its answer)"};
+    }
+    const int64_t deadline = c.deadline_ms;
+    if (deadline == 0 || now <= deadline) return {};
+    switch (c.wait) {
+      case Connection::kHandshake:
+        return {true, "its TLS handshake took over 10 s"};
+      case Connection::kHeader:
+        if (between_requests) return {true, ""};
+        return {true, "its request header took over " + Seconds(options_.header_timeout_ms)};
+      default:
+        return {true, "it sent the rest of a refused body for over 30 s"};
+    }
+  }
+  static std::string Seconds(int64_t ms) {
+    std::string text = std::to_string(ms / 1000.0);
+    text.erase(text.find_last_not_of('0') + 1);
+    if (text.back() == '.') text.pop_back();
+    return text + " s";
+  }
+
   void Serve(Connection& c) {
     if (use_tls_) {
       asio::ssl::stream<tcp::socket&> tls(c.socket, tls_);
       error_code ec;
-      c.deadline_ms = NowMs() + 10'000;  // the handshake gets 10 s
+      c.Bound(Connection::kHandshake, NowMs() + 10'000);
       tls.handshake(asio::ssl::stream_base::server, ec);
-      c.deadline_ms = 0;
+      c.Unbound();
       if (!ec) {
         Tracked<asio::ssl::stream<tcp::socket&>> stream(tls, &c.last_io_ms);
         // No TLS close_notify exchange: waiting for the client's could hold
@@ -374,7 +436,9 @@ class HttpServer::Impl {
       parser.header_limit(32 << 10);
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       error_code ec;
+      c.Bound(Connection::kHeader, NowMs() + options_.header_timeout_ms);
       bhttp::read_header(stream, buffer, parser, ec);
+      c.Unbound();
       if (ec) return;  // the client closed, or sent something that is not HTTP
       const auto& header = parser.get();
       HttpRequest request;
@@ -398,6 +462,7 @@ class HttpServer::Impl {
       const bool unread = !body.finished() && !body.continue_pending();
       bool keep = client_keeps && !response.close && !unread && body.finished();
       if (!Write(stream, response, keep)) return;
+      ++c.answered;
       if (unread) Discard(body, c);
       if (!keep) return;
     }
@@ -435,7 +500,7 @@ class HttpServer::Impl {
 
   template <class Stream>
   void Discard(ParserBody<Stream>& body, Connection& c) {
-    c.deadline_ms = NowMs() + 30'000;
+    c.Bound(Connection::kDiscard, NowMs() + 30'000);
     std::vector<char> scratch(64 << 10);
     int64_t dropped = 0;
     while (dropped < options_.max_discard_bytes) {
@@ -443,7 +508,7 @@ class HttpServer::Impl {
       if (!n.ok() || *n == 0) break;
       dropped += static_cast<int64_t>(*n);
     }
-    c.deadline_ms = 0;
+    c.Unbound();
   }
 
   HttpServerOptions options_;
@@ -471,6 +536,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions&
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() { Stop(); }
 int HttpServer::port() const { return impl_->port(); }
+int HttpServer::connections() const { return impl_->connections(); }
 void HttpServer::Stop() { impl_->Stop(); }
 
 }  // namespace nightshift::scheduler::http

@@ -6,7 +6,10 @@
 // One thread per connection (blocking reads and writes: the handlers do
 // blocking SQLite and file I/O anyway), at most max_connections at once
 // (503 beyond). A connection with no I/O for idle_timeout_ms is closed, so
-// an idle or stalled client cannot hold its thread. A body the handler left
+// an idle or stalled client (an upload that stops mid-body, a client that
+// never reads its answer) cannot hold its thread; nor can one that drips its
+// request header a byte at a time: the header must arrive whole within
+// header_timeout_ms. Each such close is reported to on_timeout. A body the handler left
 // unread (an early 413) is read and dropped after the answer, up to
 // max_discard_bytes, so the client gets to read the answer; then the
 // connection closes.
@@ -32,7 +35,13 @@ struct HttpServerOptions {
   std::string tls_key;
   int max_connections = 64;
   int64_t idle_timeout_ms = 60'000;
+  // From when the server starts waiting for a request (so it also bounds an
+  // idle kept-alive connection) until its header has arrived.
+  int64_t header_timeout_ms = 60'000;
   int64_t max_discard_bytes = 1LL << 30;
+  // Called from the server's own thread, once per connection it closes for a
+  // timeout: `peer` is "HOST:PORT", `why` says which timeout and how long.
+  std::function<void(const std::string& peer, const std::string& why)> on_timeout;
 };
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
@@ -49,6 +58,9 @@ class HttpServer {
 
   // The bound port (the real one when 0 was asked for).
   int port() const;
+  // Connections open now, each holding a thread (for tests: a closed one is
+  // counted until its thread has been joined, within a fraction of a second).
+  int connections() const;
   // Stops accepting, closes every connection and joins every thread.
   // Requests being handled see their connection fail. Idempotent.
   void Stop();

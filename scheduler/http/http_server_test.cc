@@ -1,13 +1,16 @@
 // The Beast transport on loopback with a real client (Beast's), plain and
 // TLS: requests reach the handler whole, bodies stream both ways, keep-alive
-// works, an early answer to a large upload reaches the client, idle
-// connections are closed.
+// works, an early answer to a large upload reaches the client, idle,
+// stalled and dripping clients are closed and their threads freed.
 #include "scheduler/http/http_server.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -45,6 +48,14 @@ HttpResponse Echo(const HttpRequest& request) {
     }
     return response;
   }
+  if (request.path == "/big") {  // 256 MB: more than the sockets' buffers hold
+    response.stream = [](BodyWriter& out) -> Status {
+      const std::string chunk(1 << 20, 'x');
+      for (int i = 0; i < 256; ++i) NS_RETURN_IF_ERROR(out.Write(chunk));
+      return Status::Ok();
+    };
+    return response;
+  }
   auto body = ReadAll(*request.body, 64 << 20);
   std::string query;
   for (const auto& [k, v] : request.query) query += k + "=" + v + ";";
@@ -57,6 +68,10 @@ HttpResponse Echo(const HttpRequest& request) {
 class HttpServerTest : public ::testing::Test {
  protected:
   void Serve(HttpServerOptions options = {}) {
+    options.on_timeout = [this](const std::string& peer, const std::string& why) {
+      std::lock_guard<std::mutex> lock(mu_);
+      timeouts_.push_back(peer + ": " + why);
+    };
     auto server = HttpServer::Start(options, Echo);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
@@ -64,8 +79,26 @@ class HttpServerTest : public ::testing::Test {
   tcp::endpoint Endpoint() const {
     return {asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(server_->port())};
   }
+  std::vector<std::string> Timeouts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return timeouts_;
+  }
+  // Whether every connection's thread has ended within `seconds`.
+  bool ThreadsFreedWithin(double seconds) const { return ConnectionsWithin(0, seconds); }
+  // Whether the server holds `count` connections within `seconds`.
+  bool ConnectionsWithin(int count, double seconds) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (server_->connections() != count) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
   asio::io_context io_;
   std::unique_ptr<HttpServer> server_;
+  std::mutex mu_;
+  std::vector<std::string> timeouts_;
 };
 
 bhttp::request<bhttp::string_body> Request(bhttp::verb verb, const std::string& target,
@@ -152,6 +185,81 @@ TEST_F(HttpServerTest, AnIdleConnectionIsClosed) {
   socket.read_some(asio::buffer(&byte, 1), ec);  // blocks until the server closes it
   EXPECT_TRUE(ec == asio::error::eof || ec == asio::error::connection_reset) << ec.message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(HttpServerTest, AnUploadThatStopsMidBodyIsClosedAndItsThreadFreed) {
+  HttpServerOptions options;
+  options.idle_timeout_ms = 300;
+  Serve(options);
+  tcp::socket socket(io_);
+  socket.connect(Endpoint());
+  const std::string head =
+      "POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n\r\n";
+  asio::write(socket, asio::buffer(head + std::string(1000, 'x')));  // then nothing more
+  ASSERT_TRUE(ConnectionsWithin(1, 2));
+  const auto start = std::chrono::steady_clock::now();
+  char byte;
+  boost::system::error_code ec;
+  while (!ec) socket.read_some(asio::buffer(&byte, 1), ec);  // until the server closes it
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(ThreadsFreedWithin(5));
+  ASSERT_EQ(Timeouts().size(), 1u);
+  EXPECT_NE(Timeouts()[0].find("127.0.0.1:"), std::string::npos) << Timeouts()[0];
+  EXPECT_NE(Timeouts()[0].find("no byte went either way for 0.3 s"), std::string::npos)
+      << Timeouts()[0];
+}
+
+TEST_F(HttpServerTest, AClientThatNeverReadsItsAnswerIsClosedAndItsThreadFreed) {
+  HttpServerOptions options;
+  options.idle_timeout_ms = 300;
+  Serve(options);
+  tcp::socket socket(io_);
+  socket.connect(Endpoint());
+  bhttp::write(socket, Request(bhttp::verb::get, "/big"));  // 256 MB answer, never read
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(ThreadsFreedWithin(5)) << "the writer stays blocked on a full socket";
+  ASSERT_EQ(Timeouts().size(), 1u);
+  EXPECT_NE(Timeouts()[0].find("not reading its answer"), std::string::npos) << Timeouts()[0];
+}
+
+TEST_F(HttpServerTest, AHeaderDrippedAByteAtATimeIsCutOffAtTheHeaderTimeout) {
+  HttpServerOptions options;
+  options.idle_timeout_ms = 300;     // each byte comes well within it ...
+  options.header_timeout_ms = 1000;  // ... but the header never ends
+  Serve(options);
+  tcp::socket socket(io_);
+  socket.connect(Endpoint());
+  const std::string drip = "GET / HTTP/1.1\r\nX-Slow: " + std::string(200, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  boost::system::error_code ec;
+  for (size_t i = 0; i < drip.size() && !ec; ++i) {
+    asio::write(socket, asio::buffer(&drip[i], 1), ec);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (server_->connections() == 0) break;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(ThreadsFreedWithin(1));
+  EXPECT_GT(seconds, 0.9);
+  EXPECT_LT(seconds, 5.0) << "the 200-byte drip (10 s) was not cut off";
+  ASSERT_EQ(Timeouts().size(), 1u);
+  EXPECT_NE(Timeouts()[0].find("its request header took over 1 s"), std::string::npos)
+      << Timeouts()[0];
+}
+
+TEST_F(HttpServerTest, AKeptAliveConnectionIdleBetweenRequestsIsClosedQuietly) {
+  HttpServerOptions options;
+  options.idle_timeout_ms = 300;
+  Serve(options);
+  tcp::socket socket(io_);
+  socket.connect(Endpoint());
+  bhttp::write(socket, Request(bhttp::verb::get, "/a"));
+  boost::beast::flat_buffer buffer;
+  bhttp::response<bhttp::string_body> response;
+  bhttp::read(socket, buffer, response);
+  EXPECT_TRUE(response.keep_alive());
+  EXPECT_TRUE(ThreadsFreedWithin(5));
+  EXPECT_TRUE(Timeouts().empty()) << "routine, not a fault: " << Timeouts()[0];
 }
 
 TEST_F(HttpServerTest, StopEndsOpenConnections) {

@@ -2,7 +2,7 @@
 // killed with SIGKILL mid-batch, the scheduler killed with SIGKILL mid-run and
 // restarted on the same database and port, a checkpoint corrupted under a
 // worker after it was advertised, and the faults of a cluster of spare boxes
-// (issue 39): a link that goes silent, a box short of memory (a memory
+// (issue 39): a link that goes silent, a stalled HTTP client, a box short of memory (a memory
 // cgroup smaller than the worker's budget; root only) and a disk that fails
 // under a pass. Passes are slowed with --min-pass-seconds so each fault
 // lands mid-batch.
@@ -21,6 +21,9 @@
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 
 #include "common/metrics_test_util.h"
 #include "scheduler/test_util.h"
@@ -593,6 +596,69 @@ class MemoryCgroup {
   std::string why_;
   bool ok_ = false;
 };
+
+// Issue 39, a stalled HTTP client: a Batch API upload that stops mid-body
+// holds a connection's thread only for --http-timeout-seconds, is logged
+// with the client's address and counted, stores nothing, and the API answers
+// others all along.
+TEST_F(FaultTest, AStalledBatchApiUploadIsCutOffLoggedAndCountedAndStoresNothing) {
+  ASSERT_EQ(cluster_.StartScheduler(/*lease_seconds=*/5, "127.0.0.1:0",
+                                    {"--http-listen", "127.0.0.1:0", "--http-timeout-seconds", "1",
+                                     "--metrics-port", "0"}),
+            "");
+  const int metrics_port =
+      testutil::WaitForLogPort(*cluster_.scheduler(), "metrics listening on ", 10);
+  ASSERT_GT(metrics_port, 0);
+  const std::string& http = cluster_.http_address();
+  const int http_port = std::stoi(http.substr(http.rfind(':') + 1));
+  auto get = [&](const std::string& target) {
+    try {
+      return metrics::testing::HttpGet(http_port, target);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "GET " << target << ": " << e.what();
+      return metrics::testing::HttpResponse();
+    }
+  };
+
+  // A multipart upload announcing 4 MB that sends its first part and stops.
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::socket socket(io);
+  socket.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(http_port)});
+  const std::string part =
+      "--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+      "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
+      "Content-Type: application/jsonl\r\n\r\n" +
+      CompletionLine("a", kLlama, "Once", 2).dump() + "\n" + std::string(64 << 10, ' ');
+  const std::string head =
+      "POST /v1/files HTTP/1.1\r\nHost: " + http +
+      "\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 4000000\r\n\r\n";
+  asio::write(socket, asio::buffer(head + part));
+  const auto start = std::chrono::steady_clock::now();
+  // Others are answered while it stalls.
+  EXPECT_EQ(get("/v1/models").result_int(), 200);
+  char byte;
+  boost::system::error_code ec;
+  while (!ec) socket.read_some(asio::buffer(&byte, 1), ec);  // until the scheduler closes it
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10) << "a 1 s timeout";
+
+  const std::string counter = "\nnightshift_http_client_timeouts_total ";
+  auto timeouts = [&] {
+    const std::string text = Scrape(metrics_port);
+    const size_t at = text.find(counter);
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + counter.size()));
+  };
+  EXPECT_TRUE(WaitUntil([&] { return timeouts() == 1; }, 10)) << Scrape(metrics_port);
+  const std::string log = cluster_.scheduler()->Log();
+  EXPECT_NE(log.find("http: closed the connection from 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("no byte went either way for 1 s"), std::string::npos) << log;
+  // Nothing of the upload was kept, and the API runs on without a restart.
+  const json files = json::parse(get("/v1/files").body(), nullptr, false);
+  EXPECT_EQ(files.value("data", json::array()).size(), 0u) << files;
+  EXPECT_EQ(get("/v1/models").result_int(), 200);
+}
 
 // Issue 39, a box short of memory: a worker inside a memory cgroup of 1 GiB,
 // configured with --memory-budget 8G. It reads the cgroup's limit at start
