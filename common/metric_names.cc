@@ -135,6 +135,28 @@ std::vector<MetricDef> MakeCatalogue() {
        mw,
        {},
        W},
+      {kExpertsRoutedTotal,
+       C,
+       "Mixtures of experts: experts the passes' rows routed to, counted once per sparse layer "
+       "and pass (a pass's union over its rows).",
+       mw,
+       {},
+       W},
+      {kExpertsReadTotal,
+       C,
+       "Mixtures of experts: experts whose bytes the passes read from the checkpoint (routed ones "
+       "not kept in memory, or a whole slice read ahead of the routing), per sparse layer and "
+       "pass.",
+       mw,
+       {},
+       W},
+      {kExpertsPinned,
+       G,
+       "Mixtures of experts: experts kept in memory across passes (pinned under the memory "
+       "budget, or every one when resident), over all sparse layers, at the last pass.",
+       mw,
+       {},
+       W},
       {kJobs, G, "Jobs by state.", {"model", "state"}, {}, S},
       {kJobsSubmittedTotal, C, "Jobs accepted by SubmitJobs.", {"model"}, {}, S},
       {kJobsFinishedTotal,
@@ -192,6 +214,14 @@ std::vector<MetricDef> MakeCatalogue() {
        C,
        "Writes the scheduler refused because its disk was full (SQLite's SQLITE_FULL, ENOSPC on "
        "an upload or a tokenizer file); each refused its request whole and was logged.",
+       {},
+       {},
+       S},
+      {kHttpClientTimeoutsTotal,
+       C,
+       "Batch API connections closed because the client stalled: no byte either way for "
+       "--http-timeout-seconds (an upload stopped mid-body, an answer not read) or a request "
+       "header slower than that; each was logged with the client's address.",
        {},
        {},
        S},

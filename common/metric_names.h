@@ -69,6 +69,9 @@ inline constexpr std::string_view kProjectionFlopsTotal = "nightshift_projection
 inline constexpr std::string_view kCheckpointReadErrorsTotal =
     "nightshift_checkpoint_read_errors_total";
 inline constexpr std::string_view kModelUnhealthy = "nightshift_model_unhealthy";
+inline constexpr std::string_view kExpertsRoutedTotal = "nightshift_experts_routed_total";
+inline constexpr std::string_view kExpertsReadTotal = "nightshift_experts_read_total";
+inline constexpr std::string_view kExpertsPinned = "nightshift_experts_pinned";
 // Scheduler: the queue, leases, results and ETAs.
 inline constexpr std::string_view kJobs = "nightshift_jobs";
 inline constexpr std::string_view kJobsSubmittedTotal = "nightshift_jobs_submitted_total";
@@ -82,6 +85,8 @@ inline constexpr std::string_view kWorkersAttached = "nightshift_workers_attache
 inline constexpr std::string_view kSubmissionEtaSeconds = "nightshift_submission_eta_seconds";
 inline constexpr std::string_view kSubmitDurationSeconds = "nightshift_submit_duration_seconds";
 inline constexpr std::string_view kSchedulerDiskFullTotal = "nightshift_scheduler_disk_full_total";
+inline constexpr std::string_view kHttpClientTimeoutsTotal =
+    "nightshift_http_client_timeouts_total";
 inline constexpr std::string_view kEtaRelativeErrorRatio = "nightshift_eta_relative_error_ratio";
 }  // namespace names
 

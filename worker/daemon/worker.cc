@@ -374,7 +374,7 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
        << " sequences, " << p.tokens << " tokens, mode " << p.mode;
   if (s.experts_total > 0) {
     line << ", experts read " << s.experts_read << " of " << s.experts_total << " ("
-         << s.experts_routed << " routed)";
+         << s.experts_routed << " routed, " << s.experts_pinned << " pinned)";
   }
   if (s.pinned_bytes + s.host_pinned_bytes > 0) {
     line << " (" << s.pinned_bytes + s.host_pinned_bytes << " bytes pinned)";

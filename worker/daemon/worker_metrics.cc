@@ -40,6 +40,9 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry, std
       pinned_bytes_(*registry_, names::kPinnedBytes),
       read_errors_(*registry_, names::kCheckpointReadErrorsTotal),
       model_unhealthy_(*registry_, names::kModelUnhealthy),
+      experts_routed_(*registry_, names::kExpertsRoutedTotal),
+      experts_read_(*registry_, names::kExpertsReadTotal),
+      experts_pinned_(*registry_, names::kExpertsPinned),
       read_bandwidth_(WorkerGauge(*registry_, names::kReadBandwidthBytesPerSecond, worker_id_)),
       kv_budget_(WorkerGauge(*registry_, names::kKvBudgetBytes, worker_id_)),
       kv_in_use_(WorkerGauge(*registry_, names::kKvInUseBytes, worker_id_)) {}
@@ -80,6 +83,11 @@ void WorkerMetrics::OnPass(const std::string& model, const engine::PassStats& st
   passes_by_compute_.With(mwc).Increment();
   projection_flops_.With(mw).Increment(stats.projection_flops);
   pinned_bytes_.With(mw).Set(static_cast<double>(stats.pinned_bytes + stats.host_pinned_bytes));
+  if (stats.experts_total > 0) {  // a mixture of experts
+    experts_routed_.With(mw).Increment(static_cast<double>(stats.experts_routed));
+    experts_read_.With(mw).Increment(static_cast<double>(stats.experts_read));
+    experts_pinned_.With(mw).Set(static_cast<double>(stats.experts_pinned));
+  }
   SetKvInUse(kv_in_use);
 }
 

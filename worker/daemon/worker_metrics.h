@@ -44,8 +44,9 @@ class WorkerMetrics {
   void SetKvInUse(uint64_t bytes);
   // One pass of `model`: duration, load/compute/io-wait seconds, bytes read,
   // throughput, sequences and tokens, the prompt and generated tokens it
-  // accounted, what its projections computed in and their FLOPs, and the KV
-  // cache in use after it.
+  // accounted, what its projections computed in and their FLOPs, the KV
+  // cache in use after it and, for a mixture of experts, the experts it
+  // routed to, read and kept pinned.
   void OnPass(const std::string& model, const engine::PassStats& stats, int64_t prompt_tokens,
               int64_t generated_tokens, uint64_t kv_in_use);
 
@@ -74,6 +75,9 @@ class WorkerMetrics {
   metrics::CatalogueFamily<prometheus::Gauge> pinned_bytes_;
   metrics::CatalogueFamily<prometheus::Counter> read_errors_;
   metrics::CatalogueFamily<prometheus::Gauge> model_unhealthy_;
+  metrics::CatalogueFamily<prometheus::Counter> experts_routed_;
+  metrics::CatalogueFamily<prometheus::Counter> experts_read_;
+  metrics::CatalogueFamily<prometheus::Gauge> experts_pinned_;
   prometheus::Gauge& read_bandwidth_;
   prometheus::Gauge& kv_budget_;
   prometheus::Gauge& kv_in_use_;

@@ -25,6 +25,9 @@ TEST(WorkerMetricsTest, ExportsEveryWorkerFamilyOfTheCatalogueAndNothingElse) {
   const std::string before = Scrape(*registry);
   EXPECT_TRUE(Has(before, "nightshift_kv_in_use_bytes{worker=\"w1\"} 0")) << before;
   m.OnPass("llama", engine::PassStats{}, 1, 1, 0);
+  engine::PassStats moe;
+  moe.experts_total = 64;
+  m.OnPass("mixtral", moe, 1, 1, 0);
   m.OnCheckpointReadError("llama");
   m.SetModelUnhealthy("llama", true);
   std::set<std::string> exported;
@@ -82,6 +85,27 @@ TEST(WorkerMetricsTest, FillsTheFamiliesFromPassesAndBudgets) {
                   "worker=\"w1\"} 2"))
       << text;
   EXPECT_TRUE(Has(text, "nightshift_projection_flops_total" + mw + " 2000000000"));
+  EXPECT_EQ(text.find("nightshift_experts_"), std::string::npos) << "a dense model has none";
+}
+
+TEST(WorkerMetricsTest, AMixtureOfExpertsCountsExpertsRoutedReadAndPinned) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  WorkerMetrics m(registry, "w1");
+  engine::PassStats stats;
+  stats.experts_total = 3 * 64;
+  stats.experts_routed = 24;
+  stats.experts_read = 10;
+  stats.experts_pinned = 32;
+  m.OnPass("qwen3-moe", stats, 1, 1, 0);
+  stats.experts_routed = 30;
+  stats.experts_read = 5;
+  stats.experts_pinned = 48;  // more pinned as the measured routing settles
+  m.OnPass("qwen3-moe", stats, 0, 1, 0);
+  const std::string text = Scrape(*registry);
+  const std::string mw = "{model=\"qwen3-moe\",worker=\"w1\"}";
+  EXPECT_TRUE(Has(text, "nightshift_experts_routed_total" + mw + " 54")) << text;
+  EXPECT_TRUE(Has(text, "nightshift_experts_read_total" + mw + " 15")) << text;
+  EXPECT_TRUE(Has(text, "nightshift_experts_pinned" + mw + " 48")) << text;
 }
 
 }  // namespace

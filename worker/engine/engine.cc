@@ -1154,8 +1154,10 @@ Status Engine::Impl::RunSparseLayer(int64_t layer, const LoadedGroup& dense, boo
     const auto first = mlp.routed().begin() + slice.first;
     units[s].assign(first, first + (slice.end - slice.first));
     const bool any = std::find(units[s].begin(), units[s].end(), true) != units[s].end();
-    const bool kept =
-        stager && (options.residency == Residency::kResident || (!pinned.empty() && pinned[group]));
+    const bool in_memory =
+        options.residency == Residency::kResident || (!pinned.empty() && pinned[group]);
+    if (in_memory) stats->experts_pinned += slice.end - slice.first;
+    const bool kept = stager && in_memory;
     if (any && kept) units[s].assign(units[s].size(), true);
     if (!any) units[s].clear();
     if (!read_ahead) loader->Decide(group, units[s]);

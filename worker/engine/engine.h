@@ -200,6 +200,9 @@ struct PassStats {
   int64_t experts_total = 0;
   int64_t experts_routed = 0;
   int64_t experts_read = 0;
+  // Of experts_total, those in slices kept in memory across passes (pinned
+  // under a memory budget, or every one when resident): never read again.
+  int64_t experts_pinned = 0;
   // Per decoder layer, the experts its rows routed to, ascending (empty for
   // a dense layer).
   std::vector<std::vector<int64_t>> routed_experts;

@@ -606,6 +606,11 @@ TEST_F(MoeReadsTest, ABudgetPinsTheDensePartsFirstAndTheRoutingIsCounted) {
               b.embedding_row + static_cast<uint64_t>(passes[p].experts_read) * b.expert)
         << "pass " << p << ": no dense bytes";
   }
+  for (const PassStats& pass : passes) {  // the experts of the pinned slices
+    EXPECT_EQ(pass.experts_pinned % 4, 0) << "whole slices of 4";
+    EXPECT_LE(pass.experts_pinned, 5 * 4);
+    EXPECT_GE(pass.pinned_bytes, b.dense + static_cast<uint64_t>(pass.experts_pinned) * b.expert);
+  }
   const std::string path = ExpertUsagePath(options.compute_state_dir, ckpt_->dir);
   auto routed_rows = [&](int64_t layer) {
     std::optional<ExpertUsage> usage = ReadExpertUsage(path, 3, 64);
@@ -617,7 +622,8 @@ TEST_F(MoeReadsTest, ABudgetPinsTheDensePartsFirstAndTheRoutingIsCounted) {
     return rows;
   };
   for (int64_t layer = 0; layer < 3; ++layer) EXPECT_EQ(routed_rows(layer), 7u * 8);  // 4 + 3 rows
-  Run(options, 4, 4, &results);
+  passes = Run(options, 4, 4, &results);
+  EXPECT_GT(passes.back().experts_pinned, 0) << "the slices the counted routing used";
   for (int64_t layer = 0; layer < 3; ++layer) EXPECT_EQ(routed_rows(layer), 2u * 7 * 8);
 }
 

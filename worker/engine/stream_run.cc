@@ -10,7 +10,7 @@
 //                "compute_seconds", "sequences", "tokens", "kv_bytes", "pinned_bytes",
 //                "host_pinned_bytes", "compute_dtype", "projection_kernels",
 //                "projection_flops", "experts_total", "experts_routed",
-//                "experts_read"}...],
+//                "experts_read", "experts_pinned"}...],
 //    "micro_batch_rows", "pinned_bytes", "host_pinned_bytes", "rss_after_open_bytes",
 //    "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds",
 //    "compute": {"requested", "dtype", "plan", "cached", "rows": [...],
@@ -82,7 +82,8 @@ nlohmann::json PassJson(const PassStats& p) {
           {"projection_flops", p.projection_flops},
           {"experts_total", p.experts_total},
           {"experts_routed", p.experts_routed},
-          {"experts_read", p.experts_read}};
+          {"experts_read", p.experts_read},
+          {"experts_pinned", p.experts_pinned}};
 }
 
 // The compute choice and, when measured, every kernel's rate per row bucket.
