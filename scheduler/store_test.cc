@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "scheduler/disk_full.h"
@@ -363,6 +364,67 @@ TEST_F(StoreTest, QueueIsPriorityThenOldestSubmission) {
   EXPECT_EQ(store_->QueuedJobs("m", 1)->size(), 1u);
 }
 
+// A submission's counts by state straight from its job rows.
+std::map<JobState, int64_t> CountedByState(const std::string& path, int64_t submission_id) {
+  sqlite3* db = nullptr;
+  sqlite3_open(path.c_str(), &db);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(db, "SELECT state, COUNT(*) FROM jobs WHERE submission_id = ? GROUP BY state",
+                     -1, &stmt, nullptr);
+  sqlite3_bind_int64(stmt, 1, submission_id);
+  std::map<JobState, int64_t> counts;
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    auto state = ParseJobState(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+    if (state.ok()) counts[*state] = sqlite3_column_int64(stmt, 1);
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return counts;
+}
+
+std::map<JobState, int64_t> NonZero(StateCounts counts) {
+  std::map<JobState, int64_t> out;
+  for (JobState state : {JobState::kQueued, JobState::kLeased, JobState::kRunning,
+                         JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
+    if (counts.at(state) != 0) out[state] = counts.at(state);
+  }
+  return out;
+}
+
+TEST_F(StoreTest, ASubmissionsCountsFollowEveryStateChangeOfItsJobs) {
+  auto s = SubmitTokens({TokenJob("a", "m"), TokenJob("b", "m"), TokenJob("c", "m"),
+                         TokenJob("d", "m"), TokenJob("e", "m")},
+                        /*max_attempts=*/1);
+  auto other = SubmitTokens({TokenJob("x", "m")});
+  auto expect_counts = [&](std::map<JobState, int64_t> want) {
+    auto submission = store_->GetSubmission(s.submission_id);
+    ASSERT_TRUE(submission.ok()) << submission.status().ToString();
+    EXPECT_EQ(NonZero(submission->counts), want);
+    EXPECT_EQ(NonZero(submission->counts), CountedByState(dir_.file("state.db"), s.submission_id));
+  };
+  expect_counts({{JobState::kQueued, 5}});
+
+  Lease lease = Lease1("w1", {s.job_ids[0], s.job_ids[1], s.job_ids[2], s.job_ids[3]});
+  expect_counts({{JobState::kQueued, 1}, {JobState::kLeased, 4}});
+  PassProgress pass;
+  pass.batch_id = lease.batch_id;
+  ASSERT_TRUE(store_->RecordProgress("w1", pass).ok());
+  expect_counts({{JobState::kQueued, 1}, {JobState::kRunning, 4}});
+  ASSERT_TRUE(store_->InsertResult(Result(lease, s.job_ids[0])).ok());
+  ASSERT_TRUE(store_->InsertResult(Result(lease, s.job_ids[1], /*ok=*/false)).ok());
+  ASSERT_TRUE(store_->HandBack("w1", lease.batch_id, {s.job_ids[2]}).ok());
+  ASSERT_TRUE(store_->CancelJob(s.job_ids[4]).ok());
+  expect_counts({{JobState::kQueued, 1},
+                 {JobState::kRunning, 1},
+                 {JobState::kSucceeded, 1},
+                 {JobState::kFailed, 1},
+                 {JobState::kCancelled, 1}});
+  // The other submission's counts are its own.
+  auto x = store_->GetSubmission(other.submission_id);
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(NonZero(x->counts), (std::map<JobState, int64_t>{{JobState::kQueued, 1}}));
+}
+
 TEST_F(StoreTest, LeaseTopUpProgressAndResult) {
   auto s = SubmitTokens({TokenJob("a", "m"), TokenJob("b", "m"), TokenJob("c", "m")});
   Lease lease = Lease1("w1", {s.job_ids[0], s.job_ids[1]});
@@ -420,6 +482,14 @@ TEST_F(StoreTest, LeaseTopUpProgressAndResult) {
   ASSERT_TRUE(store_->InsertResult(Result(lease, s.job_ids[2])).ok());
   EXPECT_TRUE(store_->ActiveBatches()->empty());  // the batch finished with its last job
   EXPECT_TRUE(store_->GetSubmission(s.submission_id)->done());
+  // The report of the pass that finished it comes after its results: kept,
+  // starting nothing; another worker's report for it is still refused.
+  pass.pass_index = 1;
+  auto last = store_->RecordProgress("w1", pass);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_TRUE(last->empty());
+  EXPECT_EQ(store_->RecentProgress(lease.batch_id, 10)->size(), 2u);
+  EXPECT_EQ(store_->RecordProgress("w2", pass).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(StoreTest, ResultsAreInsertedOnceAndDuplicatesAreCounted) {
