@@ -108,4 +108,23 @@ std::optional<double> ModelEta(const Fleet& fleet, Store& store, const std::stri
   return worst;
 }
 
+std::optional<double> ForecastCache::Get(const std::string& key,
+                                         const std::function<std::optional<double>()>& compute,
+                                         Clock::time_point now) {
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    const Entry& e = it->second;
+    if (now - e.at < kReuseFactor * e.cost) {
+      if (!e.eta) return std::nullopt;
+      return std::max(0.0, *e.eta - std::chrono::duration<double>(now - e.at).count());
+    }
+    entries_.erase(it);
+  }
+  const Clock::time_point start = Clock::now();
+  std::optional<double> eta = compute();
+  const Clock::duration cost = Clock::now() - start;
+  if (cost >= kMinCost) entries_[key] = {now, cost, eta};
+  return eta;
+}
+
 }  // namespace nightshift::scheduler

@@ -6,7 +6,9 @@
 // mutex (the fleet's guard). The store serialises its own reads.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -44,5 +46,36 @@ std::optional<double> SubmissionEta(const Fleet& fleet, Store& store, const Subm
 // when its queue is unreadable or longer than `eta_window`.
 std::optional<double> ModelEta(const Fleet& fleet, Store& store, const std::string& model,
                                const EtaContext& context);
+
+// Reuses costly forecasts. A forecast plays a model's queue out, up to
+// `eta_window` jobs: about a tenth of a second at 100,000 queued jobs, under
+// the scheduler's lock. Recomputed at every status poll (a client polling
+// every 100 ms), it held the lock most of the time and starved the workers'
+// reports. A forecast that cost at least kMinCost is reused, counted down by
+// the time since, until kReuseFactor times its cost has passed; so a polled
+// forecast takes at most 1/kReuseFactor of the scheduler's time. Cheaper ones
+// are always recomputed.
+class ForecastCache {
+ public:
+  static constexpr std::chrono::milliseconds kMinCost{5};
+  static constexpr int kReuseFactor = 20;
+  using Clock = std::chrono::steady_clock;
+
+  // The forecast for `key` ("submission 7", "model m"): `compute`'s, or a
+  // costly one computed less than kReuseFactor times its cost ago, minus the
+  // seconds since. `now` is for tests.
+  std::optional<double> Get(const std::string& key,
+                            const std::function<std::optional<double>()>& compute,
+                            Clock::time_point now = Clock::now());
+  void Forget(const std::string& key) { entries_.erase(key); }
+
+ private:
+  struct Entry {
+    Clock::time_point at;
+    Clock::duration cost;
+    std::optional<double> eta;
+  };
+  std::map<std::string, Entry> entries_;
+};
 
 }  // namespace nightshift::scheduler
