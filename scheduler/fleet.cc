@@ -82,7 +82,11 @@ std::map<int64_t, Fleet::Cancelled> Fleet::Forget(const std::vector<JobChange>& 
       continue;
     }
     LiveWorker* worker = FindWorker(it->second->worker_id);
-    if (worker != nullptr && worker->batch_id == it->first) worker->batch_id = 0;
+    if (worker != nullptr) {
+      if (worker->batch_id == it->first) worker->batch_id = 0;
+      worker->ended_batch_id = it->first;
+      worker->ended_batch_model = it->second->model;
+    }
     it = batches_.erase(it);
   }
   return cancelled;

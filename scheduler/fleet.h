@@ -114,6 +114,11 @@ struct LiveWorker {
   bool draining = false;
   int64_t batch_id = 0;                         // its active batch; 0 = idle
   std::map<std::string, PassTimes> pass_times;  // by model: its measured passes
+  int64_t leases_extended_at_ms = 0;            // when its leases were last extended
+  // Its batch that ended last (all jobs ended), whose last pass report comes
+  // after the results of that pass.
+  int64_t ended_batch_id = 0;
+  std::string ended_batch_model;
 };
 
 class Fleet {

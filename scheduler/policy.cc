@@ -33,18 +33,25 @@ int64_t PassTokenBudget(const WorkerSlot& worker, const std::string& model) {
   return offer != nullptr && offer->pass_token_budget > 0 ? offer->pass_token_budget : kNoLimit;
 }
 
+int64_t JobLimit(const WorkerSlot& w) {
+  return w.info.max_batch_jobs > 0 ? w.info.max_batch_jobs : kNoLimit;
+}
+
+// Jobs the worker's active batch may still take.
+int64_t JobsLeft(const WorkerSlot& w) {
+  return JobLimit(w) == kNoLimit ? kNoLimit : JobLimit(w) - w.batch_jobs;
+}
+
 std::vector<Budget> OpenBudgets(const std::vector<WorkerSlot>& workers) {
   std::vector<Budget> budgets;
   for (const WorkerSlot& w : workers) {
-    if (!w.info.connected) continue;
-    const int64_t job_limit = w.info.max_batch_jobs > 0 ? w.info.max_batch_jobs : kNoLimit;
+    if (!TakesJobs(w)) continue;
     if (w.batch_id == 0) {
-      budgets.push_back({&w, w.info.kv_budget_bytes, job_limit, kNoLimit, true, "", -1});
-    } else if (w.wants_top_up && (w.free_kv_bytes > 0 || w.free_pass_tokens > 0)) {
-      const int64_t jobs_left = job_limit == kNoLimit ? kNoLimit : job_limit - w.batch_jobs;
+      budgets.push_back({&w, w.info.kv_budget_bytes, JobLimit(w), kNoLimit, true, "", -1});
+    } else {
       const int64_t tokens_left =
           PassTokenBudget(w, w.batch_model) == kNoLimit ? kNoLimit : w.free_pass_tokens;
-      budgets.push_back({&w, w.free_kv_bytes, jobs_left, tokens_left, false, w.batch_model, -1});
+      budgets.push_back({&w, w.free_kv_bytes, JobsLeft(w), tokens_left, false, w.batch_model, -1});
     }
   }
   return budgets;
@@ -105,6 +112,12 @@ Budget* Place(const QueuedJob& job, std::vector<Budget>& budgets) {
 }
 
 }  // namespace
+
+bool TakesJobs(const WorkerSlot& w) {
+  if (!w.info.connected) return false;
+  if (w.batch_id == 0) return true;
+  return w.wants_top_up && (w.free_kv_bytes > 0 || w.free_pass_tokens > 0) && JobsLeft(w) > 0;
+}
 
 int64_t KvBytes(const QueuedJob& job, const ModelOffer& model) {
   return job.reserved_kv_tokens() * model.kv_bytes_per_token;

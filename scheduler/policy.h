@@ -72,6 +72,11 @@ struct Plan {
 
 Plan Schedule(const Snapshot& snapshot);
 
+// Whether `worker` could take a job now: connected, and idle, or asking for a
+// top-up with room left (KV or pass tokens, under its job limit). The
+// scheduler reads no queue when no worker could.
+bool TakesJobs(const WorkerSlot& worker);
+
 // KV bytes `job` takes on a worker offering `model`.
 int64_t KvBytes(const QueuedJob& job, const ModelOffer& model);
 

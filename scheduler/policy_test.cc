@@ -244,5 +244,28 @@ TEST(ScheduleTest, KvBytesOfAssignmentsNeverExceedTheBudget) {
             w.info.kv_budget_bytes);
 }
 
+TEST(TakesJobsTest, IdleOrAskingForATopUpWithRoomUnderItsJobLimit) {
+  WorkerSlot w;
+  w.info.connected = true;
+  w.info.max_batch_jobs = 4;
+  EXPECT_TRUE(TakesJobs(w));  // idle
+  w.batch_id = 7;
+  w.batch_jobs = 3;
+  w.free_kv_bytes = 100;
+  EXPECT_FALSE(TakesJobs(w));  // busy, no top-up asked for
+  w.wants_top_up = true;
+  EXPECT_TRUE(TakesJobs(w));
+  w.batch_jobs = 4;
+  EXPECT_FALSE(TakesJobs(w));  // at its job limit
+  w.info.max_batch_jobs = 0;
+  EXPECT_TRUE(TakesJobs(w));  // no limit
+  w.free_kv_bytes = 0;
+  EXPECT_FALSE(TakesJobs(w));  // no room
+  w.free_pass_tokens = 10;
+  EXPECT_TRUE(TakesJobs(w));  // room for one-pass jobs
+  w.info.connected = false;
+  EXPECT_FALSE(TakesJobs(w));
+}
+
 }  // namespace
 }  // namespace nightshift::scheduler

@@ -452,8 +452,20 @@ Status Scheduler::UploadTokenizer(const std::string& worker_id, int64_t session,
 Status Scheduler::Heartbeat(const std::string& worker_id, int64_t session) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
-  fleet_.Worker(worker_id).info.last_seen_at_ms = clock_->NowMs();
-  return store_->ExtendLeases(worker_id, options_.lease_ms);
+  return HeardFrom(worker_id);
+}
+
+Status Scheduler::HeardFrom(const std::string& worker_id) {
+  LiveWorker& worker = fleet_.Worker(worker_id);
+  const int64_t now = clock_->NowMs();
+  worker.info.last_seen_at_ms = now;
+  // A worker in millisecond passes reports a thousand times a second; a
+  // commit each time would be most of the scheduler's work. Extended at most
+  // every tenth of a lease, a lease never has under 90% of its length left.
+  if (now - worker.leases_extended_at_ms < options_.lease_ms / 10) return Status::Ok();
+  NS_RETURN_IF_ERROR(store_->ExtendLeases(worker_id, options_.lease_ms));
+  worker.leases_extended_at_ms = now;
+  return Status::Ok();
 }
 
 Status Scheduler::Progress(const std::string& worker_id, int64_t session,
@@ -461,12 +473,15 @@ Status Scheduler::Progress(const std::string& worker_id, int64_t session,
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
   NS_ASSIGN_OR_RETURN(std::vector<JobChange> started, store_->RecordProgress(worker_id, progress));
-  NS_RETURN_IF_ERROR(store_->ExtendLeases(worker_id, options_.lease_ms));
+  NS_RETURN_IF_ERROR(HeardFrom(worker_id));
   LiveWorker& worker = fleet_.Worker(worker_id);
-  worker.info.last_seen_at_ms = clock_->NowMs();
   LiveBatch* found = fleet_.FindBatch(progress.batch_id);
-  if (found == nullptr)
-    return Internal("batch " + std::to_string(progress.batch_id) + " has no runtime state");
+  if (found == nullptr) {
+    // The pass that ended the batch: its results came first.
+    if (worker.ended_batch_id == progress.batch_id)
+      worker.pass_times[worker.ended_batch_model].Add(progress.seconds, progress.tokens);
+    return Status::Ok();
+  }
   LiveBatch& batch = *found;
   // Top-ups leased since the last report reached the worker during this pass
   // and join at its next boundary: the room it reports does not count them yet.
@@ -609,8 +624,7 @@ void Scheduler::ScheduleLocked(bool all_models) {
   snapshot.workers = fleet_.Slots();
   std::set<std::string> models;
   for (const WorkerSlot& slot : snapshot.workers) {
-    const bool open = slot.info.connected && (slot.batch_id == 0 || slot.wants_top_up);
-    if (!open && !all_models) continue;
+    if (!TakesJobs(slot) && !all_models) continue;
     for (const ModelOffer& m : slot.info.models) {
       if (slot.batch_id == 0 || all_models || m.name == slot.batch_model) models.insert(m.name);
     }
@@ -713,8 +727,15 @@ EtaContext Scheduler::EtaContextLocked() {
 }
 
 std::optional<double> Scheduler::EtaLocked(const SubmissionStatus& status) {
-  return SubmissionEta(fleet_, *store_, status.submission, status.waiting_for_tokenizer,
-                       EtaContextLocked());
+  const std::string key = "submission " + std::to_string(status.submission.id);
+  if (status.submission.done()) {
+    forecasts_.Forget(key);
+    return 0.0;
+  }
+  return forecasts_.Get(key, [&] {
+    return SubmissionEta(fleet_, *store_, status.submission, status.waiting_for_tokenizer,
+                         EtaContextLocked());
+  });
 }
 
 LiveGauges Scheduler::Gauges() {
@@ -727,7 +748,9 @@ LiveGauges Scheduler::Gauges() {
   }
   for (const auto& [id, batch] : fleet_.batches()) models.insert(batch->model);
   for (const std::string& model : models) {
-    if (auto eta = ModelEta(fleet_, *store_, model, EtaContextLocked())) {
+    auto eta = forecasts_.Get("model " + model,
+                              [&] { return ModelEta(fleet_, *store_, model, EtaContextLocked()); });
+    if (eta) {
       gauges.eta_seconds[model] = *eta;
     }
   }

@@ -234,6 +234,8 @@ class Scheduler {
   Encoded CheckAndEncode(std::vector<JobSpec>& jobs,
                          const std::vector<std::string>& decode_problems);
   Status CheckSession(const std::string& worker_id, int64_t session);
+  // Notes that `worker_id` was heard from and extends its leases.
+  Status HeardFrom(const std::string& worker_id);
   // The encoder of `model`'s tokenizer, from the first worker serving it
   // (connected ones first) whose tokenizer was uploaded; NotFound (with the
   // waiting reason) when there is none yet.
@@ -263,6 +265,7 @@ class Scheduler {
   Fleet fleet_;
   Watchers watchers_;
   EtaTracker eta_tracker_;
+  ForecastCache forecasts_;
 };
 
 }  // namespace nightshift::scheduler

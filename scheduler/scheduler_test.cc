@@ -549,6 +549,28 @@ TEST_F(SchedulerTest, ATopUpAtAPassBoundaryJoinsTheRunningBatch) {
   EXPECT_EQ(assigns[1].jobs[0].id, reply.job_ids[2]);
 }
 
+TEST_F(SchedulerTest, TheReportOfTheLastPassAfterItsResultsIsKeptForTheEta) {
+  FakeLink link;
+  WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});
+  info.models[0].seconds_per_pass = 2.0;
+  const int64_t session = Attach(info, &link);
+  auto reply = Submit({TokenJob("a", "m", 4, 1)});
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  // The worker sends a pass's results before its report: the batch has
+  // ended when the report of its last pass arrives.
+  ASSERT_TRUE(scheduler_->Result("w1", session, Done(batch, reply.job_ids[0])).ok());
+  Status report = scheduler_->Progress("w1", session, Pass(batch, 0, 4.0));
+  EXPECT_TRUE(report.ok()) << report.ToString();
+  // Its 4 s pass, not the advertised 2 s, prices the next batch.
+  auto next = Submit({TokenJob("b", "m", 4, 5)});
+  auto status = scheduler_->GetSubmission(next.submission_id);
+  ASSERT_TRUE(status.ok());
+  ASSERT_TRUE(status->eta_seconds.has_value());
+  EXPECT_DOUBLE_EQ(*status->eta_seconds, 5 * 4.0);
+  // A report for a batch the worker never had is still refused.
+  EXPECT_FALSE(scheduler_->Progress("w1", session, Pass(batch + 100, 0, 1.0)).ok());
+}
+
 TEST_F(SchedulerTest, EtaUsesTheAdvertisedSpeedThenTheMeasuredOne) {
   FakeLink link;
   WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});

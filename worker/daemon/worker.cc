@@ -363,6 +363,9 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   p.experts_read = s.experts_read;
   // Scoring jobs need only rows of the pass; generation also needs KV.
   p.want_top_up = want_top_up && (p.free_kv_bytes > 0 || p.free_pass_tokens > 0);
+  // The results first: the scheduler then counts the room they free when it
+  // tops the batch up at this report, instead of a pass later.
+  if (!pass.finished.empty()) link_->SendResults(pass.finished);
   link_->SendPass(p);
   if (metrics_ != nullptr) {
     metrics_->OnPass(batch_model_, s, pass.prompt_tokens, pass.generated_tokens,
@@ -381,7 +384,6 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   }
   line << ", " << pass.finished.size() << " finished";
   LogLine(line.str());
-  if (!pass.finished.empty()) link_->SendResults(pass.finished);
 }
 
 }  // namespace nightshift::worker

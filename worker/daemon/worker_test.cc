@@ -158,6 +158,9 @@ TEST_F(WorkerTest, RunsABatchReportingEveryPassAndEachPassesResults) {
   EXPECT_EQ(link_.passes[0].free_kv_bytes, (1 << 20) - 2 * (3 + 3) * 8);
   ASSERT_EQ(link_.results.size(), 1u);  // both finished in the last pass: one message
   EXPECT_EQ(link_.results[0].size(), 2u);
+  // A pass's results go before its report, so the room they free counts at
+  // the top-up the report asks for.
+  EXPECT_EQ(link_.order, (std::vector<std::string>{"pass", "pass", "results", "pass"}));
   EXPECT_TRUE(link_.Outcomes()[1].ok);
   EXPECT_EQ(link_.Outcomes()[1].output.token_ids.size(), 3u);
   EXPECT_TRUE(worker->RunningBatches().empty());
@@ -414,7 +417,7 @@ TEST_F(WorkerTest, ADrainIsAnnouncedBeforeTheLastPassesResults) {
   worker->Assign(Batch(3, "alpha", {2}, /*max_new_tokens=*/10, /*top_up=*/true));
   worker->Run(stop);
   EXPECT_EQ(link_.order,
-            (std::vector<std::string>{"pass", "hand_back", "pass", "results", "hand_back"}));
+            (std::vector<std::string>{"pass", "hand_back", "results", "pass", "hand_back"}));
   ASSERT_EQ(link_.hand_backs.size(), 2u);
   EXPECT_EQ(link_.hand_backs[0].batch_id, 3);
   EXPECT_TRUE(link_.hand_backs[0].ids.empty());
