@@ -108,22 +108,25 @@ std::optional<double> ModelEta(const Fleet& fleet, Store& store, const std::stri
   return worst;
 }
 
-std::optional<double> ForecastCache::Get(const std::string& key,
-                                         const std::function<std::optional<double>()>& compute,
-                                         Clock::time_point now) {
+std::optional<double> ForecastCache::Get(const std::string& key, int64_t now_ms,
+                                         const std::function<std::optional<double>()>& compute) {
   auto it = entries_.find(key);
   if (it != entries_.end()) {
     const Entry& e = it->second;
-    if (now - e.at < kReuseFactor * e.cost) {
+    const int64_t age_ms = now_ms - e.at_ms;
+    if (age_ms >= 0 && age_ms < e.reuse_ms) {
       if (!e.eta) return std::nullopt;
-      return std::max(0.0, *e.eta - std::chrono::duration<double>(now - e.at).count());
+      return std::max(0.0, *e.eta - age_ms / 1000.0);
     }
     entries_.erase(it);
   }
-  const Clock::time_point start = Clock::now();
+  const auto start = std::chrono::steady_clock::now();
   std::optional<double> eta = compute();
-  const Clock::duration cost = Clock::now() - start;
-  if (cost >= kMinCost) entries_[key] = {now, cost, eta};
+  const auto cost = std::chrono::steady_clock::now() - start;
+  if (cost >= kMinCost) {
+    const auto reuse = std::chrono::duration_cast<std::chrono::milliseconds>(kReuseFactor * cost);
+    entries_[key] = {now_ms, reuse.count(), eta};
+  }
   return eta;
 }
 

@@ -55,24 +55,27 @@ std::optional<double> ModelEta(const Fleet& fleet, Store& store, const std::stri
 // the time since, until kReuseFactor times its cost has passed; so a polled
 // forecast takes at most 1/kReuseFactor of the scheduler's time. Cheaper ones
 // are always recomputed.
+//
+// The cost is CPU time on the steady clock; the age is read off the
+// scheduler's clock (`now_ms`), the one the forecast itself counts in, so a
+// test whose clock runs faster than the wall sees the forecast expire as
+// often in its own time as production does in real time.
 class ForecastCache {
  public:
   static constexpr std::chrono::milliseconds kMinCost{5};
   static constexpr int kReuseFactor = 20;
-  using Clock = std::chrono::steady_clock;
 
-  // The forecast for `key` ("submission 7", "model m"): `compute`'s, or a
-  // costly one computed less than kReuseFactor times its cost ago, minus the
-  // seconds since. `now` is for tests.
-  std::optional<double> Get(const std::string& key,
-                            const std::function<std::optional<double>()>& compute,
-                            Clock::time_point now = Clock::now());
+  // The forecast for `key` ("submission 7", "model m") at `now_ms` on the
+  // scheduler's clock: `compute`'s, or a costly one computed less than
+  // kReuseFactor times its cost ago, minus the seconds since.
+  std::optional<double> Get(const std::string& key, int64_t now_ms,
+                            const std::function<std::optional<double>()>& compute);
   void Forget(const std::string& key) { entries_.erase(key); }
 
  private:
   struct Entry {
-    Clock::time_point at;
-    Clock::duration cost;
+    int64_t at_ms;
+    int64_t reuse_ms;  // kReuseFactor times the cost
     std::optional<double> eta;
   };
   std::map<std::string, Entry> entries_;

@@ -732,7 +732,7 @@ std::optional<double> Scheduler::EtaLocked(const SubmissionStatus& status) {
     forecasts_.Forget(key);
     return 0.0;
   }
-  return forecasts_.Get(key, [&] {
+  return forecasts_.Get(key, clock_->NowMs(), [&] {
     return SubmissionEta(fleet_, *store_, status.submission, status.waiting_for_tokenizer,
                          EtaContextLocked());
   });
@@ -748,7 +748,7 @@ LiveGauges Scheduler::Gauges() {
   }
   for (const auto& [id, batch] : fleet_.batches()) models.insert(batch->model);
   for (const std::string& model : models) {
-    auto eta = forecasts_.Get("model " + model,
+    auto eta = forecasts_.Get("model " + model, clock_->NowMs(),
                               [&] { return ModelEta(fleet_, *store_, model, EtaContextLocked()); });
     if (eta) {
       gauges.eta_seconds[model] = *eta;
