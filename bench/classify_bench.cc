@@ -32,7 +32,7 @@
 #include <random>
 
 #include "common/disk_bench.h"
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "planner/model_facts.h"
 #include "worker/engine/engine.h"
 #include "worker/generator/generator.h"
@@ -152,7 +152,7 @@ Status AtAMemoryBudget(const std::string& dir, uint64_t memory_budget,
 int Main(int argc, char** argv) {
   int64_t prompts = 256, prompt_tokens = 500, labels = 4, kv_budget_mb = 64, hidden = 128,
           layers = 4, memory_budget_mb = 0;
-  FlagSet flags("classify_bench [flags]", "One-pass classification vs one sequence per label.");
+  CommandLine flags("classify_bench [flags]", "One-pass classification vs one sequence per label.");
   flags.Int("prompts", &prompts, "prompts to classify (default 256)");
   flags.Int("prompt-tokens", &prompt_tokens, "tokens per prompt (default 500, +-10%)");
   flags.Int("labels", &labels, "labels per prompt, 1 to 3 tokens each (default 4)");

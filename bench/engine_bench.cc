@@ -58,7 +58,7 @@
 #include "bench/cpu_peak.h"
 #include "bench/stream_bench.h"
 #include "common/disk_bench.h"
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "planner/checkpoint_shape.h"
 #include "planner/exact.h"
 #include "planner/model_facts.h"
@@ -117,7 +117,7 @@ int Main(int argc, char** argv) {
   bool sweep_only = false, compute_only = false, buffered_reads = false;
   std::string compute_dtype = "auto", state_dir;
   int64_t prefill_tokens = 1024;
-  FlagSet flags(
+  CommandLine flags(
       "engine_bench [flags]",
       "Streaming engine vs the disk's fastest read and llama.cpp, under a memory cgroup.");
   flags.String("model-dir", &model_dir, "checkpoint to run (default: generate bench-1.7b)", "DIR");

@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "nightshift.grpc.pb.h"
 #include "proto/client.h"
 #include "tests/testing/process.h"
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
   int64_t runs = 3, hidden = 1024, layers = 12;
   bool verbose = false;
   std::string workers_list = "1,2", dir;
-  nightshift::FlagSet flags(
+  nightshift::CommandLine flags(
       "eta_bench [--runs N] [--workers 1,2] [--dir DIR] [--hidden H] [--layers L]",
       "Median absolute ETA error of `nightshift status --json`, sampled every second from 5% to "
       "90% of a run, on a real scheduler and workers streaming a generated checkpoint.");

@@ -19,7 +19,7 @@
 
 #include "bench/stream_bench.h"
 #include "common/disk_bench.h"
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/generator/generator.h"
@@ -91,7 +91,7 @@ StatusOr<Shape> Generate(const std::string& dir, int64_t layers) {
 int Main(int argc, char** argv) {
   std::string work_dir = "/tmp/nightshift-moe-bench", stream_run;
   int64_t runs = 3, layers = 4;
-  FlagSet flags("moe_bench [flags]",
+  CommandLine flags("moe_bench [flags]",
                 "A generated Qwen3-MoE (64 experts of 768, top 8, BF16) streamed at 1-256 rows: "
                 "bytes and experts read per pass beside uniform routing's prediction, and the "
                 "pass against the fastest cold read of its bytes.");

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <vector>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "nightshift.grpc.pb.h"
 #include "proto/client.h"
 #include "scheduler/scheduler.h"
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   int64_t queued = 100'000, chunk = 1000, latency_calls = 300, latency_jobs = 10;
   double dispatch_seconds = 5;
   std::string dir;
-  FlagSet flags("scheduler_bench [options]", "Scheduler throughput and SubmitJobs latency.");
+  CommandLine flags("scheduler_bench [options]", "Scheduler throughput and SubmitJobs latency.");
   flags.Int("queued", &queued, "jobs queued before the latency is measured");
   flags.Int("chunk", &chunk, "jobs per SubmitJobs call while filling the queue");
   flags.Int("latency-calls", &latency_calls, "SubmitJobs calls timed at the full queue");

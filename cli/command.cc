@@ -25,7 +25,7 @@ bool RegisterCommand(Command command) {
   return true;
 }
 
-int ParseOrExit(FlagSet& flags, int argc, char** argv) {
+int ParseOrExit(CommandLine& flags, int argc, char** argv) {
   Status st = flags.Parse(argc, argv, 1);
   if (flags.help_requested()) {
     std::cout << flags.Help();

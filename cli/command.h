@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "common/status.h"
 
 namespace nightshift::cli {
@@ -42,7 +42,7 @@ bool RegisterCommand(Command command);
 // Parses flags for `command` and handles the shared outcomes: prints help and
 // returns kExitOk when --help was given, prints the error and returns
 // kExitUsage on a parse error. Returns -1 when the command should go on.
-int ParseOrExit(FlagSet& flags, int argc, char** argv);
+int ParseOrExit(CommandLine& flags, int argc, char** argv);
 
 // Prints "nightshift NAME: message" on stderr and returns kExitFailure
 // (kExitUsage for InvalidArgument).

@@ -25,7 +25,7 @@
 #include <sstream>
 #include <thread>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "nightshift.grpc.pb.h"
 #include "proto/client.h"
 #include "proto/types.h"
@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
   Options options;
   options.id = "fake-" + std::to_string(getpid());
   if (const char* token = std::getenv("NIGHTSHIFT_WORKER_TOKEN")) options.token = token;
-  nightshift::FlagSet flags(
+  nightshift::CommandLine flags(
       "nightshift-fake-worker --scheduler ADDR --model NAME [--model NAME ...] [options]",
       "A scripted stand-in worker for tests: real WorkerService protocol, no model.");
   flags.String("scheduler", &options.scheduler, "scheduler address", "HOST:PORT");

@@ -1,10 +1,11 @@
 // nightshift-scheduler: the one process users and workers talk to.
-// Every flag can also be given as an environment variable (the flag wins).
+// Every flag can also be given in a TOML config file (--config) or as an
+// environment variable; the command line wins, then the file.
 
 #include <cstdlib>
 #include <iostream>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "common/size.h"
 #include "scheduler/server.h"
 
@@ -39,34 +40,22 @@ constexpr EnvFlag kEnv[] = {
     {"keepalive-timeout-seconds", "NIGHTSHIFT_KEEPALIVE_TIMEOUT_SECONDS"},
 };
 
-// Environment values first, as if given before the command line's flags, so
-// that a flag on the command line wins.
-std::vector<std::string> WithEnvironment(int argc, char** argv) {
-  std::vector<std::string> args;
-  for (const EnvFlag& e : kEnv) {
-    const char* value = std::getenv(e.env);
-    if (value != nullptr) args.push_back(std::string("--") + e.flag + "=" + value);
-  }
-  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-  return args;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   nightshift::scheduler::ServerConfig config;
-  std::string help_env = "Environment variables (a flag on the command line wins):";
-  for (const auto& e : kEnv) help_env += std::string("\n  ") + e.env + " for --" + e.flag;
-  nightshift::FlagSet flags(
+  nightshift::CommandLine flags(
       "nightshift-scheduler [--listen HOST:PORT] [--db PATH] [--client-token T --worker-token T] "
       "[--tls-cert PEM --tls-key PEM] [--lease-seconds S] [--heartbeat-seconds S] "
       "[--max-attempts N] [--metrics-port PORT] [--allow-unknown-models] [--http-listen HOST:PORT]",
       "The nightshift scheduler: a durable SQLite job queue served over gRPC (JobService for "
       "clients, WorkerService for workers, grpc.health.v1, server reflection) and, with "
       "--http-listen, the OpenAI Batch API over HTTP. Without tokens it listens on loopback "
-      "only.\n\nExit codes: 0 stopped by SIGINT/SIGTERM, 1 failed to "
-      "start, 2 usage error.\n\n" +
-          help_env);
+      "only.\n\nEvery flag can also come from the environment variable named beside it, "
+      "or from --config FILE (TOML: `lease-seconds = 30`); the command line wins over the "
+      "file, the file over the environment.\n\nExit codes: 0 stopped by SIGINT/SIGTERM, "
+      "1 failed to start, 2 usage error.");
+  flags.ConfigFile();
   flags.String("listen", &config.listen, "address to serve on (port 0 picks one)", "HOST:PORT");
   flags.String("db", &config.db_path, "SQLite database file (created if absent)", "PATH");
   flags.String("tokenizer-cache", &config.tokenizer_cache,
@@ -119,7 +108,8 @@ int main(int argc, char** argv) {
                "upload, an answer it never reads) or whose request header takes longer, so it "
                "cannot hold a connection's thread (default 60)",
                "S");
-  Status parsed = flags.Parse(WithEnvironment(argc, argv));
+  for (const EnvFlag& e : kEnv) flags.Env(e.flag, e.env);
+  Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::cout << flags.Help();
     return 0;

@@ -56,7 +56,7 @@ StatusOr<std::string> OnePositional(const std::vector<std::string>& positional,
   return positional[0];
 }
 
-StatusOr<SubmissionOrJob> PickSubmissionOrJob(const FlagSet& flags, int64_t job_id) {
+StatusOr<SubmissionOrJob> PickSubmissionOrJob(const CommandLine& flags, int64_t job_id) {
   if (flags.Seen("job")) {
     if (!flags.positional().empty() || job_id <= 0) {
       return InvalidArgument("give either SUBMISSION or --job with a positive ID");

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "common/status.h"
 
 namespace nightshift::cli {
@@ -47,7 +47,7 @@ struct SubmissionOrJob {
   int64_t job_id = 0;
 };
 // InvalidArgument when both, neither, or a non-positive id is given.
-StatusOr<SubmissionOrJob> PickSubmissionOrJob(const FlagSet& flags, int64_t job_id);
+StatusOr<SubmissionOrJob> PickSubmissionOrJob(const CommandLine& flags, int64_t job_id);
 
 // Milliseconds since the Unix epoch, from the system clock.
 int64_t NowMs();

@@ -58,7 +58,7 @@ const char kConnectionHelp[] =
     "tls (true/false) and tls_ca.\n"
     "Exit codes: 0 success, 1 the work failed (server error, a job failed), 2 usage error.";
 
-void AddConnectionFlags(FlagSet& flags, ConnectionFlags* out) {
+void AddConnectionFlags(CommandLine& flags, ConnectionFlags* out) {
   flags.String("scheduler", &out->scheduler, "scheduler address (default localhost:50051)",
                "HOST:PORT");
   flags.String("token", &out->token, "client token (else $NIGHTSHIFT_TOKEN or the config file)",
@@ -92,7 +92,7 @@ std::string ConfigPath() {
   return "";
 }
 
-StatusOr<api::ConnectOptions> ResolveConnection(const FlagSet& flags, const ConnectionFlags& given,
+StatusOr<api::ConnectOptions> ResolveConnection(const CommandLine& flags, const ConnectionFlags& given,
                                                 const std::string& config_path) {
   std::map<std::string, std::string> config;
   std::ifstream file(config_path);
@@ -135,7 +135,7 @@ std::unique_ptr<grpc::ClientContext> Client::Context(double seconds) const {
   return context;
 }
 
-StatusOr<Client> Dial(const FlagSet& flags, const ConnectionFlags& given) {
+StatusOr<Client> Dial(const CommandLine& flags, const ConnectionFlags& given) {
   NS_ASSIGN_OR_RETURN(api::ConnectOptions options, ResolveConnection(flags, given, ConfigPath()));
   NS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, api::Connect(options));
   return Client{v1::JobService::NewStub(channel), options.token};

@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "common/status.h"
 #include "nightshift.grpc.pb.h"
 #include "proto/client.h"
@@ -32,7 +32,7 @@ struct ConnectionFlags {
 
 // Declares --scheduler, --token, --tls and --tls-ca on `flags`, writing to
 // `out` (which must outlive the parse).
-void AddConnectionFlags(FlagSet& flags, ConnectionFlags* out);
+void AddConnectionFlags(CommandLine& flags, ConnectionFlags* out);
 
 // The help text about the above, for a command's description.
 extern const char kConnectionHelp[];
@@ -47,7 +47,7 @@ std::string ConfigPath();
 // Resolves the connection options from the parsed flags (and which of them
 // were given), the environment and the config file at `config_path`.
 // InvalidArgument for a malformed config file or tls value.
-StatusOr<api::ConnectOptions> ResolveConnection(const FlagSet& flags, const ConnectionFlags& given,
+StatusOr<api::ConnectOptions> ResolveConnection(const CommandLine& flags, const ConnectionFlags& given,
                                                 const std::string& config_path);
 
 // A connected client: the stub and the token to put on each call.
@@ -62,6 +62,6 @@ struct Client {
 
 // Resolves the options (ResolveConnection with ConfigPath()) and connects
 // lazily. NotFound for an unreadable CA file.
-StatusOr<Client> Dial(const FlagSet& flags, const ConnectionFlags& given);
+StatusOr<Client> Dial(const CommandLine& flags, const ConnectionFlags& given);
 
 }  // namespace nightshift::cli

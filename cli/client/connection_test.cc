@@ -44,7 +44,7 @@ class ResolveTest : public ::testing::Test {
   }
 
   api::ConnectOptions Resolve(const std::vector<std::string>& args, const std::string& path) {
-    FlagSet flags("test", "");
+    CommandLine flags("test", "");
     ConnectionFlags given;
     AddConnectionFlags(flags, &given);
     EXPECT_TRUE(flags.Parse(args).ok());
@@ -89,7 +89,7 @@ TEST_F(ResolveTest, CaFileImpliesTls) {
 
 TEST_F(ResolveTest, MalformedConfigIsAnError) {
   std::ofstream(path_) << "tls = maybe\n";
-  FlagSet flags("test", "");
+  CommandLine flags("test", "");
   ConnectionFlags given;
   AddConnectionFlags(flags, &given);
   ASSERT_TRUE(flags.Parse(std::vector<std::string>{}).ok());

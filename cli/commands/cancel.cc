@@ -18,7 +18,7 @@ int RunCancel(int argc, char** argv) {
   ConnectionFlags connection;
   int64_t job_id = 0;
   bool json = false;
-  FlagSet flags("nightshift cancel (SUBMISSION | --job ID) [--json]",
+  CommandLine flags("nightshift cancel (SUBMISSION | --job ID) [--json]",
                 std::string("Cancels a submission's unfinished jobs, or one job. Finished jobs "
                             "keep their results.\n") +
                     kSubmissionHelp + kConnectionHelp);

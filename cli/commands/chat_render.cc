@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "worker/chat/chat_template.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -73,7 +73,7 @@ int FailWork(const Status& status) {
 
 int RunChatRender(int argc, char** argv) {
   ChatRenderFlags f;
-  FlagSet flags(
+  CommandLine flags(
       "nightshift chat-render --model-dir DIR [--no-generation-prompt] [--json] [--ids] "
       "[--template NAME] < messages.json",
       "Renders the conversation on standard input (a JSON list of {\"role\", \"content\"}\n"

@@ -10,7 +10,7 @@
 
 #include "cli/command.h"
 #include "common/disk_bench.h"
-#include "common/flags.h"
+#include "common/command_line.h"
 
 namespace nightshift::cli {
 namespace {
@@ -118,7 +118,7 @@ int RunDiskBenchCommand(int argc, char** argv) {
           rounds = DiskBenchOptions{}.rounds;
   double max_gb = 4;
   bool json = false;
-  FlagSet flags(
+  CommandLine flags(
       "nightshift disk-bench PATH [--parallel N] [--chunk-mb M] [--max-gb G] [--rounds R] [--json]",
       "Measures how fast this disk delivers PATH (a file, or every file under a\n"
       "directory) when it is not cached: one read in flight, then N, each with\n"

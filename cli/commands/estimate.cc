@@ -24,7 +24,7 @@ struct EstimateFlags {
 
 int RunEstimate(int argc, char** argv) {
   EstimateFlags f;
-  FlagSet flags(
+  CommandLine flags(
       "nightshift estimate MODEL [--jobs N] [--prompt-tokens N] [--max-tokens N] [--json]",
       std::string("Estimates how long N jobs of one shape take on the workers that "
                   "serve MODEL, after the jobs queued ahead of them.\n") +

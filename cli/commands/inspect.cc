@@ -511,7 +511,7 @@ void PrintText(std::ostream& out, const Checkpoint& ckpt) {
 int RunInspect(int argc, char** argv) {
   std::string model_dir;
   bool as_json = false;
-  FlagSet flags("nightshift inspect --model-dir DIR [--json]", kDescription);
+  CommandLine flags("nightshift inspect --model-dir DIR [--json]", kDescription);
   flags.String("model-dir", &model_dir, "checkpoint directory (config.json + *.safetensors)",
                "DIR");
   flags.Bool("json", &as_json, "print one JSON object instead of text");

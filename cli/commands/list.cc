@@ -49,7 +49,7 @@ void PrintRow(const v1::Job& job) {
 
 int RunList(int argc, char** argv) {
   ListFlags f;
-  FlagSet flags("nightshift list [--submission ID] [--state S] [--model M] [--limit N] [--json]",
+  CommandLine flags("nightshift list [--submission ID] [--state S] [--model M] [--limit N] [--json]",
                 std::string("Lists jobs, oldest first.\n") + kConnectionHelp);
   AddConnectionFlags(flags, &f.connection);
   std::string submission;

@@ -52,7 +52,7 @@ int RunMakeCheckpoint(int argc, char** argv) {
       "[--[no-]norm-topk-prob]] [--dtype bf16|f16|f32] "
       "[--quantize awq|gptq|fp8|fp8-block [--group-size G]] "
       "[--shards N] [--tie-embeddings] [--tokenizer DIR] --seed S --out DIR";
-  FlagSet flags(usage,
+  CommandLine flags(usage,
                 "Writes a HuggingFace-format checkpoint with random weights: config.json,\n"
                 "generation_config.json, model.safetensors or N shards with\n"
                 "model.safetensors.index.json, and with --tokenizer a copy of tokenizer.json and\n"

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "common/size.h"
 #include "planner/checkpoint_shape.h"
 #include "planner/estimate.h"
@@ -55,7 +55,7 @@ struct PlanFlags {
   bool json = false;
 };
 
-void DeclareFlags(FlagSet& flags, PlanFlags& f) {
+void DeclareFlags(CommandLine& flags, PlanFlags& f) {
   flags.Double("size-b", &f.size_b, "catalog form: parameters, in billions");
   flags.Int("layers", &f.layers, "catalog form: decoder layers (else estimated from the size)");
   flags.String("dtype", &f.dtype,
@@ -98,14 +98,14 @@ struct PlanRequest {
   uint64_t expert_slice_bytes = planner::kDefaultExpertSliceBytes;  // exact form
 };
 
-Status CheckNotNegative(const FlagSet& flags, const char* name, double value) {
+Status CheckNotNegative(const CommandLine& flags, const char* name, double value) {
   if (flags.Seen(name) && value < 0) {
     return InvalidArgument(std::string("--") + name + " must not be negative");
   }
   return Status::Ok();
 }
 
-Status CheckModelFlags(const FlagSet& flags, const PlanFlags& f, PlanRequest& r) {
+Status CheckModelFlags(const CommandLine& flags, const PlanFlags& f, PlanRequest& r) {
   bool catalog =
       flags.Seen("size-b") || flags.Seen("layers") || flags.Seen("dtype") || flags.Seen("moe");
   r.exact = flags.Seen("model-dir");
@@ -141,7 +141,7 @@ Status CheckModelFlags(const FlagSet& flags, const PlanFlags& f, PlanRequest& r)
   return Status::Ok();
 }
 
-Status CheckMemoryFlags(const FlagSet& flags, const PlanFlags& f, PlanRequest& r) {
+Status CheckMemoryFlags(const CommandLine& flags, const PlanFlags& f, PlanRequest& r) {
   const std::pair<const char*, double> sizes[] = {{"budget-gb", f.budget_gb},
                                                   {"vram-gb", f.vram_gb},
                                                   {"unified-gb", f.unified_gb},
@@ -174,7 +174,7 @@ Status CheckMemoryFlags(const FlagSet& flags, const PlanFlags& f, PlanRequest& r
   return Status::Ok();
 }
 
-Status CheckRunFlags(const FlagSet& flags, const PlanFlags& f, PlanRequest& r) {
+Status CheckRunFlags(const CommandLine& flags, const PlanFlags& f, PlanRequest& r) {
   if (!flags.Seen("read-gbs"))
     return InvalidArgument("give --read-gbs (see `nightshift disk-bench`)");
   if (!(f.read_gbs > 0)) return InvalidArgument("--read-gbs must be positive");
@@ -210,7 +210,7 @@ Status CheckRunFlags(const FlagSet& flags, const PlanFlags& f, PlanRequest& r) {
   return Status::Ok();
 }
 
-StatusOr<PlanRequest> CheckFlags(const FlagSet& flags, const PlanFlags& f) {
+StatusOr<PlanRequest> CheckFlags(const CommandLine& flags, const PlanFlags& f) {
   if (!flags.positional().empty()) {
     return InvalidArgument("unexpected argument '" + flags.positional()[0] + "'");
   }
@@ -582,7 +582,7 @@ void PrintHuman(const PlanFlags& f, const Report& report) {
 
 int RunPlan(int argc, char** argv) {
   PlanFlags f;
-  FlagSet flags(
+  CommandLine flags(
       "nightshift plan (--size-b B [--layers N] [--dtype D] [--moe] | --model-dir DIR)\n"
       "       (--budget-gb X | --vram-gb X | --unified-gb X | --ram-gb X) "
       "[--available-ram-gb Y]\n"

@@ -49,7 +49,7 @@ grpc::Status WriteResults(const Client& client, int64_t id, std::ostream& out, T
   return reader->Finish();
 }
 
-// FlagSet knows only long flags; `-o FILE` is accepted as `--output FILE`.
+// CommandLine knows only long flags; `-o FILE` is accepted as `--output FILE`.
 std::vector<char*> WithShortOutput(int argc, char** argv) {
   static char kOutput[] = "--output";
   std::vector<char*> args(argv, argv + argc);
@@ -61,7 +61,7 @@ std::vector<char*> WithShortOutput(int argc, char** argv) {
 
 int RunResults(int argc, char** argv) {
   ResultsFlags f;
-  FlagSet flags("nightshift results SUBMISSION [-o FILE] [--partial]",
+  CommandLine flags("nightshift results SUBMISSION [-o FILE] [--partial]",
                 std::string("Writes a submission's results as an OpenAI Batch output file "
                             "(JSONL, input order): {id, custom_id, response: {status_code, "
                             "request_id, body}, error}. Failed jobs are in the same file with "

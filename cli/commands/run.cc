@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "common/size.h"
 #include "worker/engine/engine.h"
 
@@ -91,7 +91,7 @@ StatusOr<std::vector<std::vector<TokenId>>> ParseLabels(const std::string& text)
 }
 
 // Generation flags mean nothing to a classification run: refuse them by name.
-Status CheckClassificationFlags(const FlagSet& flags) {
+Status CheckClassificationFlags(const CommandLine& flags) {
   for (const char* name : {"max-new-tokens", "temperature", "top-k", "top-p", "seed", "stop-ids"}) {
     if (flags.Seen(name)) {
       return InvalidArgument(std::string("--") + name +
@@ -103,7 +103,7 @@ Status CheckClassificationFlags(const FlagSet& flags) {
 
 // One request per --ids, sequence i seeded with seed + i; each with the
 // --labels set when given.
-StatusOr<std::vector<SequenceRequest>> BuildRequests(const RunFlags& f, const FlagSet& flags) {
+StatusOr<std::vector<SequenceRequest>> BuildRequests(const RunFlags& f, const CommandLine& flags) {
   if (f.model_dir.empty()) return InvalidArgument("--model-dir is required");
   if (f.ids.empty()) return InvalidArgument("at least one --ids is required");
   std::vector<std::vector<TokenId>> labels;
@@ -338,7 +338,7 @@ void PrintText(const RunOutput& out, bool logits) {
 
 int Run(int argc, char** argv) {
   RunFlags f;
-  FlagSet flags(
+  CommandLine flags(
       "nightshift run --model-dir DIR --ids 1,5,9 [--ids 4,2 ...] [--max-new-tokens N] "
       "[--temperature T --top-k K --top-p P --seed S] [--stop-ids 2,7] [--labels \"5,6;7\"] "
       "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "

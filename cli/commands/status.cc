@@ -32,7 +32,7 @@ int RunStatus(int argc, char** argv) {
   ConnectionFlags connection;
   int64_t job_id = 0;
   bool json = false, utc = false;
-  FlagSet flags("nightshift status (SUBMISSION | --job ID) [--json] [--utc]",
+  CommandLine flags("nightshift status (SUBMISSION | --job ID) [--json] [--utc]",
                 std::string("Shows a submission (job counts, ETA as a duration and a clock time, "
                             "running batches with the measured seconds per pass the ETA rests "
                             "on) or one job.\n") +

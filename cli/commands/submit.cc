@@ -182,7 +182,7 @@ int RefuseBadLines(const std::string& path, const BadLineReport& report, const S
 
 int RunSubmit(int argc, char** argv) {
   SubmitFlags f;
-  FlagSet flags(
+  CommandLine flags(
       "nightshift submit FILE.jsonl [--model NAME] [--priority N] [--strict] [--json]",
       std::string("Submits an OpenAI Batch input file (\"-\" reads standard input) as one "
                   "submission and prints its id. Lines: {custom_id, method: POST, url: "

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace nightshift::cli {
@@ -35,7 +35,7 @@ struct TokenizeFlags {
   bool json = false;
 };
 
-Status CheckFlags(const FlagSet& flags, const TokenizeFlags& f) {
+Status CheckFlags(const CommandLine& flags, const TokenizeFlags& f) {
   if (flags.Seen("model-dir") == flags.Seen("tokenizer")) {
     return InvalidArgument("give exactly one of --model-dir and --tokenizer");
   }
@@ -79,7 +79,7 @@ StatusOr<std::vector<int32_t>> ParseIds(const std::string& list) {
   return ids;
 }
 
-Status Encode(const tokenizer::Tokenizer& tok, const FlagSet& flags, const TokenizeFlags& f) {
+Status Encode(const tokenizer::Tokenizer& tok, const CommandLine& flags, const TokenizeFlags& f) {
   std::string text = JoinedPositional(flags.positional());
   if (flags.Seen("file")) {
     NS_ASSIGN_OR_RETURN(text, ReadText(f.file));
@@ -107,7 +107,7 @@ Status Decode(const tokenizer::Tokenizer& tok, const std::vector<int32_t>& ids,
 
 int RunTokenize(int argc, char** argv) {
   TokenizeFlags f;
-  FlagSet flags(
+  CommandLine flags(
       "nightshift tokenize (--model-dir DIR | --tokenizer FILE) [--special] [--json] "
       "(--file PATH | -- TEXT)\n"
       "       nightshift tokenize (--model-dir DIR | --tokenizer FILE) --decode 1,2,3 "

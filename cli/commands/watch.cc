@@ -77,7 +77,7 @@ grpc::Status Follow(const Client& client, int64_t id, const WatchFlags& f, bool 
 
 int RunWatch(int argc, char** argv) {
   WatchFlags f;
-  FlagSet flags("nightshift watch SUBMISSION [--json] [--plain] [--utc]",
+  CommandLine flags("nightshift watch SUBMISSION [--json] [--plain] [--utc]",
                 std::string("Follows a submission until every job has finished: a live progress "
                             "bar on a terminal, one line per change otherwise. Exits 0 when every "
                             "job succeeded, 1 when some failed or were cancelled.\n") +

@@ -40,7 +40,7 @@ std::string Batch(const v1::WorkerInfo& w) {
 int RunWorkers(int argc, char** argv) {
   ConnectionFlags connection;
   bool json = false;
-  FlagSet flags("nightshift workers [--json]",
+  CommandLine flags("nightshift workers [--json]",
                 std::string("Lists the workers: state, device, KV budget, models (marked "
                             "(unhealthy) while a worker cannot read one's checkpoint), running "
                             "batch.\n") +

@@ -16,7 +16,7 @@
 #include <optional>
 #include <sstream>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "common/metrics_http.h"
 #include "common/size.h"
 #include "worker/daemon/engine_adapter.h"
@@ -49,7 +49,7 @@ struct Flags {
   std::string kv_dtype = "auto";
   std::string compute_dtype = "auto";
   bool batch_invariant = true;
-  std::string device;
+  std::string device = "auto";
   std::string streaming;
   int64_t metrics_port = -1;
   std::string tls_ca;
@@ -82,14 +82,14 @@ std::string DefaultStateDir() {
   return "/tmp/nightshift-cache";
 }
 
-FlagSet MakeFlags(Flags* f) {
-  FlagSet flags(
+CommandLine MakeFlags(Flags* f) {
+  CommandLine flags(
       "nightshift-worker --scheduler HOST:PORT --model-root DIR [--model-root DIR ...] [options]",
       "Runs the scheduler's batches of the checkpoints under its model roots (each subdirectory\n"
       "is a model, advertised by its name), streaming them layer by layer when they do not fit.\n"
       "SIGTERM drains: the current pass finishes, the rest is handed back, exit 0.");
   flags.String("scheduler", &f->scheduler, "scheduler address (required)", "HOST:PORT");
-  flags.String("token", &f->token, "worker token (or NIGHTSHIFT_WORKER_TOKEN)", "T");
+  flags.String("token", &f->token, "worker token", "T");
   flags.String("id", &f->id, "worker id (default: the hostname)", "NAME");
   flags.StringList("model-root", &f->roots, "a directory of checkpoints (repeatable; required)",
                    "DIR");
@@ -133,8 +133,7 @@ FlagSet MakeFlags(Flags* f) {
              "one summation order at every row count, so a job's result does not depend on the "
              "jobs beside it (default true; --batch-invariant=false: the fastest kernel per row "
              "count)");
-  flags.String("device", &f->device,
-               "auto, cpu, cuda or cuda:N (or NIGHTSHIFT_DEVICE; default auto)", "DEVICE");
+  flags.String("device", &f->device, "auto, cpu, cuda or cuda:N (default auto)", "DEVICE");
   flags.String("streaming", &f->streaming,
                "auto (resident when it fits, else streamed, layers pinned in the memory the KV "
                "cache leaves), "
@@ -165,14 +164,16 @@ FlagSet MakeFlags(Flags* f) {
   flags.Double("keepalive-timeout-seconds", &f->keepalive_timeout_seconds,
                "drop the connection when a ping is not answered within this (default 10)", "S");
   flags.Double("min-pass-seconds", &f->min_pass_seconds,
-               "make every pass last at least this long (test knob; or "
-               "NIGHTSHIFT_MIN_PASS_SECONDS)",
-               "S");
+               "make every pass last at least this long (a test knob)", "S");
+  flags.Env("token", "NIGHTSHIFT_WORKER_TOKEN");
+  flags.Env("device", "NIGHTSHIFT_DEVICE");
+  flags.Env("min-pass-seconds", "NIGHTSHIFT_MIN_PASS_SECONDS");
+  flags.ConfigFile();
   return flags;
 }
 
-// Fills defaults from the environment and checks what is required.
-Status Complete(const FlagSet& flags, Flags* f) {
+// Checks what is required and names the worker after its host by default.
+Status Complete(Flags* f) {
   if (f->scheduler.empty()) return InvalidArgument("--scheduler is required");
   if (f->roots.empty()) return InvalidArgument("at least one --model-root is required");
   if (f->pass_token_budget < 0) {
@@ -188,18 +189,7 @@ Status Complete(const FlagSet& flags, Flags* f) {
   if (f->metrics_port < -1 || f->metrics_port > 65535) {
     return InvalidArgument("--metrics-port must be -1..65535");
   }
-  if (!flags.Seen("token")) f->token = Env("NIGHTSHIFT_WORKER_TOKEN").value_or("");
   if (f->id.empty()) f->id = Hostname();
-  if (!flags.Seen("device")) f->device = Env("NIGHTSHIFT_DEVICE").value_or("auto");
-  if (!flags.Seen("min-pass-seconds")) {
-    if (auto env = Env("NIGHTSHIFT_MIN_PASS_SECONDS"); env && !env->empty()) {
-      char* end = nullptr;
-      f->min_pass_seconds = std::strtod(env->c_str(), &end);
-      if (*end != '\0' || f->min_pass_seconds < 0) {
-        return InvalidArgument("NIGHTSHIFT_MIN_PASS_SECONDS='" + *env + "' is not a duration");
-      }
-    }
-  }
   if (f->threads < 0) return InvalidArgument("--threads must be 0 (one per core) or more");
   if (f->max_batch_jobs < 0 || f->max_batch_jobs > std::numeric_limits<int32_t>::max()) {
     return InvalidArgument("--max-batch-jobs must be 0 (no limit) or a positive count");
@@ -295,13 +285,13 @@ void LogCatalog(const Catalog& catalog) {
 
 int Run(int argc, char** argv) {
   Flags f;
-  FlagSet flags = MakeFlags(&f);
+  CommandLine flags = MakeFlags(&f);
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::cout << flags.Help();
     return 0;
   }
-  if (parsed.ok()) parsed = Complete(flags, &f);
+  if (parsed.ok()) parsed = Complete(&f);
   if (!parsed.ok()) {
     std::cerr << "nightshift-worker: " << parsed.message() << "\n";
     return 2;

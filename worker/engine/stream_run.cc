@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/flags.h"
+#include "common/command_line.h"
 #include "common/size.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/kernels.h"
@@ -121,7 +121,7 @@ int Run(int argc, char** argv) {
   int64_t labels = 0;
   bool prefetch = true, batch_invariant = true, logits = false, accelerator_path = false,
        adaptive_split = false, stagger = false;
-  FlagSet flags("engine-stream-run --model-dir DIR [flags]",
+  CommandLine flags("engine-stream-run --model-dir DIR [flags]",
                 "Runs one batched generation and prints its passes and memory as JSON.");
   flags.String("model-dir", &dir, "checkpoint directory", "DIR");
   flags.String("warm-up-dir", &warm_up_dir,
