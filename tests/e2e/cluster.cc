@@ -242,6 +242,14 @@ Process* Cluster::StartWorkerWith(const std::string& id,
   return raw;
 }
 
+Process* Cluster::StartWorkerFromConfig(const std::string& id, const std::string& config_file) {
+  std::unique_ptr<Process> p =
+      Process::Start({BinPath("nightshift-worker"), "--config", config_file}, file(id + ".log"));
+  Process* raw = p.get();
+  if (p != nullptr) workers_[id] = std::move(p);
+  return raw;
+}
+
 Process* Cluster::worker(const std::string& id) const {
   auto it = workers_.find(id);
   return it == workers_.end() ? nullptr : it->second.get();

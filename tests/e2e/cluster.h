@@ -128,6 +128,10 @@ class Cluster {
   Process* StartWorkerWith(const std::string& id, const std::vector<std::string>& model_roots,
                            const std::vector<std::string>& extra, const std::string& scheduler,
                            const std::vector<std::string>& wrapper);
+  // Starts `nightshift-worker --config CONFIG_FILE` and nothing more, as
+  // the Helm chart starts one: every flag comes from the file (or the
+  // environment). `id` names its log and worker(id); the Cluster owns it.
+  Process* StartWorkerFromConfig(const std::string& id, const std::string& config_file);
   Process* worker(const std::string& id) const;
 
   // True once the scheduler lists worker `id` connected with every model of

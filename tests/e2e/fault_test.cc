@@ -5,7 +5,8 @@
 // (issue 39): a link that goes silent, a stalled HTTP client, a box short of memory (a memory
 // cgroup smaller than the worker's budget; root only) and a disk that fails
 // under a pass. Passes are slowed with --min-pass-seconds so each fault
-// lands mid-batch.
+// lands mid-batch. Also a worker started from a config file alone (issue
+// 40), as the Helm chart starts one, for these fixtures' models and helpers.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -220,6 +221,57 @@ TEST_F(FaultTest, AWorkerKilledMidBatchCostsTimeNotJobs) {
     ++re_leased;
   }
   EXPECT_GT(re_leased, 0);
+}
+
+// Issue 40: `nightshift-worker --config worker.toml` and nothing else, the
+// way the Helm chart starts it. Every flag comes from the TOML file: strings,
+// numbers and a list (two model roots, one model each). The advert shows the
+// file's values, the worker runs jobs of both roots' models, and a key that
+// is no flag stops the worker at start.
+TEST_F(FaultTest, AWorkerStartedFromAConfigFileAloneTakesEveryFlagFromIt) {
+  ASSERT_EQ(cluster_.StartScheduler(/*lease_seconds=*/5), "");
+  const std::string root_a = dir_.file("root-a"), root_b = dir_.file("root-b");
+  std::filesystem::create_directories(root_a);
+  std::filesystem::create_directories(root_b);
+  // Copies: a symlink out of a model root is refused.
+  std::filesystem::copy(models_->file(kLlama), root_a + "/" + kLlama,
+                        std::filesystem::copy_options::recursive);
+  std::filesystem::copy(models_->file(kQwen), root_b + "/" + kQwen,
+                        std::filesystem::copy_options::recursive);
+  const std::string config = dir_.file("worker.toml");
+  std::ofstream(config) << "# a worker's flags, as the Helm chart's ConfigMap holds them\n"
+                        << "scheduler = \"" << cluster_.address() << "\"\n"
+                        << "id = \"from-file\"\n"
+                        << "model-root = [\"" << root_a << "\", \"" << root_b << "\"]\n"
+                        << "device = \"cpu\"\n"
+                        << "threads = 1\n"
+                        << "read-bandwidth = 1000000000\n"
+                        << "max-batch-jobs = 3\n"
+                        << "state-dir = \"" << dir_.file("from-file-state") << "\"\n";
+  ASSERT_NE(cluster_.StartWorkerFromConfig("from-file", config), nullptr);
+  ASSERT_TRUE(cluster_.WaitForWorker("from-file", {kLlama, kQwen}, 60));
+  bool listed = false;
+  for (const json& w : cluster_.Workers().value("workers", json::array())) {
+    if (w.value("id", "") != "from-file") continue;
+    listed = true;
+    EXPECT_EQ(Int(w["max_batch_jobs"]), 3) << w;
+  }
+  EXPECT_TRUE(listed);
+
+  const int64_t id = cluster_.Submit(WriteBatch(8, {kLlama, kQwen}, 3));
+  ASSERT_GT(id, 0) << cluster_.last_error();
+  Outcome watch = cluster_.Nightshift("watch " + std::to_string(id), 120);
+  EXPECT_EQ(watch.code, 0) << watch.out << watch.err;
+  ExpectAllSucceededOnce(id, 8);
+  for (const json& job : cluster_.ListJobs(id)) EXPECT_EQ(job["worker_id"], "from-file") << job;
+
+  // A key that is no flag is refused at start, naming it.
+  std::ofstream(config) << "schedular = \"" << cluster_.address() << "\"\n";
+  Process* typo = cluster_.StartWorkerFromConfig("typo", config);
+  ASSERT_NE(typo, nullptr);
+  EXPECT_EQ(typo->Wait(30), 2);
+  EXPECT_NE(ReadFile(cluster_.file("typo.log")).find("schedular"), std::string::npos)
+      << ReadFile(cluster_.file("typo.log"));
 }
 
 TEST_F(FaultTest, TheSchedulerKilledMidRunRestartsAndEveryJobCompletesOnce) {

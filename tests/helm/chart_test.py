@@ -4,7 +4,10 @@
 helm lint, helm template with default and non-default values, and checks on the
 rendered objects: the scheduler StatefulSet and its PVC, GPU requests, the
 read-only model volume, tokens only in Secrets, ServiceMonitor and dashboard
-ConfigMap, probes, and values.schema.json refusing bad values.
+ConfigMap, probes, and values.schema.json refusing bad values. The daemons'
+flags travel in a ConfigMap of TOML files (--config); the rendered files are
+read by the real nightshift-scheduler and nightshift-worker from
+$NIGHTSHIFT_BIN_DIR (ctest sets it; without it those tests fail).
 
 helm is found as $NIGHTSHIFT_HELM, on PATH, or in <repo>/.cache/tools/helm
 (scripts/bootstrap installs it); without it every test fails.
@@ -14,6 +17,9 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
+import time
+import tomllib
 import unittest
 
 import yaml
@@ -57,6 +63,25 @@ def container(workload):
     return containers[0]
 
 
+CONFIG_DIR = "/etc/nightshift/config"
+
+
+def config(objects, daemon):
+    """The flags of `daemon` ("scheduler" or "worker") in the rendered ConfigMap."""
+    return tomllib.loads(only(objects, "ConfigMap", "-config")["data"][f"{daemon}.toml"])
+
+
+def bin_path(name):
+    bin_dir = os.environ.get("NIGHTSHIFT_BIN_DIR")
+    assert bin_dir, "NIGHTSHIFT_BIN_DIR is not set (ctest sets it to the build's bin/)"
+    return os.path.join(bin_dir, name)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def secret_values(objects):
     values = []
     for secret in (o for o in objects if o["kind"] == "Secret"):
@@ -82,6 +107,20 @@ class ChartTest(unittest.TestCase):
                     self.assertNotIn("value", env, f"{env['name']} given inline")
                     self.assertIn("secretKeyRef", env["valueFrom"])
             self.assertFalse(any("token" in a for a in container(o)["args"]), "token flag in args")
+        for daemon in ("scheduler", "worker"):
+            self.assertFalse([k for k in config(objects, daemon) if "token" in k],
+                             f"token flag in {daemon}.toml")
+
+    def assert_reads_config(self, objects, workload, daemon):
+        """The pod mounts the ConfigMap and passes its file with --config first."""
+        c = container(workload)
+        self.assertEqual(c["args"][0], f"--config={CONFIG_DIR}/{daemon}.toml")
+        mount = next(m for m in c["volumeMounts"] if m["mountPath"] == CONFIG_DIR)
+        volume = next(v for v in workload["spec"]["template"]["spec"]["volumes"]
+                      if v["name"] == mount["name"])
+        self.assertEqual(volume["configMap"]["name"],
+                         only(objects, "ConfigMap", "-config")["metadata"]["name"])
+        self.assertEqual([i["path"] for i in volume["configMap"]["items"]], [f"{daemon}.toml"])
 
     def assert_hardened(self, workload):
         pod = workload["spec"]["template"]["spec"]
@@ -98,8 +137,8 @@ class ChartTest(unittest.TestCase):
     def test_defaults(self):
         objects = render()
         kinds = sorted(o["kind"] for o in objects)
-        self.assertEqual(kinds, ["Deployment", "Secret", "Service", "Service", "Service",
-                                 "StatefulSet"])
+        self.assertEqual(kinds, ["ConfigMap", "Deployment", "Secret", "Service", "Service",
+                             "Service", "StatefulSet"])
 
         scheduler = only(objects, "StatefulSet", "-scheduler")
         self.assertEqual(scheduler["spec"]["replicas"], 1)
@@ -109,13 +148,15 @@ class ChartTest(unittest.TestCase):
         c = container(scheduler)
         mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
         self.assertEqual(mounts[claim["metadata"]["name"]], "/var/lib/nightshift")
-        self.assertIn("--db=/var/lib/nightshift/nightshift.db", c["args"])
-        self.assertIn("--listen=0.0.0.0:50051", c["args"])
-        self.assertIn("--metrics-port=9090", c["args"])
+        self.assert_reads_config(objects, scheduler, "scheduler")
+        self.assertEqual(c["args"], [f"--config={CONFIG_DIR}/scheduler.toml"])
         # The Batch API, its files on the PVC beside the database.
-        for arg in ("--http-listen=0.0.0.0:8080", "--http-files-dir=/var/lib/nightshift/files",
-                    "--http-max-upload-bytes=200000000", "--http-max-batch-requests=50000"):
-            self.assertIn(arg, c["args"])
+        self.assertEqual(config(objects, "scheduler"), {
+            "db": "/var/lib/nightshift/nightshift.db", "listen": "0.0.0.0:50051",
+            "metrics-port": 9090, "lease-seconds": 60, "heartbeat-seconds": 10,
+            "max-attempts": 3, "http-listen": "0.0.0.0:8080",
+            "http-files-dir": "/var/lib/nightshift/files",
+            "http-max-upload-bytes": 200000000, "http-max-batch-requests": 50000})
         self.assertIn({"name": "http", "containerPort": 8080}, c["ports"])
         self.assertEqual(c["readinessProbe"]["grpc"]["port"], 50051)
         self.assertEqual(c["livenessProbe"]["grpc"]["port"], 50051)
@@ -132,8 +173,12 @@ class ChartTest(unittest.TestCase):
         w = container(worker)
         self.assertEqual(w["resources"]["limits"]["nvidia.com/gpu"], 1)
         self.assertEqual(w["image"], "ghcr.io/nightshift/nightshift-worker:0.1.0-cuda")
-        self.assertIn("--device=auto", w["args"])
-        self.assertIn("--scheduler=rel-nightshift-scheduler.batch.svc:50051", w["args"])
+        self.assert_reads_config(objects, worker, "worker")
+        self.assertEqual(w["args"], [f"--config={CONFIG_DIR}/worker.toml",
+                                     "--id=$(NIGHTSHIFT_WORKER_ID)"])
+        self.assertEqual(config(objects, "worker"), {
+            "scheduler": "rel-nightshift-scheduler.batch.svc:50051", "model-root": ["/models"],
+            "device": "auto", "streaming": "auto", "metrics-port": 9091})
         pod = worker["spec"]["template"]["spec"]
         self.assertEqual(pod["nodeSelector"], {"nvidia.com/gpu.present": "true"})
         self.assertEqual(pod["tolerations"][0]["key"], "nvidia.com/gpu")
@@ -162,10 +207,13 @@ class ChartTest(unittest.TestCase):
         w = container(worker)
         self.assertEqual(w["resources"]["limits"]["nvidia.com/gpu"], 2)
         self.assertEqual(w["resources"]["limits"]["memory"], "96Gi")
-        for arg in ("--streaming=always", "--memory-budget=68719476736",
-                    "--model-root=/checkpoints", "--scheduler=ns-scheduler.batch.svc:7000",
-                    "--tls-ca=/etc/nightshift/tls/ca.crt"):
-            self.assertIn(arg, w["args"])
+        self.assert_reads_config(objects, worker, "worker")
+        worker_flags = config(objects, "worker")
+        for flag, value in (("streaming", "always"), ("memory-budget", "68719476736"),
+                            ("model-root", ["/checkpoints"]),
+                            ("scheduler", "ns-scheduler.batch.svc:7000"),
+                            ("tls-ca", "/etc/nightshift/tls/ca.crt")):
+            self.assertEqual(worker_flags[flag], value, flag)
         pod = worker["spec"]["template"]["spec"]
         self.assertEqual(pod["nodeSelector"], {"gpu-pool": "spare"})
         self.assertEqual(pod["tolerations"][0]["key"], "spare")
@@ -181,11 +229,13 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(claim["resources"]["requests"]["storage"], "50Gi")
         self.assertEqual(claim["storageClassName"], "fast-ssd")
         c = container(scheduler)
-        for arg in ("--listen=0.0.0.0:7000", "--metrics-port=7001", "--lease-seconds=5",
-                    "--max-attempts=5", "--tls-cert=/etc/nightshift/tls/tls.crt"):
-            self.assertIn(arg, c["args"])
-        self.assertIn("--http-listen=0.0.0.0:7002", c["args"])
-        self.assertIn("--http-max-upload-bytes=1000000000", c["args"])
+        scheduler_flags = config(objects, "scheduler")
+        for flag, value in (("listen", "0.0.0.0:7000"), ("metrics-port", 7001),
+                            ("lease-seconds", 5), ("max-attempts", 5),
+                            ("tls-cert", "/etc/nightshift/tls/tls.crt"),
+                            ("http-listen", "0.0.0.0:7002"),
+                            ("http-max-upload-bytes", 1000000000)):
+            self.assertEqual(scheduler_flags[flag], value, flag)
         service = only(objects, "Service", "-scheduler")
         self.assertIn({"name": "http", "port": 7002, "targetPort": "http"},
                       service["spec"]["ports"])
@@ -214,13 +264,13 @@ class ChartTest(unittest.TestCase):
         objects = render("--set", "worker.device=cpu", "--set", "worker.image.variant=cpu")
         w = container(only(objects, "Deployment", "-worker"))
         self.assertNotIn("nvidia.com/gpu", w["resources"].get("limits", {}))
-        self.assertIn("--device=cpu", w["args"])
+        self.assertEqual(config(objects, "worker")["device"], "cpu")
         self.assertTrue(w["image"].endswith(":0.1.0-cpu"))
 
     def test_the_batch_api_can_be_turned_off(self):
         objects = render("--set", "scheduler.http.enabled=false")
         c = container(only(objects, "StatefulSet", "-scheduler"))
-        self.assertFalse([a for a in c["args"] if a.startswith("--http-")])
+        self.assertFalse([f for f in config(objects, "scheduler") if f.startswith("http-")])
         service = only(objects, "Service", "-scheduler")
         self.assertNotIn("http", [p["name"] for p in service["spec"]["ports"]])
 
@@ -229,6 +279,83 @@ class ChartTest(unittest.TestCase):
         self.assertEqual([o for o in objects if o["kind"] == "Secret"], [])
         env = container(only(objects, "StatefulSet"))["env"]
         self.assertEqual({e["valueFrom"]["secretKeyRef"]["name"] for e in env}, {"my-tokens"})
+
+    def test_config_values_add_flags_and_roll_only_their_pods(self):
+        base = render()
+        objects = render("--set", "worker.config.kv-budget=8G",
+                         "--set", "worker.config.model-root={/models,/more-models}",
+                         "--set", "worker.config.streaming=never",
+                         "--set", "scheduler.config.keepalive-seconds=5")
+        worker_flags = config(objects, "worker")
+        self.assertEqual(worker_flags["kv-budget"], "8G")
+        self.assertEqual(worker_flags["model-root"], ["/models", "/more-models"])
+        self.assertEqual(worker_flags["streaming"], "never")  # over worker.streaming
+        self.assertEqual(config(objects, "scheduler")["keepalive-seconds"], 5)
+
+        def checksum(objs, kind):
+            pod = only(objs, kind)["spec"]["template"]["metadata"]
+            return pod["annotations"]["checksum/config"]
+        for kind in ("Deployment", "StatefulSet"):
+            self.assertNotEqual(checksum(objects, kind), checksum(base, kind), kind)
+        only_worker = render("--set", "worker.config.kv-budget=8G")
+        self.assertEqual(checksum(only_worker, "StatefulSet"), checksum(base, "StatefulSet"))
+
+    def test_the_rendered_scheduler_toml_starts_the_scheduler(self):
+        """The real scheduler reads the rendered file; only the cluster's paths and
+        ports are overridden on the command line (which wins over the file)."""
+        objects = render("--set", "scheduler.config.keepalive-seconds=5")
+        self.assertEqual(config(objects, "scheduler")["keepalive-seconds"], 5)
+        with tempfile.TemporaryDirectory() as tmp:
+            toml = os.path.join(tmp, "scheduler.toml")
+            with open(toml, "w") as f:
+                f.write(only(objects, "ConfigMap", "-config")["data"]["scheduler.toml"])
+            log = os.path.join(tmp, "scheduler.log")
+            with open(log, "w") as out:
+                proc = subprocess.Popen(
+                    [bin_path("nightshift-scheduler"), "--config", toml,
+                     "--db", os.path.join(tmp, "ns.db"), "--listen", "127.0.0.1:0",
+                     "--metrics-port", "-1", "--http-listen", "127.0.0.1:0",
+                     "--http-files-dir", os.path.join(tmp, "files")],
+                    stdout=out, stderr=subprocess.STDOUT)
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and proc.poll() is None:
+                    if "http listening on" in read(log):
+                        break
+                    time.sleep(0.1)
+                text = read(log)
+                self.assertIsNone(proc.poll(), text)
+                self.assertIn("http listening on", text)
+            finally:
+                proc.kill()
+                proc.wait()
+
+    def test_the_rendered_worker_toml_is_read_by_the_worker(self):
+        """Every key of the rendered worker.toml (custom values: TLS, a budget, a
+        list) is a flag the real worker takes, with a value it accepts: a flag
+        error stops it with exit status 2 (a later failure, such as the missing
+        TLS CA, is status 1, and a worker still running after 5 s is 124)."""
+        objects = render("-f", CUSTOM, "--set", "worker.config.kv-budget=8G",
+                         "--set", "worker.config.model-root={/models,/more-models}")
+        with tempfile.TemporaryDirectory() as tmp:
+            toml = os.path.join(tmp, "worker.toml")
+            with open(toml, "w") as f:
+                f.write(only(objects, "ConfigMap", "-config")["data"]["worker.toml"])
+            os.makedirs(os.path.join(tmp, "models"))
+            run = lambda path: subprocess.run(  # noqa: E731
+                ["timeout", "5", bin_path("nightshift-worker"), "--config", path,
+                 "--scheduler", "127.0.0.1:1", "--model-root", os.path.join(tmp, "models"),
+                 "--device", "cpu", "--metrics-port", "-1",
+                 "--read-bandwidth", "1000000000", "--id", "chart-test",
+                 "--state-dir", os.path.join(tmp, "state")],
+                capture_output=True, text=True)
+            result = run(toml)
+            self.assertIn(result.returncode, (1, 124), result.stderr)
+            with open(toml, "a") as f:
+                f.write('kv-bugdet = "8G"\n')
+            result = run(toml)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn("kv-bugdet", result.stderr)
 
     def test_bad_values_are_refused(self):
         for args, message in (
@@ -240,6 +367,7 @@ class ChartTest(unittest.TestCase):
                 (["--set", "worker.gpu.count=0"], "gpu.count"),
                 (["--set", "worker.models.existingClaim=pvc"], "not both"),
                 (["--set", "tls.enabled=true"], "tls.secretName"),
+                (["--set", "worker.config.Kv_Budget=8G"], "Kv_Budget"),
                 (["--set", "typo=1"], "typo")):
             result = helm("template", "rel", CHART, *args, check=False)
             self.assertNotEqual(result.returncode, 0, args)

@@ -61,3 +61,59 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end }}
+
+{{/*
+Flags as a TOML config file (`flag-name = value` lines, sorted), the form
+`nightshift-scheduler --config` and `nightshift-worker --config` read.
+Strings, numbers, booleans and lists of strings: JSON's spelling of each is
+TOML's.
+*/}}
+{{- define "nightshift.toml" -}}
+{{- range $flag, $value := . }}
+{{ $flag }} = {{ toJson $value }}
+{{- end }}
+{{- end }}
+
+{{/* scheduler.toml: the flags the values set, then scheduler.config over them. */}}
+{{- define "nightshift.schedulerToml" -}}
+{{- $s := .Values.scheduler }}
+{{- $flags := dict
+  "listen" (printf "0.0.0.0:%d" (int $s.grpcPort))
+  "db" "/var/lib/nightshift/nightshift.db"
+  "metrics-port" $s.metricsPort
+  "lease-seconds" $s.leaseSeconds
+  "heartbeat-seconds" $s.heartbeatSeconds
+  "max-attempts" $s.maxAttempts }}
+{{- if $s.http.enabled }}
+{{- $_ := set $flags "http-listen" (printf "0.0.0.0:%d" (int $s.http.port)) }}
+{{- $_ := set $flags "http-files-dir" "/var/lib/nightshift/files" }}
+{{- $_ := set $flags "http-max-upload-bytes" $s.http.maxUploadBytes }}
+{{- $_ := set $flags "http-max-batch-requests" $s.http.maxBatchRequests }}
+{{- end }}
+{{- if .Values.tls.enabled }}
+{{- $_ := set $flags "tls-cert" "/etc/nightshift/tls/tls.crt" }}
+{{- $_ := set $flags "tls-key" "/etc/nightshift/tls/tls.key" }}
+{{- end }}
+{{- include "nightshift.toml" (mergeOverwrite $flags (deepCopy ($s.config | default dict))) }}
+{{- end }}
+
+{{/*
+worker.toml: the flags the values set, then worker.config over them. The
+worker's id differs per pod, so it stays on the command line.
+*/}}
+{{- define "nightshift.workerToml" -}}
+{{- $w := .Values.worker }}
+{{- $flags := dict
+  "scheduler" (include "nightshift.schedulerAddress" .)
+  "model-root" (list $w.models.mountPath)
+  "device" $w.device
+  "streaming" $w.streaming
+  "metrics-port" $w.metricsPort }}
+{{- with $w.memoryBudget }}
+{{- $_ := set $flags "memory-budget" (toString .) }}
+{{- end }}
+{{- if .Values.tls.enabled }}
+{{- $_ := set $flags "tls-ca" "/etc/nightshift/tls/ca.crt" }}
+{{- end }}
+{{- include "nightshift.toml" (mergeOverwrite $flags (deepCopy ($w.config | default dict))) }}
+{{- end }}
