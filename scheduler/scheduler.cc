@@ -535,15 +535,17 @@ StatusOr<std::vector<Status>> Scheduler::Results(const std::string& worker_id, i
                                                  std::vector<JobResult> results) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
-  for (JobResult& result : results) {
-    result.worker_id = worker_id;
+  for (JobResult& result : results) result.worker_id = worker_id;
+  NS_ASSIGN_OR_RETURN(std::vector<ResultOutcome> outcomes, store_->InsertResults(results));
+  // Only results the store took count toward the ETA: results it could not
+  // store (a full disk) come again.
+  for (const JobResult& result : results) {
     LiveBatch* batch = fleet_.FindBatch(result.batch_id);
     if (batch == nullptr) continue;
     auto job = batch->jobs.find(result.job_id);
     if (job != batch->jobs.end())
       eta_tracker_.JobFinished(job->second.submission_id, job->second.passes_needed, result);
   }
-  NS_ASSIGN_OR_RETURN(std::vector<ResultOutcome> outcomes, store_->InsertResults(results));
   events_.Refused(worker_id, results, outcomes);
   std::vector<Status> statuses;
   std::vector<JobChange> changes;

@@ -564,14 +564,13 @@ class Service::Impl {
           status = s->Progress(worker_id_, session_, wire::FromProto(m.pass()));
           break;
         case v1::WorkerMessage::kResult:
-          status = s->Result(worker_id_, session_, wire::FromProto(m.result()));
-          break;
         case v1::WorkerMessage::kResults: {
           std::vector<JobResult> results;
+          if (m.has_result()) results.push_back(wire::FromProto(m.result()));
           for (const auto& r : m.results().results()) results.push_back(wire::FromProto(r));
           auto statuses = s->Results(worker_id_, session_, std::move(results));
-          status = statuses.status();
-          for (const Status& refused : statuses.ok() ? *statuses : std::vector<Status>()) {
+          if (!statuses.ok()) return EndForResend(statuses.status());
+          for (const Status& refused : *statuses) {
             if (!refused.ok()) LogLine("worker " + worker_id_ + ": " + refused.ToString());
           }
           break;
@@ -604,6 +603,17 @@ class Service::Impl {
       // Refused results (duplicate, late) and the like are logged; the
       // stream goes on. A fenced stream is ended by Close.
       if (!status.ok()) LogLine("worker " + worker_id_ + ": " + status.ToString());
+    }
+
+    // Results that could not be stored (a full disk, a failing one) are not
+    // acknowledged, and a worker resends what it holds only on a new
+    // stream: end this one with the error, so the worker reconnects (with
+    // backoff) and resends them until the store takes them.
+    void EndForResend(const Status& why) {
+      LogLine("worker " + worker_id_ + ": results not stored, ending its stream so that it " +
+              "resends them: " + why.ToString());
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(api::ToGrpcStatus(why));
     }
 
     void Detach() {

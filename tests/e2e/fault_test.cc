@@ -2,14 +2,16 @@
 // killed with SIGKILL mid-batch, the scheduler killed with SIGKILL mid-run and
 // restarted on the same database and port, a checkpoint corrupted under a
 // worker after it was advertised, and the faults of a cluster of spare boxes
-// (issue 39): a link that goes silent, a stalled HTTP client, a box short of memory (a memory
-// cgroup smaller than the worker's budget; root only) and a disk that fails
-// under a pass. Passes are slowed with --min-pass-seconds so each fault
-// lands mid-batch. Also a worker started from a config file alone (issue
-// 40), as the Helm chart starts one, for these fixtures' models and helpers.
+// (issue 39): the scheduler's disk filling up (root only), a link that goes
+// silent, a stalled HTTP client, a box short of memory (a memory cgroup
+// smaller than the worker's budget; root only) and a disk that fails under a
+// pass. Passes are slowed with --min-pass-seconds so each fault lands
+// mid-batch. Also a worker started from a config file alone (issue 40), as
+// the Helm chart starts one, for these fixtures' models and helpers.
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@
 #include "scheduler/test_util.h"
 #include "tests/e2e/cluster.h"
 #include "tests/testing/tcp_proxy.h"
+#include "tests/testing/tiny_fs.h"
 
 namespace nightshift::e2e {
 namespace {
@@ -473,6 +476,107 @@ TEST_F(FaultTest, ADiskThatFailsUnderAPassRequeuesTheBatchAndFailsItOnlyAfterMax
   EXPECT_EQ(Sample(Scrape(worker_metrics), "nightshift_checkpoint_read_errors_total", llama_series),
             4);
   EXPECT_TRUE(worker->Alive()) << "the worker stays up";
+}
+
+// Runs `pragma` on the database at `path` through a connection of its own
+// (waiting up to 10 s for the scheduler's) and returns its first column.
+std::string Pragma(const std::string& path, const std::string& pragma) {
+  sqlite3* db = nullptr;
+  std::string out = "cannot open " + path;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 10000);
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, pragma.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      out = sqlite3_errmsg(db);
+    } else if (sqlite3_step(stmt) != SQLITE_ROW) {
+      out = sqlite3_errmsg(db);
+    } else {
+      const unsigned char* text = sqlite3_column_text(stmt, 0);
+      out = text == nullptr ? "" : reinterpret_cast<const char*>(text);
+    }
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  return out;
+}
+
+// Issue 39, the scheduler's disk fills up under a running batch (the
+// database on a 64 MB tmpfs; root, as the cgroup test). After the batch's
+// first passes the database's write-ahead log is checkpointed and truncated
+// (as after a quiet spell: a log that once held the worker's tokenizer
+// uploads would otherwise have megabytes of room to reuse) and the disk
+// filled to its last byte, so the next write the scheduler appends fails.
+// The batch's results (120 tokens with their top log-probabilities for each
+// of 9 jobs) reach a scheduler that cannot store them: nothing is
+// acknowledged, the scheduler ends the worker's stream so that it resends,
+// and the worker holds them, reconnecting with backoff. Meanwhile a
+// submission is refused naming the full disk, the log and the metric say
+// so, and the lease holds. Once space is freed the same scheduler and worker
+// (no restart) store every result once, and the database is intact.
+TEST_F(FaultTest, AFullSchedulerDiskHoldsResultsBackUntilSpaceIsFreedWithoutARestart) {
+  std::string why;
+  // Room for the tokenizers the worker uploads (about 15 MB in the WAL).
+  auto fs = testutil::TinyFilesystem::Mount(64 << 20, &why);
+  if (fs == nullptr) GTEST_SKIP() << why;
+  const std::string db = fs->file("ns.db");
+  // A 20 s lease outlasts the worker's reconnects while the disk is full.
+  ASSERT_EQ(cluster_.StartScheduler(/*lease_seconds=*/20, "127.0.0.1:0",
+                                    {"--db", db, "--metrics-port", "0"}),
+            "");
+  Process* scheduler = cluster_.scheduler();
+  const int scheduler_metrics = testutil::WaitForLogPort(*scheduler, "metrics listening on ", 10);
+  ASSERT_GT(scheduler_metrics, 0);
+  Process* worker = cluster_.StartWorker("w1", {models_->path()}, {"--min-pass-seconds", "0.02"});
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(cluster_.WaitForWorker("w1", {kLlama, kQwen}, 60));
+  const int64_t id = cluster_.Submit(WriteBatch(9, {kLlama}, 120));
+  ASSERT_GT(id, 0) << cluster_.last_error();
+  ASSERT_TRUE(WaitForPasses({"w1"}, 60));
+
+  // 0 rows left in the log, 0 bytes of it on the disk.
+  EXPECT_EQ(Pragma(db, "PRAGMA wal_checkpoint(TRUNCATE)"), "0");
+  struct stat wal;
+  ASSERT_EQ(::stat((db + "-wal").c_str(), &wal), 0) << std::strerror(errno);
+  EXPECT_EQ(wal.st_size, 0);
+  ASSERT_TRUE(fs->Fill(0)) << fs->FreeBytes() << " bytes still free";
+  const std::string worker_log = cluster_.file("w1.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return ReadFile(worker_log).find("the scheduler's disk is full") != std::string::npos;
+      },
+      60))
+      << cluster_.Logs();
+  EXPECT_NE(scheduler->Log().find("results not stored"), std::string::npos) << scheduler->Log();
+  json held = cluster_.Status(id);
+  EXPECT_FALSE(held.value("done", true)) << "the generation results are held back: " << held;
+  EXPECT_LT(Int(held["counts"]["succeeded"]), 9) << held;
+
+  std::vector<json> lines;
+  for (int i = 0; i < 200; ++i) {
+    lines.push_back(CompletionLine("more-" + std::to_string(i), kLlama, std::string(1000, 'y'), 2));
+  }
+  const std::string more = WriteJsonLines(dir_.file("more.jsonl"), lines);
+  Outcome refused = cluster_.Nightshift("submit " + more);
+  EXPECT_EQ(refused.code, 1) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("the scheduler's disk is full"), std::string::npos) << refused.err;
+  const std::string metrics = Scrape(scheduler_metrics);
+  const size_t at = metrics.find("\nnightshift_scheduler_disk_full_total ");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_GT(std::stod(metrics.substr(metrics.find(' ', at + 1) + 1)), 0) << metrics;
+
+  fs->Free();
+  Outcome watch = cluster_.Nightshift("watch " + std::to_string(id), 120);
+  EXPECT_EQ(watch.code, 0) << watch.out << watch.err;
+  ExpectAllSucceededOnce(id, 9);
+  for (const json& job : cluster_.ListJobs(id)) {
+    EXPECT_EQ(job.value("worker_id", ""), "w1") << job;
+    EXPECT_EQ(job.value("attempt", 0), 0) << "the lease held: " << job;
+  }
+  EXPECT_TRUE(scheduler->Alive()) << "no restart";
+  EXPECT_TRUE(worker->Alive()) << "no restart";
+
+  cluster_.KillScheduler();
+  EXPECT_EQ(Pragma(db, "PRAGMA integrity_check"), "ok");
 }
 
 // Issue 39, a link that goes silent: the proxy between w1 and the scheduler

@@ -95,7 +95,13 @@ void Session::ConnectionLoop() {
     const grpc::Status status = AttachOnce(&attached);
     std::unique_lock<std::mutex> lock(mu_);
     if (stopping_) return;
-    if (attached) backoff = options_.initial_backoff_seconds;
+    // A stream the scheduler ended because it could not store what it was
+    // sent (its disk is full) backs off as a refused attach does, so a
+    // worker holding results does not reconnect twice a second until the
+    // disk has room.
+    if (attached && status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      backoff = options_.initial_backoff_seconds;
+    }
     // While Stop waits to deliver results, retry every half second.
     const bool was_flushing = flushing_;
     const double wait = was_flushing ? std::min(backoff, kFlushRetrySeconds) : backoff;

@@ -20,7 +20,9 @@
 // kept until the scheduler says it stored them (ResultsStored): a write that
 // returns has only reached the transport, and a scheduler that dies before
 // its commit would otherwise lose them. When the stream ends, the results not yet
-// acknowledged go back to the front of the queue. The hello of a
+// acknowledged go back to the front of the queue; a scheduler that cannot
+// store them (its disk is full) ends the stream for that, and the
+// reconnects back off until it can. The hello of a
 // reconnect lists the batch still running and every batch with results to
 // (re)send, so the scheduler keeps those leases (its lease rules decide
 // whether the results count: a lease that expired meanwhile refuses them;
