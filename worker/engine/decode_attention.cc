@@ -9,10 +9,6 @@
 namespace nightshift::engine {
 namespace {
 
-// Query heads of a group scored against each key at once: the key is read
-// once for all of them, and their accumulators stay in registers.
-constexpr int64_t kHeadsAtOnce = 4;
-
 // W float32 lanes (GCC's vector extension: AVX-512, AVX2 or SSE registers,
 // as the enclosing function's target allows).
 template <int W>
@@ -32,87 +28,253 @@ inline __attribute__((always_inline)) void Store(float* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
+// The sum of W lanes as a tree: the lower half plus the upper half, halved
+// again until one lane is left. The same tree for every dot product, and a
+// few shuffles rather than W dependent additions.
 template <int W>
-inline __attribute__((always_inline)) float Sum(const typename Lanes<W>::type& v) {
-  float sum = 0;
-  for (int l = 0; l < W; ++l) sum += v[l];
-  return sum;
+inline __attribute__((always_inline)) float TreeSum(const typename Lanes<W>::type& v) {
+  if constexpr (W == 2) {
+    return v[0] + v[1];
+  } else {
+    typename Lanes<W / 2>::type lo, hi;
+    std::memcpy(&lo, &v, sizeof lo);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    return TreeSum<W / 2>(lo + hi);
+  }
 }
 
-// out[0, dim) += p x row[0, dim).
-template <int W>
-inline __attribute__((always_inline)) void AddScaled(float p, const float* row, int64_t dim,
-                                                     float* out) {
+// Keys scored at once: a register tile of up to 4 query heads x kKeysAtOnce
+// keys, each key's chunk loaded once for the heads and each head's once for
+// the keys.
+constexpr int64_t kKeysAtOnce = 4;
+
+// scores[h][c] = scale x (q[h] . key[c]) for NH query heads (dim apart from
+// q) and kKeysAtOnce keys. Each dot product: W-lane partial sums over the
+// head's chunks in order, TreeSum, then the tail past the last whole chunk
+// in order. Every row's every score is computed this way whatever is
+// scored beside it, so scores never depend on the batch.
+template <int W, int NH>
+inline __attribute__((always_inline)) void ScoreTile(const float* q, int64_t dim,
+                                                     const float* const* key, float scale,
+                                                     float scores[NH][kKeysAtOnce]) {
   using V = typename Lanes<W>::type;
   const int64_t whole = dim / W * W;
+  V acc[NH][kKeysAtOnce] = {};
   for (int64_t i = 0; i < whole; i += W) {
-    V o, r;
-    Load(o, out + i);
-    Load(r, row + i);
-    Store(out + i, o + p * r);
+    V kv[kKeysAtOnce];
+#pragma GCC unroll 4
+    for (int64_t c = 0; c < kKeysAtOnce; ++c) Load(kv[c], key[c] + i);
+#pragma GCC unroll 4
+    for (int h = 0; h < NH; ++h) {
+      V qv;
+      Load(qv, q + h * dim + i);
+#pragma GCC unroll 4
+      for (int64_t c = 0; c < kKeysAtOnce; ++c) acc[h][c] += qv * kv[c];
+    }
   }
-  for (int64_t i = whole; i < dim; ++i) out[i] += p * row[i];
+#pragma GCC unroll 4
+  for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 4
+    for (int64_t c = 0; c < kKeysAtOnce; ++c) {
+      float dot = TreeSum<W>(acc[h][c]);
+      for (int64_t i = whole; i < dim; ++i) dot += q[h * dim + i] * key[c][i];
+      scores[h][c] = dot * scale;
+    }
+  }
 }
 
-// Softmax of n scores in place.
-inline void Softmax(float* s, int64_t n) {
-  const float max = *std::max_element(s, s + n);
+// Softmax of n scores in place, `step` floats apart.
+inline void Softmax(float* s, int64_t n, int64_t step) {
+  float max = s[0];
+  for (int64_t j = 1; j < n; ++j) max = std::max(max, s[j * step]);
   float sum = 0;
   for (int64_t j = 0; j < n; ++j) {
-    s[j] = std::exp(s[j] - max);
-    sum += s[j];
+    s[j * step] = std::exp(s[j * step] - max);
+    sum += s[j * step];
   }
   const float inverse = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) s[j] *= inverse;
+  for (int64_t j = 0; j < n; ++j) s[j * step] *= inverse;
 }
 
+// out[r][h x dim + i] = sum over j < length[r] of p[r][j x group + h] x
+// values[j][i], for RT rows x NH heads, summed over j in order from zero:
+// every output element's own chain of multiply-adds, whatever rows and
+// heads share the tile. Each value chunk is loaded once for the tile.
+template <int W, int RT, int NH>
+inline __attribute__((always_inline)) void WeighValues(const float* const p[RT], int64_t group,
+                                                       const int64_t length[RT],
+                                                       const float* values, int64_t key_stride,
+                                                       int64_t dim, float* const out[RT]) {
+  using V = typename Lanes<W>::type;
+  const int64_t whole = dim / W * W;
+  const int64_t shortest = *std::min_element(length, length + RT);
+  const int64_t longest = *std::max_element(length, length + RT);
+  for (int64_t i = 0; i < whole; i += W) {
+    V acc[RT][NH] = {};
+    for (int64_t j = 0; j < shortest; ++j) {
+      V vv;
+      Load(vv, values + j * key_stride + i);
+#pragma GCC unroll 4
+      for (int r = 0; r < RT; ++r) {
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; ++h) acc[r][h] += p[r][j * group + h] * vv;
+      }
+    }
+    for (int64_t j = shortest; j < longest; ++j) {
+      V vv;
+      Load(vv, values + j * key_stride + i);
+#pragma GCC unroll 4
+      for (int r = 0; r < RT; ++r) {
+        if (j >= length[r]) continue;
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; ++h) acc[r][h] += p[r][j * group + h] * vv;
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; ++r) {
+#pragma GCC unroll 4
+      for (int h = 0; h < NH; ++h) Store(out[r] + h * dim + i, acc[r][h]);
+    }
+  }
+  for (int64_t i = whole; i < dim; ++i) {
+    for (int r = 0; r < RT; ++r) {
+      for (int h = 0; h < NH; ++h) {
+        float sum = 0;
+        for (int64_t j = 0; j < length[r]; ++j) {
+          sum += p[r][j * group + h] * values[j * key_stride + i];
+        }
+        out[r][h * dim + i] = sum;
+      }
+    }
+  }
+}
+
+// Rows of a value tile: what the registers hold with NH heads beside them
+// (16 accumulators with AVX-512's 32 registers, 8 with AVX2's 16).
+template <int W>
+constexpr int kRowsPerValueTile = W >= 16 ? 4 : 2;
+
+// The heads of a tile for `left` heads still to do: 4, 2 or 1.
+inline int HeadsAtOnce(int64_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1; }
+
+// Scores of every row of the block over KV head g's keys, into scratch
+// (row r, key j, head h at (r x stride + j) x group + h: a key's heads side
+// by side, as WeighValues reads them).
+template <int W, int NH>
+inline __attribute__((always_inline)) void ScoreHeads(int64_t h0, int64_t group, int64_t dim,
+                                                      int64_t rows, const int64_t* lengths,
+                                                      const float* const* qs, int64_t g,
+                                                      const float* k, int64_t key_stride,
+                                                      int64_t longest, float scale, float* scratch,
+                                                      int64_t stride) {
+  float tile[NH][kKeysAtOnce];
+  for (int64_t j0 = 0; j0 < longest; j0 += kKeysAtOnce) {
+    // Past the longest row, the tile's last columns score its last key again
+    // (and are dropped), so nothing past the cache is read.
+    const float* key[kKeysAtOnce];
+    for (int64_t c = 0; c < kKeysAtOnce; ++c) {
+      key[c] = k + std::min(j0 + c, longest - 1) * key_stride;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (j0 >= lengths[r]) continue;
+      ScoreTile<W, NH>(qs[r] + (g * group + h0) * dim, dim, key, scale, tile);
+      const int64_t keys = std::min(kKeysAtOnce, lengths[r] - j0);
+      float* row = scratch + (r * stride + j0) * group + h0;
+      for (int64_t c = 0; c < keys; ++c) {
+        for (int h = 0; h < NH; ++h) row[c * group + h] = tile[h][c];
+      }
+    }
+  }
+}
+
+// Values weighed for every row of the block, RT rows at a time (a last
+// short tile repeats its last row: the same arithmetic, written twice).
+template <int W, int NH>
+inline __attribute__((always_inline)) void WeighHeads(int64_t h0, int64_t group, int64_t dim,
+                                                      int64_t rows, const int64_t* lengths,
+                                                      int64_t g, const float* v, int64_t key_stride,
+                                                      const float* scratch, int64_t stride,
+                                                      float* const* outs) {
+  constexpr int RT = kRowsPerValueTile<W>;
+  for (int64_t r0 = 0; r0 < rows; r0 += RT) {
+    const float* p[RT];
+    float* out[RT];
+    int64_t length[RT];
+    for (int t = 0; t < RT; ++t) {
+      const int64_t r = std::min(r0 + t, rows - 1);
+      length[t] = lengths[r];
+      p[t] = scratch + r * stride * group + h0;
+      out[t] = outs[r] + (g * group + h0) * dim;
+    }
+    WeighValues<W, RT, NH>(p, group, length, v, key_stride, dim, out);
+  }
+}
+
+// Attention for `rows` rows over one cache, row r over its first
+// lengths[r] keys: per KV head, every row's scores (the keys in the outer
+// loop, so each is read once for all rows), their softmax, then the values
+// weighed, a tile of rows at a time. A row's arithmetic is the same
+// whatever rows share the call, so a row alone (a decode step) and the same
+// row among a prompt's give bitwise-equal outputs.
+template <int W>
+inline __attribute__((always_inline)) void AttendRows(const DecodeAttentionShape& shape,
+                                                      int64_t rows, const int64_t* lengths,
+                                                      const float* const* qs, const float* keys,
+                                                      const float* values, float scale,
+                                                      float* scratch, float* const* outs) {
+  const int64_t group = shape.heads / shape.kv_heads;
+  const int64_t dim = shape.dim;
+  const int64_t longest = *std::max_element(lengths, lengths + rows);
+  const int64_t stride = shape.length;  // keys of scratch per row
+  for (int64_t g = 0; g < shape.kv_heads; ++g) {
+    const float* k = keys + g * shape.head_stride;
+    const float* v = values + g * shape.head_stride;
+    for (int64_t h0 = 0; h0 < group;) {
+      const int nh = HeadsAtOnce(group - h0);
+      if (nh == 4) {
+        ScoreHeads<W, 4>(h0, group, dim, rows, lengths, qs, g, k, shape.key_stride, longest, scale,
+                         scratch, stride);
+      } else if (nh == 2) {
+        ScoreHeads<W, 2>(h0, group, dim, rows, lengths, qs, g, k, shape.key_stride, longest, scale,
+                         scratch, stride);
+      } else {
+        ScoreHeads<W, 1>(h0, group, dim, rows, lengths, qs, g, k, shape.key_stride, longest, scale,
+                         scratch, stride);
+      }
+      h0 += nh;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t h = 0; h < group; ++h)
+        Softmax(scratch + r * stride * group + h, lengths[r], group);
+    }
+    for (int64_t h0 = 0; h0 < group;) {
+      const int nh = HeadsAtOnce(group - h0);
+      if (nh == 4) {
+        WeighHeads<W, 4>(h0, group, dim, rows, lengths, g, v, shape.key_stride, scratch, stride,
+                         outs);
+      } else if (nh == 2) {
+        WeighHeads<W, 2>(h0, group, dim, rows, lengths, g, v, shape.key_stride, scratch, stride,
+                         outs);
+      } else {
+        WeighHeads<W, 1>(h0, group, dim, rows, lengths, g, v, shape.key_stride, scratch, stride,
+                         outs);
+      }
+      h0 += nh;
+    }
+  }
+}
+
+// One row: AttendRows of a single row, so that a decode step's arithmetic
+// is a prompt row's.
 template <int W>
 inline __attribute__((always_inline)) void Attend(const DecodeAttentionShape& shape, const float* q,
                                                   const float* keys, const float* values,
                                                   float scale, float* scratch, float* out) {
-  using V = typename Lanes<W>::type;
-  const int64_t group = shape.heads / shape.kv_heads;
   const int64_t length = shape.length;
-  const int64_t dim = shape.dim;
-  const int64_t whole = dim / W * W;
-  for (int64_t g = 0; g < shape.kv_heads; ++g) {
-    const float* k = keys + g * shape.head_stride;
-    const float* v = values + g * shape.head_stride;
-    const float* qg = q + g * group * dim;
-    float* og = out + g * group * dim;
-    for (int64_t h0 = 0; h0 < group; h0 += kHeadsAtOnce) {
-      const int64_t n = std::min(kHeadsAtOnce, group - h0);
-      const float* qh = qg + h0 * dim;
-      for (int64_t j = 0; j < length; ++j) {
-        const float* kj = k + j * shape.key_stride;
-        V acc[kHeadsAtOnce] = {};
-        for (int64_t i = 0; i < whole; i += W) {
-          V kv;
-          Load(kv, kj + i);
-          for (int64_t h = 0; h < n; ++h) {
-            V qv;
-            Load(qv, qh + h * dim + i);
-            acc[h] += qv * kv;
-          }
-        }
-        for (int64_t h = 0; h < n; ++h) {
-          float dot = Sum<W>(acc[h]);
-          for (int64_t i = whole; i < dim; ++i) dot += qh[h * dim + i] * kj[i];
-          scratch[(h0 + h) * length + j] = dot * scale;
-        }
-      }
-    }
-    for (int64_t h = 0; h < group; ++h) Softmax(scratch + h * length, length);
-    std::fill(og, og + group * dim, 0.0f);
-    for (int64_t j = 0; j < length; ++j) {
-      const float* vj = v + j * shape.key_stride;
-      for (int64_t h = 0; h < group; ++h) {
-        AddScaled<W>(scratch[h * length + j], vj, dim, og + h * dim);
-      }
-    }
-  }
+  AttendRows<W>(shape, 1, &length, &q, keys, values, scale, scratch, &out);
 }
 
+// The kernels of each instruction set: one row, and many rows of one cache.
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) void Avx512(const DecodeAttentionShape& shape, const float* q,
                                                const float* keys, const float* values, float scale,
@@ -120,10 +282,25 @@ __attribute__((target("avx512f"))) void Avx512(const DecodeAttentionShape& shape
   Attend<16>(shape, q, keys, values, scale, scratch, out);
 }
 
+__attribute__((target("avx512f"))) void Avx512Rows(const DecodeAttentionShape& shape, int64_t rows,
+                                                   const int64_t* lengths, const float* const* qs,
+                                                   const float* keys, const float* values,
+                                                   float scale, float* scratch,
+                                                   float* const* outs) {
+  AttendRows<16>(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
+}
+
 __attribute__((target("avx2,fma"))) void Avx2(const DecodeAttentionShape& shape, const float* q,
                                               const float* keys, const float* values, float scale,
                                               float* scratch, float* out) {
   Attend<8>(shape, q, keys, values, scale, scratch, out);
+}
+
+__attribute__((target("avx2,fma"))) void Avx2Rows(const DecodeAttentionShape& shape, int64_t rows,
+                                                  const int64_t* lengths, const float* const* qs,
+                                                  const float* keys, const float* values,
+                                                  float scale, float* scratch, float* const* outs) {
+  AttendRows<8>(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
 }
 #endif
 
@@ -132,45 +309,68 @@ void Portable(const DecodeAttentionShape& shape, const float* q, const float* ke
   Attend<4>(shape, q, keys, values, scale, scratch, out);
 }
 
-using Kernel = void (*)(const DecodeAttentionShape&, const float*, const float*, const float*,
-                        float, float*, float*);
+void PortableRows(const DecodeAttentionShape& shape, int64_t rows, const int64_t* lengths,
+                  const float* const* qs, const float* keys, const float* values, float scale,
+                  float* scratch, float* const* outs) {
+  AttendRows<4>(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
+}
 
-// The kernel of `lanes` lanes; null where this CPU lacks its instructions.
-Kernel WithLanes(int lanes) {
+struct KernelPair {
+  decltype(&Portable) one = nullptr;
+  decltype(&PortableRows) many = nullptr;
+};
+
+// The kernels of `lanes` lanes; null where this CPU lacks their instructions.
+KernelPair WithLanes(int lanes) {
   switch (lanes) {
 #if defined(__x86_64__)
     case 16:
-      return __builtin_cpu_supports("avx512f") ? &Avx512 : nullptr;
+      if (!__builtin_cpu_supports("avx512f")) return {};
+      return {&Avx512, &Avx512Rows};
     case 8:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &Avx2 : nullptr;
+      if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return {};
+      return {&Avx2, &Avx2Rows};
 #endif
     case 4:
-      return &Portable;
+      return {&Portable, &PortableRows};
     default:
-      return nullptr;
+      return {};
   }
 }
 
-// The widest kernel this CPU has, under the instruction-set ceiling (isa.h).
-Kernel Widest() {
-  static const Kernel k16 = WithLanes(16), k8 = WithLanes(8);
-  if (k16 != nullptr && IsaActive(Isa::kAvx512)) return k16;
-  return k8 != nullptr && IsaActive(Isa::kAvx2) ? k8 : &Portable;
+// The widest kernels this CPU has, under the instruction-set ceiling (isa.h).
+KernelPair Widest() {
+  static const KernelPair k16 = WithLanes(16), k8 = WithLanes(8);
+  if (k16.one != nullptr && IsaActive(Isa::kAvx512)) return k16;
+  return k8.one != nullptr && IsaActive(Isa::kAvx2) ? k8 : WithLanes(4);
 }
 
 }  // namespace
 
 void DecodeAttention(const DecodeAttentionShape& shape, const float* q, const float* keys,
                      const float* values, float scale, float* scratch, float* out) {
-  Widest()(shape, q, keys, values, scale, scratch, out);
+  Widest().one(shape, q, keys, values, scale, scratch, out);
 }
 
-bool DecodeAttentionLanesSupported(int lanes) { return WithLanes(lanes) != nullptr; }
+void DecodeAttentionRows(const DecodeAttentionShape& shape, int64_t rows, const int64_t* lengths,
+                         const float* const* qs, const float* keys, const float* values,
+                         float scale, float* scratch, float* const* outs) {
+  Widest().many(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
+}
+
+bool DecodeAttentionLanesSupported(int lanes) { return WithLanes(lanes).one != nullptr; }
 
 void DecodeAttentionWithLanes(int lanes, const DecodeAttentionShape& shape, const float* q,
                               const float* keys, const float* values, float scale, float* scratch,
                               float* out) {
-  WithLanes(lanes)(shape, q, keys, values, scale, scratch, out);
+  WithLanes(lanes).one(shape, q, keys, values, scale, scratch, out);
+}
+
+void DecodeAttentionRowsWithLanes(int lanes, const DecodeAttentionShape& shape, int64_t rows,
+                                  const int64_t* lengths, const float* const* qs, const float* keys,
+                                  const float* values, float scale, float* scratch,
+                                  float* const* outs) {
+  WithLanes(lanes).many(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
 }
 
 }  // namespace nightshift::engine

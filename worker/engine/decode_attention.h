@@ -1,4 +1,5 @@
-// Attention of one query row over a sequence's cached keys: a decode step's.
+// Attention of query rows over a sequence's cached keys: a decode step's
+// row, or a prompt's rows, each over its own prefix of the cache.
 //
 // Through ATen such a row costs a dozen small calls (reshapes, two batched
 // products, scale, softmax, copies) of a few microseconds each, and a
@@ -9,8 +10,13 @@
 //
 // Numerics as kernels.h's Attention: float32 throughout, scores = (q . k) x
 // scale, softmax with its maximum subtracted, the output the probabilities'
-// weighted sum of the values. Only the order of the float32 sums differs.
-// Vectorised for AVX-512 or AVX2 (checked at run time), plain loops otherwise.
+// weighted sum of the values. Only the order of the float32 sums differs,
+// and it is one order per row whatever shares the call (the engine's batch
+// invariance rests on it): each score summed over the head in lane-wide
+// chunks, the lanes then added as a fixed tree, the tail after; each output
+// element summed over the keys in order. Vectorised for AVX-512 or AVX2
+// (checked at run time; each sums in its own lane width), plain loops
+// otherwise.
 //
 // libtorch-free pure function; thread-safe.
 #pragma once
@@ -41,11 +47,30 @@ inline int64_t DecodeAttentionScratch(const DecodeAttentionShape& s) {
 void DecodeAttention(const DecodeAttentionShape& shape, const float* q, const float* keys,
                      const float* values, float scale, float* scratch, float* out);
 
+// Several rows over one cache, as a causal prompt's rows attend: row r's
+// query at qs[r], its output at outs[r] (each [heads, dim]), attending to
+// the first lengths[r] <= shape.length keys. Each row's output is bitwise
+// DecodeAttention's for it alone (a shape of length lengths[r]): the rows
+// share the loops over keys, so each key and value is read from memory once
+// for all of them rather than once per row, but every row does its own
+// arithmetic in its own order. `scratch` holds DecodeAttentionRowsScratch
+// floats.
+inline int64_t DecodeAttentionRowsScratch(const DecodeAttentionShape& s, int64_t rows) {
+  return rows * DecodeAttentionScratch(s);
+}
+void DecodeAttentionRows(const DecodeAttentionShape& shape, int64_t rows, const int64_t* lengths,
+                         const float* const* qs, const float* keys, const float* values,
+                         float scale, float* scratch, float* const* outs);
+
 // For tests: the same with `lanes` float32 lanes (16: AVX-512, 8: AVX2,
 // 4: plain loops), where DecodeAttentionLanesSupported(lanes).
 bool DecodeAttentionLanesSupported(int lanes);
 void DecodeAttentionWithLanes(int lanes, const DecodeAttentionShape& shape, const float* q,
                               const float* keys, const float* values, float scale, float* scratch,
                               float* out);
+void DecodeAttentionRowsWithLanes(int lanes, const DecodeAttentionShape& shape, int64_t rows,
+                                  const int64_t* lengths, const float* const* qs, const float* keys,
+                                  const float* values, float scale, float* scratch,
+                                  float* const* outs);
 
 }  // namespace nightshift::engine

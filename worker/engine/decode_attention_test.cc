@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace nightshift::engine {
@@ -99,6 +100,61 @@ TEST(DecodeAttentionTest, TheWidestKernelAgreesWithThePlainLoops) {
   DecodeAttentionWithLanes(4, s, q.data(), keys.data(), values.data(), 0.088f, scratch.data(),
                            plain.data());
   for (size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(widest[i], plain[i], 1e-5) << i;
+}
+
+// Rows of one cache attended together give each row bitwise what it gets
+// alone, on every lane width: rows of a causal prompt (each one key longer),
+// lengths in any order, a row of one key, more rows than the kernel's loops
+// hold, and shapes with tails past the lanes and past the heads scored at
+// once.
+TEST(DecodeAttentionTest, RowsAttendedTogetherEqualEachRowAloneBitwise) {
+  int checked_lanes = 0;
+  for (int lanes : {4, 8, 16}) {
+    if (!DecodeAttentionLanesSupported(lanes)) continue;
+    ++checked_lanes;
+    for (int64_t dim : {20, 128}) {
+      for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{8, 2}, {12, 2}, {5, 1}}) {
+        for (const std::vector<int64_t>& lengths :
+             {std::vector<int64_t>{1}, std::vector<int64_t>{30, 31, 32, 33, 34, 35, 36, 37, 38},
+              std::vector<int64_t>{17, 1, 64, 5, 64, 2}}) {
+          const int64_t rows = static_cast<int64_t>(lengths.size());
+          const DecodeAttentionShape s{heads, kv_heads, dim, 64, 70 * (dim + 3), dim + 3};
+          const size_t cache = static_cast<size_t>(kv_heads * s.head_stride);
+          const size_t row = static_cast<size_t>(heads * dim);
+          std::vector<float> q(static_cast<size_t>(rows) * row), keys(cache), values(cache);
+          for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(static_cast<float>(i) * 0.37f);
+          for (size_t i = 0; i < cache; ++i) {
+            keys[i] = std::cos(static_cast<float>(i) * 0.11f) * 3;
+            values[i] = std::sin(static_cast<float>(i) * 0.23f + 1);
+          }
+          const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+          std::vector<float> together(q.size(), -99.0f);
+          std::vector<const float*> qs;
+          std::vector<float*> outs;
+          for (int64_t r = 0; r < rows; ++r) {
+            qs.push_back(q.data() + r * static_cast<int64_t>(row));
+            outs.push_back(together.data() + r * static_cast<int64_t>(row));
+          }
+          std::vector<float> scratch(static_cast<size_t>(DecodeAttentionRowsScratch(s, rows)));
+          DecodeAttentionRowsWithLanes(lanes, s, rows, lengths.data(), qs.data(), keys.data(),
+                                       values.data(), scale, scratch.data(), outs.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            DecodeAttentionShape one = s;
+            one.length = lengths[static_cast<size_t>(r)];
+            std::vector<float> alone_scratch(static_cast<size_t>(DecodeAttentionScratch(one)));
+            std::vector<float> alone(row);
+            DecodeAttentionWithLanes(lanes, one, qs[static_cast<size_t>(r)], keys.data(),
+                                     values.data(), scale, alone_scratch.data(), alone.data());
+            EXPECT_EQ(std::memcmp(alone.data(), outs[static_cast<size_t>(r)], row * sizeof(float)),
+                      0)
+                << lanes << " lanes, dim " << dim << ", " << heads << "/" << kv_heads
+                << " heads, row " << r << " of " << rows << " (" << one.length << " keys)";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked_lanes, 1);
 }
 
 }  // namespace

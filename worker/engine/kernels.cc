@@ -513,6 +513,9 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
 
 namespace {
 
+// Rows of one cache attended together (AttendDecodeRows).
+constexpr size_t kRowsAtOnce = 8;
+
 // Whether DecodeAttention can read `t` [kv_heads, L, d] in place.
 bool DecodeReadable(const at::Tensor& t) {
   return t.is_cpu() && t.scalar_type() == at::kFloat && t.stride(2) == 1;
@@ -532,10 +535,20 @@ void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, d
   }
   const at::Tensor qc = q.contiguous();  // [rows, heads, d]
   const int64_t heads = q.size(1), dim = q.size(2);
+  // Consecutive rows over one cache (a prompt's, each seeing a longer
+  // prefix of it) go to the kernel together, up to kRowsAtOnce at a time, so
+  // each key and value is read once for all of them; each row's output is
+  // still bitwise its own (decode_attention.h).
+  struct Block {
+    DecodeAttentionShape shape;  // length: the block's longest row's
+    size_t first = 0, count = 0;
+  };
+  std::vector<Block> blocks;
+  std::vector<int64_t> lengths;
+  lengths.reserve(rows.size());
   int64_t scratch_floats = 0;
-  std::vector<DecodeAttentionShape> shapes;
-  shapes.reserve(rows.size());
-  for (const DecodeRow& r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const DecodeRow& r = rows[i];
     DecodeAttentionShape s;
     s.heads = heads;
     s.kv_heads = r.keys.size(0);
@@ -546,8 +559,24 @@ void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, d
     if (r.values.stride(0) != s.head_stride || r.values.stride(1) != s.key_stride) {
       throw std::invalid_argument("AttendDecodeRows: keys and values laid out differently");
     }
-    scratch_floats = std::max(scratch_floats, DecodeAttentionScratch(s));
-    shapes.push_back(s);
+    lengths.push_back(s.length);
+    const DecodeRow* previous = i == 0 ? nullptr : &rows[i - 1];
+    const bool same_cache = previous != nullptr && blocks.back().count < kRowsAtOnce &&
+                            previous->keys.data_ptr() == r.keys.data_ptr() &&
+                            previous->values.data_ptr() == r.values.data_ptr() &&
+                            blocks.back().shape.kv_heads == s.kv_heads &&
+                            blocks.back().shape.head_stride == s.head_stride &&
+                            blocks.back().shape.key_stride == s.key_stride;
+    if (same_cache) {
+      Block& b = blocks.back();
+      b.shape.length = std::max(b.shape.length, s.length);
+      ++b.count;
+    } else {
+      blocks.push_back({s, i, 1});
+    }
+    const Block& b = blocks.back();
+    scratch_floats = std::max(scratch_floats,
+                              DecodeAttentionRowsScratch(b.shape, static_cast<int64_t>(b.count)));
   }
   // Every thread's scores in one block, allocated here (see AttentionRows).
   const int64_t threads = ComputePoolThreads();
@@ -556,14 +585,28 @@ void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, d
   float* op = out.data_ptr<float>();
   float* sp = scratch.data_ptr<float>();
   const int64_t row_floats = heads * dim;
+  const int64_t n = static_cast<int64_t>(blocks.size());
+  // A prompt's later blocks see more keys: the threads' contiguous ranges
+  // take blocks from both ends in turn (0, n-1, 1, n-2, ...), so each gets
+  // about the same work.
+  auto nth = [n](int64_t i) { return i % 2 == 0 ? i / 2 : n - 1 - i / 2; };
   std::atomic<int64_t> next_scratch{0};  // one range per thread, at most `threads`
-  ParallelFor(static_cast<int64_t>(rows.size()), 2, [&](int64_t first, int64_t last) {
+  const int64_t grain = n == static_cast<int64_t>(rows.size()) ? 2 : 1;
+  ParallelFor(n, grain, [&](int64_t first, int64_t last) {
     float* mine = sp + next_scratch.fetch_add(1) * scratch_floats;
+    const float* qs[kRowsAtOnce];
+    float* outs[kRowsAtOnce];
     for (int64_t i = first; i < last; ++i) {
-      const DecodeRow& r = rows[static_cast<size_t>(i)];
-      DecodeAttention(shapes[static_cast<size_t>(i)], qp + r.row * row_floats,
-                      r.keys.data_ptr<float>(), r.values.data_ptr<float>(),
-                      static_cast<float>(scale), mine, op + r.row * row_floats);
+      const Block& b = blocks[static_cast<size_t>(nth(i))];
+      for (size_t k = 0; k < b.count; ++k) {
+        const int64_t row = rows[b.first + k].row;
+        qs[k] = qp + row * row_floats;
+        outs[k] = op + row * row_floats;
+      }
+      const DecodeRow& r = rows[b.first];
+      DecodeAttentionRows(b.shape, static_cast<int64_t>(b.count), lengths.data() + b.first, qs,
+                          r.keys.data_ptr<float>(), r.values.data_ptr<float>(),
+                          static_cast<float>(scale), mine, outs);
     }
   });
 }

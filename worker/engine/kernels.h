@@ -162,8 +162,11 @@ struct DecodeRow {
 
 // Attention(q.narrow(0, r.row, 1), r.keys, r.values, {}, scale) into row
 // r.row of out [rows, heads * d], for every r. Float32 on the CPU these run
-// the engine's own loops (decode_attention.h), the rows split across the
-// compute pool, without allocating on its threads; elsewhere, Attention.
+// the engine's own loops (decode_attention.h): consecutive rows over one
+// cache (a prompt's, each over a longer prefix) go together, up to eight, so
+// they share each read of a key and a value, each row's output bitwise what
+// it gets alone; the blocks are split across the compute pool, without
+// allocating on its threads. Elsewhere, Attention.
 void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, double scale,
                       at::Tensor& out);
 
