@@ -360,15 +360,15 @@ int Run(int argc, char** argv) {
       "first stream only the rest (on a GPU the budget is GPU memory, and --host-memory-budget\n"
       "keeps more layers in page-locked host memory, copied each pass instead of read). Without\n"
       "them every pass streams the whole checkpoint.\n"
-      "--compute-dtype auto (default) times the projection kernels on this checkpoint's shapes\n"
-      "once per CPU and shape, caches the figures in --state-dir, and runs the fastest; F32\n"
-      "checkpoints stay float32. bf16 runs every projection in BF16 (inputs rounded to BF16,\n"
-      "float32 accumulation); f32 never does. Quantized projections run the engine's own\n"
-      "float32 kernel whatever is chosen. Passes are batch-invariant by default: one kernel\n"
-      "at every row count, each summing in one order, so a prompt's logits and tokens are\n"
-      "bitwise the same alone or beside any others; --batch-invariant=false instead runs the\n"
-      "fastest measured kernel per row count (OpenBLAS, oneDNN), whose numerics move with the\n"
-      "pass's rows.");
+      "Passes are batch-invariant by default: one kernel at every row count, each summing in\n"
+      "one order, so a prompt's logits and tokens are bitwise the same alone or beside any\n"
+      "others. --compute-dtype auto (default) then runs bf16-avx512 for 16-bit weights where\n"
+      "the CPU has AVX512-BF16 and f32-tile elsewhere; F32 checkpoints stay float32. bf16 runs\n"
+      "every projection in BF16 (inputs rounded to BF16, float32 accumulation); f32 never\n"
+      "does. Quantized projections run the engine's own float32 kernels whatever is chosen.\n"
+      "--batch-invariant=false instead times the projection kernels on this checkpoint's\n"
+      "shapes (once per CPU and shape, cached in --state-dir) and runs the fastest per row\n"
+      "count (OpenBLAS, oneDNN), whose numerics move with the pass's rows.");
   flags.String("model-dir", &f.model_dir, "checkpoint directory (config.json, *.safetensors)",
                "DIR");
   flags.StringList("ids", &f.ids, "a prompt as comma-separated token ids", "IDS");
@@ -392,7 +392,7 @@ int Run(int argc, char** argv) {
                "dtype on a GPU), f32, bf16 or f16 (half the bytes)",
                "DTYPE");
   flags.String("compute-dtype", &f.compute_dtype,
-               "projections in auto (the fastest measured; default), f32 or bf16", "DTYPE");
+               "projections in auto (default: see above), f32 or bf16", "DTYPE");
   flags.Bool("batch-invariant", &f.batch_invariant,
              "one summation order at every row count: results independent of the batch "
              "(default true; --batch-invariant=false for the fastest kernel per row count)");

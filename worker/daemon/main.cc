@@ -125,9 +125,10 @@ CommandLine MakeFlags(Flags* f) {
                "dtype on a GPU), f32, bf16 or f16 (half the bytes per token)",
                "DTYPE");
   flags.String("compute-dtype", &f->compute_dtype,
-               "the CPU's projections: auto (default: per row count, the kernel measured fastest "
-               "on each model's shapes, cached in --state-dir; F32 models stay float32), f32 or "
-               "bf16",
+               "the CPU's projections: auto (default: bf16-avx512 for 16-bit weights where the "
+               "CPU has AVX512-BF16, else f32-tile; F32 models stay float32; with "
+               "--no-batch-invariant, per row count the kernel measured fastest on each model's "
+               "shapes, cached in --state-dir), f32 or bf16",
                "DTYPE");
   flags.Bool("batch-invariant", &f->batch_invariant,
              "one summation order at every row count, so a job's result does not depend on the "
