@@ -2,10 +2,11 @@
 // next group while the caller computes on this one.
 //
 // A group is the tensors streamed together (one decoder layer, or the final
-// norm and LM head). Reading is done by `read_streams` I/O threads with
-// `pread` of large chunks into buffers this object owns, several reads in
-// flight: on the machines this was written on one read stream gets ~0.8 GB/s
-// and four ~2 GB/s (see common/disk_bench.h). The reads in flight are all of
+// norm and LM head). Reading is done by I/O threads with `pread` of large
+// chunks into buffers this object owns, `read_streams` reads in flight (at
+// least four for small ones): on the machines this was written on one read
+// stream gets ~0.8 GB/s and four ~2 GB/s (see common/disk_bench.h); later
+// disks read fastest with one. The reads in flight are all of
 // one group: the next group's start when its last has finished, so each
 // group arrives as soon as the disk can deliver it (two groups read at once
 // arrive together, and the disk then idles while the first computes; see
@@ -64,8 +65,10 @@ struct LayerLoaderOptions {
   // two units, so that a deferred group can read some of them.
   std::vector<std::vector<int>> units;
   bool prefetch = true;  // read group i + 1 while group i is in use
-  // I/O threads, each with one read in flight (1..64), all reading chunks
-  // of the same group.
+  // Large reads in flight at once (1..64), all chunks of the same group.
+  // Reads of at most 16 MiB (a quantized tensor's parts, mostly kilobytes)
+  // go at least four at a time whatever this is: they wait on the disk's
+  // latency, not its bandwidth.
   int read_streams = 4;
   // Read with O_DIRECT where the filesystem allows it: no page cache to fill
   // (and be charged for under a memory cgroup) and no copy out of it. Else,
