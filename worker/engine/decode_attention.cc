@@ -264,113 +264,81 @@ inline __attribute__((always_inline)) void AttendRows(const DecodeAttentionShape
   }
 }
 
-// One row: AttendRows of a single row, so that a decode step's arithmetic
-// is a prompt row's.
-template <int W>
-inline __attribute__((always_inline)) void Attend(const DecodeAttentionShape& shape, const float* q,
-                                                  const float* keys, const float* values,
-                                                  float scale, float* scratch, float* out) {
-  const int64_t length = shape.length;
-  AttendRows<W>(shape, 1, &length, &q, keys, values, scale, scratch, &out);
-}
-
-// The kernels of each instruction set: one row, and many rows of one cache.
+// The kernel of each instruction set.
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void Avx512(const DecodeAttentionShape& shape, const float* q,
+__attribute__((target("avx512f"))) void Avx512(const DecodeAttentionShape& shape, int64_t rows,
+                                               const int64_t* lengths, const float* const* qs,
                                                const float* keys, const float* values, float scale,
-                                               float* scratch, float* out) {
-  Attend<16>(shape, q, keys, values, scale, scratch, out);
-}
-
-__attribute__((target("avx512f"))) void Avx512Rows(const DecodeAttentionShape& shape, int64_t rows,
-                                                   const int64_t* lengths, const float* const* qs,
-                                                   const float* keys, const float* values,
-                                                   float scale, float* scratch,
-                                                   float* const* outs) {
+                                               float* scratch, float* const* outs) {
   AttendRows<16>(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
 }
 
-__attribute__((target("avx2,fma"))) void Avx2(const DecodeAttentionShape& shape, const float* q,
+__attribute__((target("avx2,fma"))) void Avx2(const DecodeAttentionShape& shape, int64_t rows,
+                                              const int64_t* lengths, const float* const* qs,
                                               const float* keys, const float* values, float scale,
-                                              float* scratch, float* out) {
-  Attend<8>(shape, q, keys, values, scale, scratch, out);
-}
-
-__attribute__((target("avx2,fma"))) void Avx2Rows(const DecodeAttentionShape& shape, int64_t rows,
-                                                  const int64_t* lengths, const float* const* qs,
-                                                  const float* keys, const float* values,
-                                                  float scale, float* scratch, float* const* outs) {
+                                              float* scratch, float* const* outs) {
   AttendRows<8>(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
 }
 #endif
 
-void Portable(const DecodeAttentionShape& shape, const float* q, const float* keys,
-              const float* values, float scale, float* scratch, float* out) {
-  Attend<4>(shape, q, keys, values, scale, scratch, out);
-}
-
-void PortableRows(const DecodeAttentionShape& shape, int64_t rows, const int64_t* lengths,
-                  const float* const* qs, const float* keys, const float* values, float scale,
-                  float* scratch, float* const* outs) {
+void Portable(const DecodeAttentionShape& shape, int64_t rows, const int64_t* lengths,
+              const float* const* qs, const float* keys, const float* values, float scale,
+              float* scratch, float* const* outs) {
   AttendRows<4>(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
 }
 
-struct KernelPair {
-  decltype(&Portable) one = nullptr;
-  decltype(&PortableRows) many = nullptr;
-};
+using Kernel = decltype(&Portable);
 
-// The kernels of `lanes` lanes; null where this CPU lacks their instructions.
-KernelPair WithLanes(int lanes) {
+// The kernel of `lanes` lanes; null where this CPU lacks its instructions.
+Kernel WithLanes(int lanes) {
   switch (lanes) {
 #if defined(__x86_64__)
     case 16:
-      if (!__builtin_cpu_supports("avx512f")) return {};
-      return {&Avx512, &Avx512Rows};
+      return __builtin_cpu_supports("avx512f") ? &Avx512 : nullptr;
     case 8:
-      if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return {};
-      return {&Avx2, &Avx2Rows};
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &Avx2 : nullptr;
 #endif
     case 4:
-      return {&Portable, &PortableRows};
+      return &Portable;
     default:
-      return {};
+      return nullptr;
   }
 }
 
-// The widest kernels this CPU has, under the instruction-set ceiling (isa.h).
-KernelPair Widest() {
-  static const KernelPair k16 = WithLanes(16), k8 = WithLanes(8);
-  if (k16.one != nullptr && IsaActive(Isa::kAvx512)) return k16;
-  return k8.one != nullptr && IsaActive(Isa::kAvx2) ? k8 : WithLanes(4);
+// The widest kernel this CPU has, under the instruction-set ceiling (isa.h).
+Kernel Widest() {
+  static const Kernel k16 = WithLanes(16), k8 = WithLanes(8);
+  if (k16 != nullptr && IsaActive(Isa::kAvx512)) return k16;
+  return k8 != nullptr && IsaActive(Isa::kAvx2) ? k8 : &Portable;
 }
 
 }  // namespace
 
+// One row is a block of one: a decode step's arithmetic is a prompt row's.
 void DecodeAttention(const DecodeAttentionShape& shape, const float* q, const float* keys,
                      const float* values, float scale, float* scratch, float* out) {
-  Widest().one(shape, q, keys, values, scale, scratch, out);
+  Widest()(shape, 1, &shape.length, &q, keys, values, scale, scratch, &out);
 }
 
 void DecodeAttentionRows(const DecodeAttentionShape& shape, int64_t rows, const int64_t* lengths,
                          const float* const* qs, const float* keys, const float* values,
                          float scale, float* scratch, float* const* outs) {
-  Widest().many(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
+  Widest()(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
 }
 
-bool DecodeAttentionLanesSupported(int lanes) { return WithLanes(lanes).one != nullptr; }
+bool DecodeAttentionLanesSupported(int lanes) { return WithLanes(lanes) != nullptr; }
 
 void DecodeAttentionWithLanes(int lanes, const DecodeAttentionShape& shape, const float* q,
                               const float* keys, const float* values, float scale, float* scratch,
                               float* out) {
-  WithLanes(lanes).one(shape, q, keys, values, scale, scratch, out);
+  WithLanes(lanes)(shape, 1, &shape.length, &q, keys, values, scale, scratch, &out);
 }
 
 void DecodeAttentionRowsWithLanes(int lanes, const DecodeAttentionShape& shape, int64_t rows,
                                   const int64_t* lengths, const float* const* qs, const float* keys,
                                   const float* values, float scale, float* scratch,
                                   float* const* outs) {
-  WithLanes(lanes).many(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
+  WithLanes(lanes)(shape, rows, lengths, qs, keys, values, scale, scratch, outs);
 }
 
 }  // namespace nightshift::engine
