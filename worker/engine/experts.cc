@@ -49,7 +49,7 @@ SparseMlp::SparseMlp(const ModelConfig& c, const LayerWeights& w, const at::Tens
     if (shared) {
       at::Tensor out = GatedMlp(x, Get(w, W::kSharedGate), Get(w, W::kSharedUp),
                                 Get(w, W::kSharedDown), c.activation);
-      out.mul_(at::sigmoid(Linear(x, Get(w, W::kSharedExpertGate))));
+      out.mul_(Sigmoid(Linear(x, Get(w, W::kSharedExpertGate))));
       sum_.narrow(0, a, m).copy_(out);
     }
   }

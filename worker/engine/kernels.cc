@@ -370,6 +370,16 @@ at::Tensor Activate(const at::Tensor& x, Activation activation) {
   return out;
 }
 
+at::Tensor Sigmoid(const at::Tensor& x) {
+  if (!x.is_cpu() || x.scalar_type() != at::kFloat) return at::sigmoid(x);
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty_like(in);
+  const float* v = in.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < in.numel(); ++i) o[i] = 1.0f / (1.0f + std::exp(-v[i]));
+  return out;
+}
+
 at::Tensor GatherRows(const Weight& table, const std::vector<int64_t>& ids) {
   const int64_t width = table.info->shape[1];
   const int64_t row_bytes = width * static_cast<int64_t>(checkpoint::DTypeSize(table.info->dtype));

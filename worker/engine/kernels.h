@@ -113,6 +113,12 @@ at::Tensor Norm(const at::Tensor& x, NormKind kind, const Weight& weight, const 
 
 at::Tensor Activate(const at::Tensor& x, Activation activation);
 
+// 1 / (1 + exp(-x)) elementwise. On the CPU each element through libm's
+// exp, as ATen's scalar path computes it: ATen's vector path rounds some
+// values differently, and which elements of a narrow tensor (a shared
+// expert's [rows, 1] gate) take which path depends on how many rows it has.
+at::Tensor Sigmoid(const at::Tensor& x);
+
 // Rows `ids` of `table` [rows, width] as float32 [ids.size(), width]; reads
 // only those rows. Ids must be in range.
 at::Tensor GatherRows(const Weight& table, const std::vector<int64_t>& ids);
