@@ -194,7 +194,13 @@ TEST(ClassifyTest, OnePassFor1And2And20LabelsOfLengths1To8InOneBatch) {
   for (int count : counts) {
     for (const Label& label : ManyLabels(count)) label_tokens += static_cast<int64_t>(label.size());
   }
-  EXPECT_EQ(passes[0].tokens, 3 * static_cast<int64_t>(golden.prompts[2].size()) + label_tokens);
+  const int64_t prompt = static_cast<int64_t>(golden.prompts[2].size());
+  EXPECT_EQ(passes[0].fed_tokens, 3 * prompt + label_tokens);
+  // One prompt and the 20 labels (the others are their first ones, and no
+  // two begin alike) computed once: a shared prefix.
+  int64_t twenty = 0;
+  for (const Label& label : ManyLabels(20)) twenty += static_cast<int64_t>(label.size());
+  EXPECT_EQ(passes[0].tokens, prompt + twenty);
   // Classifications end in their pass: they reserve no KV cache (each layer's
   // keys and values live only while the layer runs).
   EXPECT_EQ(passes[0].kv_bytes, 0u);

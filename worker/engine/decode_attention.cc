@@ -43,6 +43,17 @@ inline __attribute__((always_inline)) float TreeSum(const typename Lanes<W>::typ
   }
 }
 
+// Where a row's j-th key sits among the cache's keys: at j (a causal row
+// over its cache), or at rows[j] (a trie row over its ancestors' positions,
+// DecodeAttentionShape::key_rows). The arithmetic is the same either way.
+struct ContiguousKeys {
+  int64_t operator[](int64_t j) const { return j; }
+};
+struct GatheredKeys {
+  const int32_t* rows;
+  int64_t operator[](int64_t j) const { return rows[j]; }
+};
+
 // Keys scored at once: a register tile of up to 4 query heads x kKeysAtOnce
 // keys, each key's chunk loaded once for the heads and each head's once for
 // the keys.
@@ -100,11 +111,12 @@ inline void Softmax(float* s, int64_t n, int64_t step) {
 // values[j][i], for RT rows x NH heads, summed over j in order from zero:
 // every output element's own chain of multiply-adds, whatever rows and
 // heads share the tile. Each value chunk is loaded once for the tile.
-template <int W, int RT, int NH>
+template <int W, int RT, int NH, typename Keys>
 inline __attribute__((always_inline)) void WeighValues(const float* const p[RT], int64_t group,
                                                        const int64_t length[RT],
-                                                       const float* values, int64_t key_stride,
-                                                       int64_t dim, float* const out[RT]) {
+                                                       const float* values, Keys at,
+                                                       int64_t key_stride, int64_t dim,
+                                                       float* const out[RT]) {
   using V = typename Lanes<W>::type;
   const int64_t whole = dim / W * W;
   const int64_t shortest = *std::min_element(length, length + RT);
@@ -113,7 +125,7 @@ inline __attribute__((always_inline)) void WeighValues(const float* const p[RT],
     V acc[RT][NH] = {};
     for (int64_t j = 0; j < shortest; ++j) {
       V vv;
-      Load(vv, values + j * key_stride + i);
+      Load(vv, values + at[j] * key_stride + i);
 #pragma GCC unroll 4
       for (int r = 0; r < RT; ++r) {
 #pragma GCC unroll 4
@@ -122,7 +134,7 @@ inline __attribute__((always_inline)) void WeighValues(const float* const p[RT],
     }
     for (int64_t j = shortest; j < longest; ++j) {
       V vv;
-      Load(vv, values + j * key_stride + i);
+      Load(vv, values + at[j] * key_stride + i);
 #pragma GCC unroll 4
       for (int r = 0; r < RT; ++r) {
         if (j >= length[r]) continue;
@@ -141,7 +153,7 @@ inline __attribute__((always_inline)) void WeighValues(const float* const p[RT],
       for (int h = 0; h < NH; ++h) {
         float sum = 0;
         for (int64_t j = 0; j < length[r]; ++j) {
-          sum += p[r][j * group + h] * values[j * key_stride + i];
+          sum += p[r][j * group + h] * values[at[j] * key_stride + i];
         }
         out[r][h * dim + i] = sum;
       }
@@ -160,11 +172,11 @@ inline int HeadsAtOnce(int64_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1;
 // Scores of every row of the block over KV head g's keys, into scratch
 // (row r, key j, head h at (r x stride + j) x group + h: a key's heads side
 // by side, as WeighValues reads them).
-template <int W, int NH>
+template <int W, int NH, typename Keys>
 inline __attribute__((always_inline)) void ScoreHeads(int64_t h0, int64_t group, int64_t dim,
                                                       int64_t rows, const int64_t* lengths,
                                                       const float* const* qs, int64_t g,
-                                                      const float* k, int64_t key_stride,
+                                                      const float* k, Keys at, int64_t key_stride,
                                                       int64_t longest, float scale, float* scratch,
                                                       int64_t stride) {
   float tile[NH][kKeysAtOnce];
@@ -173,7 +185,7 @@ inline __attribute__((always_inline)) void ScoreHeads(int64_t h0, int64_t group,
     // (and are dropped), so nothing past the cache is read.
     const float* key[kKeysAtOnce];
     for (int64_t c = 0; c < kKeysAtOnce; ++c) {
-      key[c] = k + std::min(j0 + c, longest - 1) * key_stride;
+      key[c] = k + at[std::min(j0 + c, longest - 1)] * key_stride;
     }
     for (int64_t r = 0; r < rows; ++r) {
       if (j0 >= lengths[r]) continue;
@@ -189,12 +201,12 @@ inline __attribute__((always_inline)) void ScoreHeads(int64_t h0, int64_t group,
 
 // Values weighed for every row of the block, RT rows at a time (a last
 // short tile repeats its last row: the same arithmetic, written twice).
-template <int W, int NH>
+template <int W, int NH, typename Keys>
 inline __attribute__((always_inline)) void WeighHeads(int64_t h0, int64_t group, int64_t dim,
                                                       int64_t rows, const int64_t* lengths,
-                                                      int64_t g, const float* v, int64_t key_stride,
-                                                      const float* scratch, int64_t stride,
-                                                      float* const* outs) {
+                                                      int64_t g, const float* v, Keys at,
+                                                      int64_t key_stride, const float* scratch,
+                                                      int64_t stride, float* const* outs) {
   constexpr int RT = kRowsPerValueTile<W>;
   for (int64_t r0 = 0; r0 < rows; r0 += RT) {
     const float* p[RT];
@@ -206,7 +218,7 @@ inline __attribute__((always_inline)) void WeighHeads(int64_t h0, int64_t group,
       p[t] = scratch + r * stride * group + h0;
       out[t] = outs[r] + (g * group + h0) * dim;
     }
-    WeighValues<W, RT, NH>(p, group, length, v, key_stride, dim, out);
+    WeighValues<W, RT, NH>(p, group, length, v, at, key_stride, dim, out);
   }
 }
 
@@ -216,12 +228,13 @@ inline __attribute__((always_inline)) void WeighHeads(int64_t h0, int64_t group,
 // weighed, a tile of rows at a time. A row's arithmetic is the same
 // whatever rows share the call, so a row alone (a decode step) and the same
 // row among a prompt's give bitwise-equal outputs.
-template <int W>
-inline __attribute__((always_inline)) void AttendRows(const DecodeAttentionShape& shape,
-                                                      int64_t rows, const int64_t* lengths,
-                                                      const float* const* qs, const float* keys,
-                                                      const float* values, float scale,
-                                                      float* scratch, float* const* outs) {
+template <int W, typename Keys>
+inline __attribute__((always_inline)) void AttendRowsOver(Keys at,
+                                                          const DecodeAttentionShape& shape,
+                                                          int64_t rows, const int64_t* lengths,
+                                                          const float* const* qs, const float* keys,
+                                                          const float* values, float scale,
+                                                          float* scratch, float* const* outs) {
   const int64_t group = shape.heads / shape.kv_heads;
   const int64_t dim = shape.dim;
   const int64_t longest = *std::max_element(lengths, lengths + rows);
@@ -232,14 +245,14 @@ inline __attribute__((always_inline)) void AttendRows(const DecodeAttentionShape
     for (int64_t h0 = 0; h0 < group;) {
       const int nh = HeadsAtOnce(group - h0);
       if (nh == 4) {
-        ScoreHeads<W, 4>(h0, group, dim, rows, lengths, qs, g, k, shape.key_stride, longest, scale,
-                         scratch, stride);
+        ScoreHeads<W, 4>(h0, group, dim, rows, lengths, qs, g, k, at, shape.key_stride, longest,
+                         scale, scratch, stride);
       } else if (nh == 2) {
-        ScoreHeads<W, 2>(h0, group, dim, rows, lengths, qs, g, k, shape.key_stride, longest, scale,
-                         scratch, stride);
+        ScoreHeads<W, 2>(h0, group, dim, rows, lengths, qs, g, k, at, shape.key_stride, longest,
+                         scale, scratch, stride);
       } else {
-        ScoreHeads<W, 1>(h0, group, dim, rows, lengths, qs, g, k, shape.key_stride, longest, scale,
-                         scratch, stride);
+        ScoreHeads<W, 1>(h0, group, dim, rows, lengths, qs, g, k, at, shape.key_stride, longest,
+                         scale, scratch, stride);
       }
       h0 += nh;
     }
@@ -250,17 +263,32 @@ inline __attribute__((always_inline)) void AttendRows(const DecodeAttentionShape
     for (int64_t h0 = 0; h0 < group;) {
       const int nh = HeadsAtOnce(group - h0);
       if (nh == 4) {
-        WeighHeads<W, 4>(h0, group, dim, rows, lengths, g, v, shape.key_stride, scratch, stride,
+        WeighHeads<W, 4>(h0, group, dim, rows, lengths, g, v, at, shape.key_stride, scratch, stride,
                          outs);
       } else if (nh == 2) {
-        WeighHeads<W, 2>(h0, group, dim, rows, lengths, g, v, shape.key_stride, scratch, stride,
+        WeighHeads<W, 2>(h0, group, dim, rows, lengths, g, v, at, shape.key_stride, scratch, stride,
                          outs);
       } else {
-        WeighHeads<W, 1>(h0, group, dim, rows, lengths, g, v, shape.key_stride, scratch, stride,
+        WeighHeads<W, 1>(h0, group, dim, rows, lengths, g, v, at, shape.key_stride, scratch, stride,
                          outs);
       }
       h0 += nh;
     }
+  }
+}
+
+template <int W>
+inline __attribute__((always_inline)) void AttendRows(const DecodeAttentionShape& shape,
+                                                      int64_t rows, const int64_t* lengths,
+                                                      const float* const* qs, const float* keys,
+                                                      const float* values, float scale,
+                                                      float* scratch, float* const* outs) {
+  if (shape.key_rows != nullptr) {
+    AttendRowsOver<W>(GatheredKeys{shape.key_rows}, shape, rows, lengths, qs, keys, values, scale,
+                      scratch, outs);
+  } else {
+    AttendRowsOver<W>(ContiguousKeys{}, shape, rows, lengths, qs, keys, values, scale, scratch,
+                      outs);
   }
 }
 

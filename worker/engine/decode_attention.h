@@ -34,6 +34,12 @@ struct DecodeAttentionShape {
   // (a cache of capacity C: C x dim and dim).
   int64_t head_stride = 0;
   int64_t key_stride = 0;
+  // Where the j-th key the rows attend to sits in `keys` and `values`:
+  // key_rows[j] (a row of a pass's trie over its ancestors' positions,
+  // `length` of them); null: at j. Either way the same arithmetic, so a
+  // row over gathered keys is bitwise the row over the same keys laid out
+  // in order.
+  const int32_t* key_rows = nullptr;
 };
 
 // Floats of scratch DecodeAttention needs.

@@ -161,5 +161,70 @@ TEST(DecodeAttentionTest, RowsAttendedTogetherEqualEachRowAloneBitwise) {
   EXPECT_GE(checked_lanes, 1);
 }
 
+// Rows over gathered keys (a trie row's ancestors, scattered in the cache)
+// get bitwise what they get over the same keys laid out in order, alone or
+// several rows together, on every lane width.
+TEST(DecodeAttentionTest, GatheredKeysEqualTheSameKeysLaidOutInOrderBitwise) {
+  int checked_lanes = 0;
+  for (int lanes : {4, 8, 16}) {
+    if (!DecodeAttentionLanesSupported(lanes)) continue;
+    ++checked_lanes;
+    const int64_t dim = 20, heads = 12, kv_heads = 2, capacity = 90;
+    const DecodeAttentionShape cache_shape{heads,  kv_heads, dim, capacity, capacity * (dim + 3),
+                                           dim + 3};
+    const size_t cache = static_cast<size_t>(kv_heads * cache_shape.head_stride);
+    std::vector<float> keys(cache), values(cache);
+    for (size_t i = 0; i < cache; ++i) {
+      keys[i] = std::cos(static_cast<float>(i) * 0.13f) * 2;
+      values[i] = std::sin(static_cast<float>(i) * 0.29f + 1);
+    }
+    // Every third position from the end, then a few near the start.
+    std::vector<int32_t> key_rows;
+    for (int32_t k = 89; k >= 30; k -= 3) key_rows.push_back(k);
+    for (int32_t k : {0, 4, 5, 11}) key_rows.push_back(k);
+    const int64_t length = static_cast<int64_t>(key_rows.size());
+    // The same keys copied out in that order.
+    const DecodeAttentionShape in_order{heads, kv_heads, dim, length, length * (dim + 3), dim + 3};
+    std::vector<float> ordered_keys(static_cast<size_t>(kv_heads * in_order.head_stride));
+    std::vector<float> ordered_values(ordered_keys.size());
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      for (int64_t j = 0; j < length; ++j) {
+        const size_t from = static_cast<size_t>(g * cache_shape.head_stride +
+                                                key_rows[static_cast<size_t>(j)] * (dim + 3));
+        const size_t to = static_cast<size_t>(g * in_order.head_stride + j * (dim + 3));
+        std::copy_n(keys.begin() + from, dim, ordered_keys.begin() + to);
+        std::copy_n(values.begin() + from, dim, ordered_values.begin() + to);
+      }
+    }
+    const std::vector<int64_t> lengths = {length, 1, length - 5, 9, length - 1};
+    const int64_t rows = static_cast<int64_t>(lengths.size());
+    const size_t row = static_cast<size_t>(heads * dim);
+    std::vector<float> q(static_cast<size_t>(rows) * row);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(static_cast<float>(i) * 0.41f);
+    std::vector<const float*> qs;
+    std::vector<float> gathered(q.size(), -9.0f), ordered(q.size(), -7.0f);
+    std::vector<float*> gathered_outs, ordered_outs;
+    for (int64_t r = 0; r < rows; ++r) {
+      qs.push_back(q.data() + r * static_cast<int64_t>(row));
+      gathered_outs.push_back(gathered.data() + r * static_cast<int64_t>(row));
+      ordered_outs.push_back(ordered.data() + r * static_cast<int64_t>(row));
+    }
+    DecodeAttentionShape over_rows = in_order;
+    over_rows.head_stride = cache_shape.head_stride;
+    over_rows.key_rows = key_rows.data();
+    std::vector<float> scratch(static_cast<size_t>(DecodeAttentionRowsScratch(in_order, rows)));
+    const float scale = 0.2f;
+    DecodeAttentionRowsWithLanes(lanes, over_rows, rows, lengths.data(), qs.data(), keys.data(),
+                                 values.data(), scale, scratch.data(), gathered_outs.data());
+    DecodeAttentionRowsWithLanes(lanes, in_order, rows, lengths.data(), qs.data(),
+                                 ordered_keys.data(), ordered_values.data(), scale, scratch.data(),
+                                 ordered_outs.data());
+    EXPECT_EQ(std::memcmp(gathered.data(), ordered.data(), q.size() * sizeof(float)), 0)
+        << lanes << " lanes";
+    EXPECT_NE(gathered[0], -9.0f);
+  }
+  EXPECT_GE(checked_lanes, 1);
+}
+
 }  // namespace
 }  // namespace nightshift::engine

@@ -52,41 +52,83 @@ Projections Project(const ModelConfig& c, const LayerWeights& w, const at::Tenso
           v.reshape({tokens, c.num_kv_heads, d})};
 }
 
-// Rows [first, first + m) of `s`, at rows [row, row + m) of q and out, each
-// attending alone over exactly the keys it may see (PassRows::batch_invariant):
-// a causal row the prefix of its cache up to itself, a label branch's row
-// the prompt's keys then its own branch's up to itself, gathered.
+// A run of rows [first, first + m) of a feed that lie on one chain: row
+// first + k attends to `length0 + k + 1` keys, those at key_rows[...] of
+// the cache (null: positions 0, 1, ...).
+struct ChainPart {
+  int64_t first = 0;
+  int64_t m = 0;
+  int64_t length0 = 0;
+  const int32_t* key_rows = nullptr;
+};
+
+// The chain parts of rows [first, first + m) of `s`, in order.
+std::vector<ChainPart> ChainParts(const SequenceRows& s, int64_t first, int64_t m) {
+  if (s.chains.empty()) return {{first, m, s.past + first, nullptr}};
+  std::vector<ChainPart> parts;
+  for (const TrieChain& chain : s.chains) {
+    const int64_t lo = std::max(first, chain.begin), hi = std::min(first + m, chain.end);
+    if (lo >= hi) continue;
+    // The chain from a root along the first rows is laid out in order.
+    const bool in_order = chain.keys.back() + 1 == static_cast<int32_t>(chain.keys.size());
+    parts.push_back(
+        {lo, hi - lo, chain.depth + lo - chain.begin, in_order ? nullptr : chain.keys.data()});
+  }
+  return parts;
+}
+
+// Attention of rows [first, first + m) of `s`, at rows [row, row + m) of q
+// and out, each row alone over exactly the keys it may see
+// (PassRows::batch_invariant): its chain's keys up to itself, read in
+// place.
 void AttendRowByRow(const SequenceRows& s, int64_t first, int64_t m, int64_t row,
                     const at::Tensor& keys, const at::Tensor& values, const at::Tensor& q,
                     double scale, at::Tensor& out) {
-  int64_t prompt = s.count;
-  for (int64_t length : s.branches) prompt -= length;
-  std::vector<DecodeRow> prefix_rows;
-  for (int64_t k = 0; k < m; ++k) {
-    const int64_t feed = first + k;  // this row's index in the sequence's feed
-    const int64_t seen = s.past + feed + 1;
-    if (feed < prompt) {
-      prefix_rows.push_back({row + k, keys.narrow(1, 0, seen), values.narrow(1, 0, seen)});
-      continue;
+  std::vector<DecodeRow> rows;
+  for (const ChainPart& part : ChainParts(s, first, m)) {
+    for (int64_t k = 0; k < part.m; ++k) {
+      const int64_t length = part.length0 + k + 1;
+      const int64_t at = row + part.first - first + k;
+      if (part.key_rows == nullptr) {
+        rows.push_back({at, keys.narrow(1, 0, length), values.narrow(1, 0, length)});
+      } else {
+        rows.push_back({at, keys, values, part.key_rows, length});
+      }
     }
-    int64_t segment = prompt;  // where this row's branch starts in the feed
-    for (int64_t length : s.branches) {
-      if (feed < segment + length) break;
-      segment += length;
-    }
-    const int64_t context = s.past + prompt, own = feed + 1 - segment;
-    const at::Tensor k_seen =
-        at::cat({keys.narrow(1, 0, context), keys.narrow(1, s.past + segment, own)}, 1);
-    const at::Tensor v_seen =
-        at::cat({values.narrow(1, 0, context), values.narrow(1, s.past + segment, own)}, 1);
-    AttendDecodeRows(q, {{row + k, k_seen, v_seen}}, scale, out);
   }
-  AttendDecodeRows(q, prefix_rows, scale, out);
+  AttendDecodeRows(q, rows, scale, out);
+}
+
+// The same through Attention: a chain part's rows at once under a causal
+// mask over their keys (gathered when not in order), the mask built on the
+// CPU and moved to `device`.
+void AttendByChain(const SequenceRows& s, int64_t first, int64_t m, int64_t row,
+                   const at::Tensor& keys, const at::Tensor& values, const at::Tensor& q,
+                   double scale, const PassRows& rows, at::Tensor& out) {
+  for (const ChainPart& part : ChainParts(s, first, m)) {
+    const int64_t length = part.length0 + part.m;
+    at::Tensor k = keys.narrow(1, 0, length), v = values.narrow(1, 0, length);
+    if (part.key_rows != nullptr) {
+      const at::Tensor index =
+          at::from_blob(const_cast<int32_t*>(part.key_rows), {length}, at::kInt)
+              .to(keys.device(), at::kLong);
+      k = keys.index_select(1, index);
+      v = values.index_select(1, index);
+    }
+    at::Tensor allowed;
+    if (part.m > 1) {
+      allowed = CausalMask(part.length0, part.m);
+      if (rows.device) allowed = allowed.to(*rows.device);
+    }
+    const int64_t at = row + part.first - first;
+    out.narrow(0, at, part.m)
+        .copy_(Attention(q.narrow(0, at, part.m), k, v, allowed, scale, rows.max_score_bytes));
+  }
 }
 
 // Attention of the micro-batch rows [a, a + x.size(0)) of the pass: each
-// sequence's rows in it append their keys and values and attend to the cache
-// up to themselves.
+// feed's rows in it append their keys and values and attend to the cache
+// up to themselves (along their chains, in a trie).
 at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t layer,
                          const at::Tensor& x, int64_t a, const PassRows& rows) {
   const int64_t n = x.size(0);
@@ -124,8 +166,7 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
       AttendRowByRow(s, first, m, lo - a, keys, values, q, scale, out);
       continue;
     }
-    at::Tensor allowed = AllowedKeys(s, first, m);
-    if (!allowed.defined() && m == 1) {  // a decode row: it sees all of its cache
+    if (s.chains.empty() && m == 1) {  // a decode row: it sees all of its cache
       decode_rows.push_back({lo - a, std::move(keys), std::move(values)});
       if (rows.device || s.cache->dtype() != KvDType::kFloat32) {
         AttendDecodeRows(q, decode_rows, scale, out);
@@ -133,10 +174,7 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
       }
       continue;
     }
-    if (rows.device && allowed.defined()) allowed = allowed.to(*rows.device);
-    out.narrow(0, lo - a, m)
-        .copy_(
-            Attention(q.narrow(0, lo - a, m), keys, values, allowed, scale, rows.max_score_bytes));
+    AttendByChain(s, first, m, lo - a, keys, values, q, scale, rows, out);
   }
   if (!decode_rows.empty()) AttendDecodeRows(q, decode_rows, scale, out);
   return Linear(out, Get(w, W::kO), Get(w, W::kOBias));
@@ -201,6 +239,21 @@ std::pair<at::Tensor, at::Tensor> KVCache::Append(int64_t layer, int64_t at, con
   return {cached_k.to(keys.scalar_type()), cached_v.to(values.scalar_type())};
 }
 
+void KVCache::CopyFrom(int64_t layer, const KVCache& source, const std::vector<int64_t>& rows) {
+  const at::Tensor& from_k = source.keys_[static_cast<size_t>(layer)];
+  const at::Tensor& from_v = source.values_[static_cast<size_t>(layer)];
+  at::Tensor& k = keys_[static_cast<size_t>(layer)];
+  at::Tensor& v = values_[static_cast<size_t>(layer)];
+  if (!k.defined()) {
+    k = at::empty({kv_heads_, capacity_, head_dim_}, from_k.options());
+    v = at::empty({kv_heads_, capacity_, head_dim_}, from_v.options());
+  }
+  const at::Tensor index = at::tensor(rows, at::TensorOptions().dtype(at::kLong));
+  const int64_t n = static_cast<int64_t>(rows.size());
+  k.narrow(1, 0, n).copy_(from_k.index_select(1, index.to(from_k.device())));
+  v.narrow(1, 0, n).copy_(from_v.index_select(1, index.to(from_v.device())));
+}
+
 void KVCache::Release(int64_t layer) {
   keys_[static_cast<size_t>(layer)].reset();
   values_[static_cast<size_t>(layer)].reset();
@@ -215,27 +268,6 @@ at::Tensor Embed(const ModelConfig& config, const Weight& table, const std::vect
   return hidden;
 }
 
-at::Tensor AllowedKeys(const SequenceRows& s, int64_t first, int64_t n) {
-  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong);
-  // Feed row r may attend to cached keys, to feed rows 0..r of its prompt
-  // and, in a branch, to the rows of its own branch up to itself.
-  if (n == 1 && s.branches.empty()) return {};  // a causal row sees every key before it
-  int64_t prompt = s.count;
-  for (int64_t length : s.branches) prompt -= length;
-  at::Tensor segment = at::zeros({n}, longs);  // where row r's own segment starts in the feed
-  int64_t begin = prompt;
-  for (int64_t length : s.branches) {
-    const int64_t lo = std::max(begin, first);
-    const int64_t hi = std::min(begin + length, first + n);
-    if (lo < hi) segment.narrow(0, lo - first, hi - lo).fill_(begin);
-    begin += length;
-  }
-  at::Tensor key = at::arange(s.past + first + n, longs).unsqueeze(0);
-  at::Tensor query = at::arange(first, first + n, longs).unsqueeze(1);
-  return (key <= query + s.past) &
-         ((key < s.past + prompt) | (key >= segment.unsqueeze(1) + s.past));
-}
-
 uint64_t ActivationBytesPerRow(const ModelConfig& c) { return planner::ActivationBytesPerRow(c); }
 
 int64_t MicroBatchRows(const ModelConfig& c, uint64_t budget_bytes) {
@@ -245,8 +277,11 @@ int64_t MicroBatchRows(const ModelConfig& c, uint64_t budget_bytes) {
 
 namespace {
 
-void ReleaseTransient(int64_t layer, const PassRows& rows) {
+// Once `layer` has run: the keys and values sequences keep from a shared
+// feed's cache (SequenceRows::keeps), then the transient feeds' released.
+void FinishLayer(int64_t layer, const PassRows& rows) {
   for (const SequenceRows& s : rows.sequences) {
+    for (const SequenceRows::Keep& keep : s.keeps) keep.cache->CopyFrom(layer, *s.cache, keep.rows);
     if (s.transient) s.cache->Release(layer);
   }
 }
@@ -275,7 +310,7 @@ void RunDecoderLayer(const ModelConfig& c, const LayerWeights& w, int64_t layer,
     }
     x.copy_(out);  // this micro-batch's old rows are no longer read
   }
-  ReleaseTransient(layer, rows);
+  FinishLayer(layer, rows);
 }
 
 void RunAttentionHalf(const ModelConfig& c, const LayerWeights& w, int64_t layer,
@@ -288,7 +323,7 @@ void RunAttentionHalf(const ModelConfig& c, const LayerWeights& w, int64_t layer
         c, w, layer, Norm(x, c.norm, Get(w, W::kAttnNorm), Get(w, W::kAttnNormBias), c.norm_eps), a,
         rows));
   }
-  ReleaseTransient(layer, rows);
+  FinishLayer(layer, rows);
 }
 
 at::Tensor GatedMlp(const at::Tensor& x, const Weight& gate, const Weight& up, const Weight& down,

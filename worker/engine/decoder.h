@@ -26,6 +26,7 @@
 #include "worker/engine/engine.h"
 #include "worker/engine/kernels.h"
 #include "worker/engine/model_config.h"
+#include "worker/engine/pass_trie.h"
 
 namespace nightshift::engine {
 
@@ -49,6 +50,9 @@ class KVCache {
   // copy when the cache is BF16). at + rows must not exceed capacity().
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer, int64_t at, const at::Tensor& keys,
                                            const at::Tensor& values);
+  // Writes the keys and values `source` holds at positions `rows` of
+  // `layer` into positions [0, rows.size()) of this cache's `layer`.
+  void CopyFrom(int64_t layer, const KVCache& source, const std::vector<int64_t>& rows);
   // Frees `layer`'s keys and values (a later Append allocates them again).
   void Release(int64_t layer);
 
@@ -61,27 +65,29 @@ class KVCache {
   std::vector<at::Tensor> values_;
 };
 
-// One sequence's share of a pass.
+// One feed of a pass into one cache: a sequence's new tokens after those it
+// has cached, or the rows of a pass trie (pass_trie.h) that several
+// sequences in their first pass share.
 struct SequenceRows {
   int64_t begin = 0;  // its first row in the packed hidden states
   int64_t count = 0;  // rows (tokens) it feeds in this pass
   int64_t past = 0;   // tokens already in its cache; the new ones go after them
-  // Empty: the new rows are causal after the cached ones (CausalMask).
-  // Otherwise (with past 0) the rows are a prompt followed by branches of
-  // these lengths (TreeMask).
-  std::vector<int64_t> branches;
+  // Empty: the new rows are causal after the cached ones. Otherwise (with
+  // past 0) the rows are a trie's, each attending along its chain.
+  std::vector<TrieChain> chains;
   KVCache* cache = nullptr;
-  // The sequence ends in this pass: its cache drops each layer's keys and
+  // The feed ends in this pass: its cache drops each layer's keys and
   // values once the layer has run (KVCache::Release).
   bool transient = false;
+  // Sequences that go on after sharing this feed's cache: once a layer has
+  // run, each takes the keys and values of `rows` (its path through the
+  // trie, in order) into positions 0, 1, ... of its own cache.
+  struct Keep {
+    KVCache* cache = nullptr;
+    std::vector<int64_t> rows;
+  };
+  std::vector<Keep> keeps;
 };
-
-// Rows [first, first + n) of the mask of `s` (CausalMask or TreeMask) over
-// keys [0, past + first + n): no row attends to a later row of the feed, so
-// these are all the keys the block needs. [n, past + first + n] bool on the
-// CPU; undefined (see Attention) when every entry is true: one causal row,
-// e.g. a decode step, so that needs no mask built or copied to a device.
-at::Tensor AllowedKeys(const SequenceRows& s, int64_t first, int64_t n);
 
 struct PassRows {
   std::vector<SequenceRows> sequences;  // in packed order
@@ -93,9 +99,10 @@ struct PassRows {
   int64_t micro_batch_rows = kMaxMicroBatchRows;
   int64_t max_score_bytes = kMaxAttentionScoreBytes;
   // Batch invariance (EngineOptions::batch_invariant; CPU only): every row
-  // attends alone, over exactly the keys it may see, through the decode
-  // rows' loops (AttendDecodeRows), so its scores and sums never depend on
-  // which rows share its micro-batch or how long the keys are at the time.
+  // attends alone, over exactly the keys it may see (a trie row's gathered
+  // in place), through the decode rows' loops (AttendDecodeRows), so its
+  // scores and sums never depend on which rows share its micro-batch, how
+  // long the keys are at the time, or which sequences share its prefix.
   bool batch_invariant = false;
 };
 

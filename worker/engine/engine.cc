@@ -29,6 +29,7 @@
 #include "worker/engine/kernels.h"
 #include "worker/engine/layer_loader.h"
 #include "worker/engine/mapped_checkpoint.h"
+#include "worker/engine/pass_trie.h"
 #include "worker/engine/rope.h"
 #include "worker/engine/small_matmul.h"
 
@@ -77,17 +78,6 @@ struct Sequence {
   bool one_pass() const { return planner::EndsInFirstPass(request.max_new_tokens, LabelLengths()); }
   uint64_t reserved_kv_bytes() const { return one_pass() ? 0 : cache.bytes(); }
 
-  // The tokens this sequence feeds into the next pass: its prompt (and every
-  // label's tokens after it) first, then its latest token.
-  std::vector<TokenId> NextFeed() const {
-    if (cached > 0) return {generated.back()};
-    std::vector<TokenId> feed = request.prompt;
-    for (const std::vector<TokenId>& label : request.labels) {
-      feed.insert(feed.end(), label.begin(), label.end());
-    }
-    return feed;
-  }
-
   int64_t NextFeedSize() const {
     return cached > 0 ? 1
                       : planner::FirstPassTokens(static_cast<int64_t>(request.prompt.size()),
@@ -96,21 +86,20 @@ struct Sequence {
 
   std::vector<int64_t> LabelLengths() const { return LabelTokenCounts(request); }
 
-  // The rows of this sequence's feed whose logits the pass needs: the last
-  // one when generating; when classifying, the last prompt row (it predicts
-  // every label's first token) and each label's rows but its last.
-  std::vector<int64_t> LogitRows(int64_t fed) const {
-    if (!classifying()) return {fed - 1};
-    const int64_t prompt = static_cast<int64_t>(request.prompt.size());
-    std::vector<int64_t> rows = {prompt - 1};
-    int64_t begin = prompt;
-    for (int64_t length : LabelLengths()) {
-      for (int64_t k = 0; k + 1 < length; ++k) rows.push_back(begin + k);
-      begin += length;
-    }
-    return rows;
-  }
+  // Its first pass's tokens, for the pass's trie.
+  TrieFeed Feed() const { return {request.prompt, request.labels}; }
 };
+
+// The rows of a first pass's trie whose logits the sequence of `feed`
+// needs: its last prompt row (the next token, or every label's first);
+// when classifying, then each label's rows but its last.
+std::vector<int64_t> LogitRows(const PassTrie& trie, size_t feed) {
+  std::vector<int64_t> rows = {trie.prompt_rows[feed].back()};
+  for (const std::vector<int64_t>& label : trie.label_rows[feed]) {
+    rows.insert(rows.end(), label.begin(), label.end() - 1);
+  }
+  return rows;
+}
 
 // Scores `labels` from `logprobs` [rows, vocab] (log-softmax of the rows
 // LogitRows chose, in that order).
@@ -653,13 +642,23 @@ struct Engine::Impl {
     return {view(ExpertWeight::kGate), view(ExpertWeight::kUp), view(ExpertWeight::kDown)};
   }
 
-  // One pass's inputs: every sequence's new tokens, packed row after row.
+  // One pass's inputs: every feed's new tokens, packed row after row (a
+  // decoding sequence's latest token; the trie of the sequences in their
+  // first pass that begin alike).
   struct PassPlan {
     std::vector<int64_t> ids;
     std::vector<int64_t> logit_rows;   // the packed rows whose logits are needed
     std::vector<int64_t> first_logit;  // per sequence, its first entry in logit_rows
+    std::vector<int64_t> fed;          // per sequence, the tokens it adds to its cache
     PassRows rows;
+    // The caches of the tries that several sequences share, for this pass.
+    std::vector<std::unique_ptr<KVCache>> shared_caches;
   };
+  // The sequences in flight as the next pass feeds them: each decoding one
+  // alone, those in their first pass grouped by their first token (each
+  // group one trie; each alone without EngineOptions::share_prefixes), in
+  // the order of each group's first sequence. Indices into `active`.
+  std::vector<std::vector<size_t>> PassFeeds() const;
 
   Status Validate(const SequenceRequest& r) const;
   Status ValidateTokens(const std::vector<TokenId>& ids) const;
@@ -692,7 +691,8 @@ struct Engine::Impl {
   // The sequence `id` in flight, or null.
   Sequence* Find(SequenceId id) const;
   uint64_t KvBytesInUse() const;
-  int64_t NextPassTokens() const;
+  // Tokens the next pass computes; with `joining` added when not null.
+  int64_t NextPassTokens(const SequenceRequest* joining = nullptr) const;
   // Sets up the accelerator path: the device and the stager's slots (two the size of the largest
   // group; one per group when resident).
   Status OpenStager();
@@ -1008,29 +1008,76 @@ void Engine::Impl::Advance(Sequence& s, const float* logits) {
   }
 }
 
+std::vector<std::vector<size_t>> Engine::Impl::PassFeeds() const {
+  std::vector<std::vector<size_t>> feeds;
+  std::unordered_map<TokenId, size_t> by_first_token;  // a group of first passes, in `feeds`
+  for (size_t i = 0; i < active.size(); ++i) {
+    const Sequence& s = *active[i];
+    if (s.cached > 0 || !options.share_prefixes) {
+      feeds.push_back({i});
+      continue;
+    }
+    auto [it, made] = by_first_token.try_emplace(s.request.prompt.front(), feeds.size());
+    if (made) feeds.emplace_back();
+    feeds[it->second].push_back(i);
+  }
+  return feeds;
+}
+
 Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
   PassPlan plan;
-  for (const std::unique_ptr<Sequence>& s : active) {
-    std::vector<TokenId> feed = s->NextFeed();
+  std::vector<std::vector<int64_t>> logit_rows(active.size());
+  plan.fed.resize(active.size());
+  for (const std::vector<size_t>& members : PassFeeds()) {
     SequenceRows r;
     r.begin = static_cast<int64_t>(plan.ids.size());
-    r.count = static_cast<int64_t>(feed.size());
-    r.past = s->cached;
-    r.cache = &s->cache;
-    r.transient = s->one_pass();
-    plan.ids.insert(plan.ids.end(), feed.begin(), feed.end());
-    if (s->classifying()) {
-      const int64_t prompt = static_cast<int64_t>(s->request.prompt.size());
-      r.branches = s->LabelLengths();
-      std::vector<int64_t> positions = TreePositions(prompt, r.branches);
-      plan.rows.positions.insert(plan.rows.positions.end(), positions.begin(), positions.end());
-    } else {
-      for (int64_t i = 0; i < r.count; ++i) plan.rows.positions.push_back(r.past + i);
+    Sequence& first = *active[members.front()];
+    if (first.cached > 0) {  // a decoding sequence's latest token
+      r.count = 1;
+      r.past = first.cached;
+      r.cache = &first.cache;
+      plan.ids.push_back(first.generated.back());
+      plan.rows.positions.push_back(r.past);
+      logit_rows[members.front()] = {r.begin};
+      plan.fed[members.front()] = 1;
+      plan.rows.sequences.push_back(std::move(r));
+      ++stats->fed_tokens;
+      continue;
     }
-    plan.first_logit.push_back(static_cast<int64_t>(plan.logit_rows.size()));
-    for (int64_t row : s->LogitRows(r.count)) plan.logit_rows.push_back(r.begin + row);
+    std::vector<TrieFeed> feeds;
+    for (size_t i : members) feeds.push_back(active[i]->Feed());
+    PassTrie trie = BuildPassTrie(feeds);
+    r.count = static_cast<int64_t>(trie.ids.size());
+    plan.ids.insert(plan.ids.end(), trie.ids.begin(), trie.ids.end());
+    plan.rows.positions.insert(plan.rows.positions.end(), trie.depth.begin(), trie.depth.end());
+    stats->fed_tokens += trie.fed_tokens;
+    stats->shared_tokens += trie.shared_rows;
+    for (size_t f = 0; f < members.size(); ++f) {
+      std::vector<int64_t>& rows = logit_rows[members[f]] = LogitRows(trie, f);
+      for (int64_t& row : rows) row += r.begin;
+      plan.fed[members[f]] = active[members[f]]->NextFeedSize();
+    }
+    // One sequence whose feed is one chain: its causal rows, as a decode's.
+    if (members.size() > 1 || trie.chains.size() > 1) r.chains = std::move(trie.chains);
+    if (members.size() == 1) {
+      r.cache = &first.cache;
+      r.transient = first.one_pass();
+    } else {  // the pass's own cache; those that go on keep their paths' keys
+      r.cache = plan.shared_caches
+                    .emplace_back(std::make_unique<KVCache>(config, r.count, options.kv_dtype))
+                    .get();
+      r.transient = true;
+      for (size_t f = 0; f < members.size(); ++f) {
+        Sequence& s = *active[members[f]];
+        if (!s.one_pass()) r.keeps.push_back({&s.cache, std::move(trie.prompt_rows[f])});
+      }
+    }
     plan.rows.sequences.push_back(std::move(r));
-    stats->kv_bytes += s->reserved_kv_bytes();
+  }
+  for (size_t i = 0; i < active.size(); ++i) {
+    plan.first_logit.push_back(static_cast<int64_t>(plan.logit_rows.size()));
+    plan.logit_rows.insert(plan.logit_rows.end(), logit_rows[i].begin(), logit_rows[i].end());
+    stats->kv_bytes += active[i]->reserved_kv_bytes();
   }
   plan.rows.inv_freq = &inv_freq;
   plan.rows.device = device;
@@ -1265,10 +1312,22 @@ uint64_t Engine::Impl::KvBytesInUse() const {
   return bytes;
 }
 
-int64_t Engine::Impl::NextPassTokens() const {
+int64_t Engine::Impl::NextPassTokens(const SequenceRequest* joining) const {
+  std::vector<TrieFeed> feeds;
   int64_t tokens = 0;
-  for (const std::unique_ptr<Sequence>& s : active) tokens += s->NextFeedSize();
-  return tokens;
+  for (const std::unique_ptr<Sequence>& s : active) {
+    if (s->cached > 0) {
+      ++tokens;
+    } else {
+      feeds.push_back(s->Feed());
+    }
+  }
+  if (joining != nullptr) feeds.push_back({joining->prompt, joining->labels});
+  if (!options.share_prefixes) {
+    for (const TrieFeed& feed : feeds) tokens += CountTrieRows({feed});
+    return tokens;
+  }
+  return tokens + CountTrieRows(feeds);
 }
 
 StatusOr<PassStats> Engine::Impl::RunPass() {
@@ -1292,7 +1351,7 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   const Clock::time_point start = Clock::now();
   for (size_t i = 0; i < active.size(); ++i) {
     Sequence& s = *active[i];
-    s.cached += plan.rows.sequences[i].count;
+    s.cached += plan.fed[i];
     const int64_t first = plan.first_logit[i];
     if (s.classifying()) {
       Classify(s, logits.narrow(0, first, plan.first_logit[i + 1] - first));
@@ -1400,8 +1459,10 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
                              std::to_string(in_use) + " of the budget of " +
                              std::to_string(budget) + " are in use");
   }
-  const int64_t tokens = FirstPassTokens(request);
+  // What the request adds to the next pass: its trie rows that no
+  // sequence waiting for its first pass already holds.
   const int64_t queued = impl_->NextPassTokens();
+  const int64_t tokens = impl_->NextPassTokens(&request) - queued;
   const int64_t pass_budget = impl_->options.pass_token_budget;
   if (pass_budget > 0 && queued > 0 && queued + tokens > pass_budget) {
     return ResourceExhausted("sequence feeds " + std::to_string(tokens) + " tokens; " +

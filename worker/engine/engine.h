@@ -163,8 +163,16 @@ struct PassStats {
   double load_seconds = 0;
   // On a device, whose kernels run asynchronously: seconds - io_seconds.
   double compute_seconds = 0;
-  int64_t sequences = 0;   // sequences in the pass
-  int64_t tokens = 0;      // tokens fed (prompts and labels + one per decoding sequence)
+  int64_t sequences = 0;  // sequences in the pass
+  // Tokens the pass computed: one per decoding sequence, and the rows of the
+  // tries of the sequences in their first pass (pass_trie.h: a prefix that
+  // several sequences share, or two labels begin with, is computed once).
+  int64_t tokens = 0;
+  // Tokens the sequences fed (prompts and labels + one per decoding
+  // sequence): what the pass computes without sharing.
+  int64_t fed_tokens = 0;
+  // Of `tokens`, those computed once for two or more sequences.
+  int64_t shared_tokens = 0;
   int64_t logit_rows = 0;  // rows the LM head ran on
   uint64_t kv_bytes = 0;   // KV cache reserved by the sequences in flight
   // Rows each layer ran at once (Engine::micro_batch_rows).
@@ -323,6 +331,12 @@ struct EngineOptions {
   // numerics then move with the pass's rows. Ignored on the accelerator
   // path.
   bool batch_invariant = true;
+  // Sequences in their first pass that begin with the same token share one
+  // trie (pass_trie.h): each distinct prefix of their prompts and labels is
+  // computed once, and each sequence gets bitwise what it gets alone under
+  // batch_invariant (within the usual tolerance otherwise). false: every
+  // sequence computes its whole feed (for comparisons).
+  bool share_prefixes = true;
   // Mixtures of experts: the most bytes of experts streamed as one group (a
   // slice of whole experts; planner::ExpertSlices). 0:
   // planner::kDefaultExpertSliceBytes.

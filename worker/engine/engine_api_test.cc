@@ -207,19 +207,31 @@ TEST(EngineApiTest, ThePassTokenBudgetRefusesWhatDoesNotFitTheNextPass) {
   options.pass_token_budget = 10;
   std::unique_ptr<Engine> engine = OpenOrDie(options);
   ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(6, 5), 3)).ok());
-  StatusOr<SequenceId> refused = engine->Add(Request(std::vector<TokenId>(5, 5), 3));
+  StatusOr<SequenceId> refused = engine->Add(Request(std::vector<TokenId>(5, 6), 3));
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(), HasSubstr("pass's budget of 10 tokens"));
-  ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(4, 5), 3)).ok());  // 6 + 4 fit
+  ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(4, 7), 3)).ok());  // 6 + 4 fit
   ASSERT_TRUE(engine->Step().ok());
   // Decoding, each sequence feeds one token: 2 + 8 fit.
   EXPECT_EQ(engine->next_pass_tokens(), 2);
   ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(8, 5), 1)).ok());
-  EXPECT_FALSE(engine->Add(Request({5}, 1)).ok());
+  EXPECT_FALSE(engine->Add(Request({6}, 1)).ok());
   Drain(*engine);
+  // A prompt that begins as one waiting for its pass adds only its own
+  // tokens: 8 + 2 fit, and the pass computes 10.
+  ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(8, 5), 1)).ok());
+  ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(10, 5), 1)).ok());
+  EXPECT_EQ(engine->next_pass_tokens(), 10);
+  EXPECT_FALSE(engine->Add(Request({6}, 1)).ok());
+  std::vector<PassStats> shared;
+  EXPECT_EQ(Drain(*engine, &shared).size(), 2u);
+  ASSERT_FALSE(shared.empty());
+  EXPECT_EQ(shared[0].tokens, 10);
+  EXPECT_EQ(shared[0].fed_tokens, 18);
+  EXPECT_EQ(shared[0].shared_tokens, 8);
   // A prompt longer than the budget runs when nothing else would ride its pass.
   ASSERT_TRUE(engine->Add(Request(std::vector<TokenId>(12, 5), 1)).ok());
-  EXPECT_FALSE(engine->Add(Request({5}, 1)).ok());
+  EXPECT_FALSE(engine->Add(Request({6}, 1)).ok());
   EXPECT_EQ(Drain(*engine).size(), 1u);
 
   options.pass_token_budget = -1;

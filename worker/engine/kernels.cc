@@ -539,7 +539,15 @@ void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, d
   for (const DecodeRow& r : rows) own = own && DecodeReadable(r.keys) && DecodeReadable(r.values);
   if (!own) {
     for (const DecodeRow& r : rows) {
-      out.narrow(0, r.row, 1).copy_(Attention(q.narrow(0, r.row, 1), r.keys, r.values, {}, scale));
+      at::Tensor keys = r.keys, values = r.values;
+      if (r.key_rows != nullptr) {
+        const at::Tensor index =
+            at::from_blob(const_cast<int32_t*>(r.key_rows), {r.length}, at::kInt)
+                .to(keys.device(), at::kLong);
+        keys = keys.index_select(1, index);
+        values = values.index_select(1, index);
+      }
+      out.narrow(0, r.row, 1).copy_(Attention(q.narrow(0, r.row, 1), keys, values, {}, scale));
     }
     return;
   }
@@ -563,9 +571,10 @@ void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, d
     s.heads = heads;
     s.kv_heads = r.keys.size(0);
     s.dim = dim;
-    s.length = r.keys.size(1);
+    s.length = r.key_rows != nullptr ? r.length : r.keys.size(1);
     s.head_stride = r.keys.stride(0);
     s.key_stride = r.keys.stride(1);
+    s.key_rows = r.key_rows;
     if (r.values.stride(0) != s.head_stride || r.values.stride(1) != s.key_stride) {
       throw std::invalid_argument("AttendDecodeRows: keys and values laid out differently");
     }
@@ -574,6 +583,7 @@ void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, d
     const bool same_cache = previous != nullptr && blocks.back().count < kRowsAtOnce &&
                             previous->keys.data_ptr() == r.keys.data_ptr() &&
                             previous->values.data_ptr() == r.values.data_ptr() &&
+                            previous->key_rows == r.key_rows &&
                             blocks.back().shape.kv_heads == s.kv_heads &&
                             blocks.back().shape.head_stride == s.head_stride &&
                             blocks.back().shape.key_stride == s.key_stride;
@@ -625,30 +635,6 @@ at::Tensor CausalMask(int64_t past, int64_t rows) {
   at::Tensor key = at::arange(past + rows, at::TensorOptions().dtype(at::kLong));
   at::Tensor query = at::arange(past, past + rows, at::TensorOptions().dtype(at::kLong));
   return key.unsqueeze(0) <= query.unsqueeze(1);
-}
-
-at::Tensor TreeMask(int64_t prompt, const std::vector<int64_t>& branches) {
-  int64_t rows = prompt;
-  for (int64_t length : branches) rows += length;
-  at::Tensor mask = at::zeros({rows, rows}, at::TensorOptions().dtype(at::kBool));
-  mask.narrow(0, 0, prompt).narrow(1, 0, prompt).copy_(CausalMask(0, prompt));
-  int64_t begin = prompt;
-  for (int64_t length : branches) {
-    at::Tensor branch = mask.narrow(0, begin, length);
-    branch.narrow(1, 0, prompt).fill_(true);
-    branch.narrow(1, begin, length).copy_(CausalMask(0, length));
-    begin += length;
-  }
-  return mask;
-}
-
-std::vector<int64_t> TreePositions(int64_t prompt, const std::vector<int64_t>& branches) {
-  std::vector<int64_t> positions;
-  for (int64_t i = 0; i < prompt; ++i) positions.push_back(i);
-  for (int64_t length : branches) {
-    for (int64_t k = 0; k < length; ++k) positions.push_back(prompt + k);
-  }
-  return positions;
 }
 
 }  // namespace nightshift::engine

@@ -162,34 +162,26 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& keys, const at::Tens
 // L, d] as Attention's.
 struct DecodeRow {
   int64_t row = 0;
-  at::Tensor keys;
+  at::Tensor keys;  // [kv_heads, L, d]
   at::Tensor values;
+  // Null: the row attends to all L keys. Otherwise to the `length` keys at
+  // key_rows[0..length) of them, in that order (a trie row's ancestors).
+  const int32_t* key_rows = nullptr;
+  int64_t length = 0;
 };
 
 // Attention(q.narrow(0, r.row, 1), r.keys, r.values, {}, scale) into row
-// r.row of out [rows, heads * d], for every r. Float32 on the CPU these run
-// the engine's own loops (decode_attention.h): consecutive rows over one
-// cache (a prompt's, each over a longer prefix) go together, up to eight, so
-// they share each read of a key and a value, each row's output bitwise what
-// it gets alone; the blocks are split across the compute pool, without
-// allocating on its threads. Elsewhere, Attention.
+// r.row of out [rows, heads * d], for every r (over the keys it names).
+// Float32 on the CPU these run the engine's own loops (decode_attention.h):
+// consecutive rows over one cache (a prompt's, each over a longer prefix)
+// go together, up to eight, so they share each read of a key and a value,
+// each row's output bitwise what it gets alone; the blocks are split across
+// the compute pool, without allocating on its threads. Elsewhere, Attention.
 void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, double scale,
                       at::Tensor& out);
 
 // The causal mask of `rows` new tokens after `past` cached ones:
 // [rows, past + rows], row i allowed keys 0..past + i.
 at::Tensor CausalMask(int64_t past, int64_t rows);
-
-// The tree mask of a prompt followed by several continuations fed in one
-// pass, with nothing cached before: [rows, rows] with rows = prompt +
-// sum(branches). Prompt rows are causal; row k of branch j may attend to the
-// whole prompt and to rows 0..k of its own branch, never to another branch.
-// Each branch's positions continue from the end of the prompt (see
-// TreePositions).
-at::Tensor TreeMask(int64_t prompt, const std::vector<int64_t>& branches);
-
-// The positions of those rows: 0..prompt-1, then prompt..prompt+len-1 for
-// every branch.
-std::vector<int64_t> TreePositions(int64_t prompt, const std::vector<int64_t>& branches);
 
 }  // namespace nightshift::engine

@@ -265,21 +265,6 @@ TEST_F(KernelsTest, CausalMaskAfterCachedTokens) {
   EXPECT_TRUE(at::equal(mask, expected));
 }
 
-TEST_F(KernelsTest, TreeMaskBranchesSeeThePromptAndTheirOwnEarlierRowsOnly) {
-  // Prompt of 2, branches of 2 and 1: rows p0 p1 | a0 a1 | b0.
-  at::Tensor mask = TreeMask(2, {2, 1});
-  at::Tensor expected = at::tensor({1, 0, 0, 0, 0,  //
-                                    1, 1, 0, 0, 0,  //
-                                    1, 1, 1, 0, 0,  //
-                                    1, 1, 1, 1, 0,  //
-                                    1, 1, 0, 0, 1},
-                                   at::kLong)
-                            .view({5, 5})
-                            .to(at::kBool);
-  EXPECT_TRUE(at::equal(mask, expected));
-  EXPECT_EQ(TreePositions(2, {2, 1}), (std::vector<int64_t>{0, 1, 2, 3, 2}));
-}
-
 // Multi-head attention written out head by head, KV head h / group for query head h.
 at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const at::Tensor& allowed, double scale) {
@@ -366,44 +351,6 @@ TEST_F(KernelsTest, AttentionWithoutAMaskAttendsToEveryKey) {
   const at::Tensor expected = ReferenceAttention(q, k, v, all, 0.3);
   ExpectClose(Attention(q, k, v, at::Tensor(), 0.3), expected);
   ExpectClose(Attention(q, k, v, at::Tensor(), 0.3, 1), expected);  // one row at a time
-}
-
-// A micro-batch's block of a sequence's mask, built alone, is that block of
-// CausalMask / TreeMask over the keys up to its last row; a single causal row
-// needs none.
-TEST_F(KernelsTest, AllowedKeysIsABlockOfTheCausalOrTreeMask) {
-  struct Case {
-    int64_t past;
-    int64_t count;
-    std::vector<int64_t> branches;
-  };
-  for (const Case& c : std::vector<Case>{
-           {0, 7, {}}, {3, 5, {}}, {0, 9, {2, 1, 3}}, {0, 4, {1, 1, 1}}, {0, 5, {5}}}) {
-    SequenceRows s;
-    s.past = c.past;
-    s.count = c.count;
-    s.branches = c.branches;
-    int64_t prompt = c.count;
-    for (int64_t b : c.branches) prompt -= b;
-    const at::Tensor full =
-        c.branches.empty() ? CausalMask(c.past, c.count) : TreeMask(prompt, c.branches);
-    for (int64_t first = 0; first < c.count; ++first) {
-      for (int64_t n = 1; first + n <= c.count; ++n) {
-        const at::Tensor block = AllowedKeys(s, first, n);
-        SCOPED_TRACE("past " + std::to_string(c.past) + " count " + std::to_string(c.count) +
-                     " branches " + std::to_string(c.branches.size()) + " rows " +
-                     std::to_string(first) + "+" + std::to_string(n));
-        const at::Tensor want = full.narrow(0, first, n).narrow(1, 0, c.past + first + n);
-        if (n == 1 && c.branches.empty()) {
-          EXPECT_FALSE(block.defined());
-          EXPECT_TRUE(want.all().item<bool>());
-        } else {
-          ASSERT_TRUE(block.defined());
-          EXPECT_TRUE(at::equal(block, want));
-        }
-      }
-    }
-  }
 }
 
 }  // namespace

@@ -1,0 +1,239 @@
+// Shared prefixes (EngineOptions::share_prefixes, pass_trie.h): on every
+// fixture, sequences whose prompts share prefixes of 0, 1, 37 and several
+// hundred tokens, nested (A+B+x, A+y, A+B+z), classified, generating
+// greedily and sampling with a seed, all in one pass, each get what they
+// get alone: bitwise on the batch-invariant CPU path, within the fixture's
+// tolerance (greedy tokens equal) on the CPU's fastest kernels and on the
+// accelerator path; and
+// the first pass computes each distinct prefix once.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "worker/checkpoint/test_util.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/test_fixtures.h"
+
+namespace nightshift::engine {
+namespace {
+
+using checkpoint::testing::FixtureDir;
+using checkpoint::testing::FixtureNames;
+
+constexpr int64_t kNewTokens = 3;
+
+std::vector<TokenId> RandomTokens(size_t n, int64_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+  std::vector<TokenId> ids(n);
+  for (TokenId& t : ids) t = static_cast<TokenId>(token(rng));
+  return ids;
+}
+
+std::vector<TokenId> Join(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The prompts: A + B + x, A + y, A + B + z with A `long_prefix` tokens;
+// three sharing 37 tokens; two sharing their first token only; one alone
+// (a first token no other has).
+std::vector<std::vector<TokenId>> SharingPrompts(int64_t vocab, size_t long_prefix,
+                                                 std::mt19937& rng) {
+  auto random = [&](size_t n) { return RandomTokens(n, vocab, rng); };
+  const std::vector<TokenId> a = random(long_prefix), b = random(11), p37 = random(37);
+  std::vector<std::vector<TokenId>> prompts = {Join(Join(a, b), random(5)), Join(a, random(3)),
+                                               Join(Join(a, b), random(7)), Join(p37, random(4)),
+                                               Join(p37, random(1)),        Join(p37, random(9))};
+  std::vector<TokenId> one = random(6), other = random(8);
+  other[0] = one[0];
+  prompts.push_back(one);
+  prompts.push_back(other);
+  std::set<TokenId> firsts;
+  for (const auto& p : prompts) firsts.insert(p.front());
+  std::vector<TokenId> alone = random(10);
+  while (firsts.count(alone[0]) > 0) alone[0] = (alone[0] + 1) % static_cast<TokenId>(vocab);
+  prompts.push_back(alone);
+  return prompts;
+}
+
+// Each prompt as one or more requests: greedy, seeded sampling, or
+// classified over three labels (two of them beginning alike).
+std::vector<SequenceRequest> Requests(const std::vector<std::vector<TokenId>>& prompts) {
+  std::vector<SequenceRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (size_t kind = i % 3; kind < 3; kind += 2) {  // prompts 0, 3, 6: two requests each
+      SequenceRequest r = testing::GreedyRequest(prompts[i], kNewTokens);
+      if (kind == 1) {
+        r.sampling.temperature = 0.9;
+        r.sampling.top_k = 30;
+        r.sampling.seed = 77 + i;
+      } else if (kind == 2) {
+        r.max_new_tokens = 0;
+        r.return_last_logits = false;
+        r.labels = {{3}, {5, 7}, {5, 9, 2}};
+      }
+      requests.push_back(r);
+    }
+  }
+  return requests;
+}
+
+// The distinct prefixes of the requests' first-pass feeds (prompts, then
+// each label after its prompt), each with the requests that hold it.
+std::map<std::vector<TokenId>, std::set<size_t>> Prefixes(
+    const std::vector<SequenceRequest>& requests) {
+  std::map<std::vector<TokenId>, std::set<size_t>> prefixes;
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const SequenceRequest& r = requests[k];
+    std::vector<TokenId> path;
+    for (TokenId t : r.prompt) prefixes[path = Join(path, {t})].insert(k);
+    for (const std::vector<TokenId>& label : r.labels) {
+      std::vector<TokenId> branch = r.prompt;
+      for (TokenId t : label) prefixes[branch = Join(branch, {t})].insert(k);
+    }
+  }
+  return prefixes;
+}
+
+// The rows a pass sharing them computes.
+int64_t DistinctPrefixes(const std::vector<SequenceRequest>& requests) {
+  return static_cast<int64_t>(Prefixes(requests).size());
+}
+
+// Those held by two or more requests.
+int64_t SharedPrefixes(const std::vector<SequenceRequest>& requests) {
+  int64_t shared = 0;
+  for (const auto& [prefix, holders] : Prefixes(requests)) shared += holders.size() > 1 ? 1 : 0;
+  return shared;
+}
+
+std::vector<SequenceResult> RunTogether(Engine& engine,
+                                        const std::vector<SequenceRequest>& requests,
+                                        std::vector<PassStats>* passes) {
+  for (const SequenceRequest& r : requests) {
+    StatusOr<SequenceId> id = engine.Add(r);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+  }
+  return testing::Drain(engine, passes);
+}
+
+class SharedPrefixTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SharedPrefixTest, EachSequenceGetsWhatItGetsAloneAndEveryPrefixIsComputedOnce) {
+  const std::string fixture = GetParam();
+  const testing::Golden golden = testing::LoadGolden(fixture);
+  struct Mode {
+    const char* name;
+    bool batch_invariant;
+    bool accelerator_path;
+  };
+  for (const Mode& mode : {Mode{"batch-invariant", true, false}, Mode{"fastest", false, false},
+                           Mode{"accelerator path", true, true}}) {
+    EngineOptions options;
+    options.batch_invariant = mode.batch_invariant;
+    options.accelerator_path_on_cpu = mode.accelerator_path;
+    std::unique_ptr<Engine> alone_engine = testing::OpenEngine(FixtureDir(fixture), options);
+    ASSERT_NE(alone_engine, nullptr);
+    const int64_t context = alone_engine->max_context();
+    std::mt19937 rng(5);
+    const std::vector<SequenceRequest> requests =
+        Requests(SharingPrompts(alone_engine->config().vocab_size,
+                                static_cast<size_t>(std::min<int64_t>(600, context - 40)), rng));
+    std::vector<SequenceResult> alone;
+    for (const SequenceRequest& r : requests) {
+      std::vector<SequenceResult> one = RunTogether(*alone_engine, {r}, nullptr);
+      ASSERT_EQ(one.size(), 1u);
+      alone.push_back(std::move(one[0]));
+    }
+    const bool bitwise = mode.batch_invariant && !mode.accelerator_path;
+    // Within the fixture's tolerance, whichever way it computes.
+    const double atol = mode.accelerator_path ? testing::Bf16ProjectionAtol(golden) : golden.atol;
+    for (Residency residency : {Residency::kStream, Residency::kResident}) {
+      SCOPED_TRACE(std::string(mode.name) + ", " + ResidencyName(residency));
+      EngineOptions together_options = options;
+      together_options.residency = residency;
+      std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), together_options);
+      ASSERT_NE(engine, nullptr);
+      std::vector<PassStats> passes;
+      const std::vector<SequenceResult> together = RunTogether(*engine, requests, &passes);
+      ASSERT_EQ(together.size(), requests.size());
+      ASSERT_FALSE(passes.empty());
+      EXPECT_EQ(passes[0].tokens, DistinctPrefixes(requests));
+      int64_t fed = 0;
+      for (const SequenceRequest& r : requests) fed += Engine::FirstPassTokens(r);
+      EXPECT_EQ(passes[0].fed_tokens, fed);
+      EXPECT_EQ(passes[0].shared_tokens, SharedPrefixes(requests));
+      EXPECT_GT(passes[0].shared_tokens, std::min<int64_t>(600, context - 40));
+      for (size_t k = 0; k < requests.size(); ++k) {
+        SCOPED_TRACE("request " + std::to_string(k));
+        const SequenceResult& a = alone[k];
+        const SequenceResult& t = together[k];
+        ASSERT_EQ(t.labels.size(), a.labels.size());
+        for (size_t j = 0; j < a.labels.size(); ++j) {
+          ASSERT_EQ(t.labels[j].token_logprobs.size(), a.labels[j].token_logprobs.size());
+          for (size_t i = 0; i < a.labels[j].token_logprobs.size(); ++i) {
+            if (bitwise) {
+              EXPECT_EQ(t.labels[j].token_logprobs[i], a.labels[j].token_logprobs[i]);
+            } else {
+              EXPECT_NEAR(t.labels[j].token_logprobs[i], a.labels[j].token_logprobs[i], atol);
+            }
+          }
+        }
+        if (bitwise) {
+          EXPECT_EQ(t.last_logits, a.last_logits);
+          EXPECT_EQ(t.generated, a.generated);
+        } else {
+          EXPECT_LE(testing::MaxAbsDiff(t.last_logits, a.last_logits), atol);
+          // Greedy tokens equal; a seeded draw from logits within tolerance
+          // of each other may land either side of a boundary, so sampled
+          // tokens are compared only where the arithmetic is bitwise.
+          if (requests[k].sampling.temperature == 0) {
+            EXPECT_EQ(t.generated, a.generated);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Without sharing every sequence computes its whole feed (its labels still
+// share their common start, as they always did within one sequence).
+TEST(SharedPrefixOffTest, EverySequenceComputesItsWholeFeed) {
+  const std::string fixture = "llama-gqa-sharded";
+  EngineOptions options;
+  options.share_prefixes = false;
+  std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), options);
+  ASSERT_NE(engine, nullptr);
+  std::mt19937 rng(9);
+  const std::vector<SequenceRequest> requests =
+      Requests(SharingPrompts(engine->config().vocab_size, 100, rng));
+  int64_t fed = 0, alone = 0;
+  for (const SequenceRequest& r : requests) {
+    fed += Engine::FirstPassTokens(r);
+    alone += DistinctPrefixes({r});  // its own labels still share their start
+  }
+  std::vector<PassStats> passes;
+  RunTogether(*engine, requests, &passes);
+  ASSERT_FALSE(passes.empty());
+  EXPECT_EQ(passes[0].tokens, alone);
+  EXPECT_LT(passes[0].tokens, fed);
+  EXPECT_EQ(passes[0].fed_tokens, fed);
+  EXPECT_EQ(passes[0].shared_tokens, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, SharedPrefixTest, ::testing::ValuesIn(FixtureNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace nightshift::engine
