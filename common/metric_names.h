@@ -60,6 +60,10 @@ inline constexpr std::string_view kReadBandwidthBytesPerSecond =
 inline constexpr std::string_view kPassSequences = "nightshift_pass_sequences";
 inline constexpr std::string_view kPassTokens = "nightshift_pass_tokens";
 inline constexpr std::string_view kPromptTokensTotal = "nightshift_prompt_tokens_total";
+inline constexpr std::string_view kPassTokensComputedTotal =
+    "nightshift_pass_tokens_computed_total";
+inline constexpr std::string_view kSharedPrefixTokensTotal =
+    "nightshift_shared_prefix_tokens_total";
 inline constexpr std::string_view kGeneratedTokensTotal = "nightshift_generated_tokens_total";
 inline constexpr std::string_view kKvBudgetBytes = "nightshift_kv_budget_bytes";
 inline constexpr std::string_view kKvInUseBytes = "nightshift_kv_in_use_bytes";

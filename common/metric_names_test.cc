@@ -79,6 +79,8 @@ TEST(CatalogueTest, CoversWhatTheIssueAsksFor) {
                                 names::kPassSequences,
                                 names::kPassTokens,
                                 names::kPromptTokensTotal,
+                                names::kPassTokensComputedTotal,
+                                names::kSharedPrefixTokensTotal,
                                 names::kGeneratedTokensTotal,
                                 names::kJobs,
                                 names::kJobsFinishedTotal,

@@ -41,6 +41,7 @@ struct RunFlags {
   bool json = false;
   bool direct_io = false;
   bool batch_invariant = true;
+  bool share_prefixes = true;
   std::string device = "cpu";
   std::string activation_budget;
   int64_t pass_token_budget = 0;
@@ -173,6 +174,7 @@ StatusOr<RunOutput> RunBatch(const RunFlags& f, std::vector<SequenceRequest> req
   if (!compute.ok()) return compute.status().Prefixed("--compute-dtype");
   options.compute_dtype = *compute;
   options.batch_invariant = f.batch_invariant;
+  options.share_prefixes = f.share_prefixes;
   options.compute_state_dir = f.state_dir.empty() ? DefaultStateDir() : f.state_dir;
   NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(f.model_dir, options));
   RunOutput out;
@@ -260,12 +262,16 @@ void PrintJson(const RunOutput& out, bool logits) {
   nlohmann::json pass_seconds = nlohmann::json::array();
   nlohmann::json pass_bytes = nlohmann::json::array();
   nlohmann::json pass_compute = nlohmann::json::array();
+  nlohmann::json tokens_computed = nlohmann::json::array();
+  int64_t shared_prefix_tokens = 0;
   nlohmann::json experts_read = nlohmann::json::array();
   nlohmann::json experts_total = nlohmann::json::array();
   nlohmann::json routed = nlohmann::json::array();
   for (const PassStats& p : out.passes) {
     pass_seconds.push_back(p.seconds);
     pass_bytes.push_back(p.bytes_read);
+    tokens_computed.push_back(p.tokens);
+    shared_prefix_tokens += p.shared_tokens;
     experts_read.push_back(p.experts_read);
     experts_total.push_back(p.experts_total);
     routed.push_back(p.routed_experts);
@@ -278,6 +284,8 @@ void PrintJson(const RunOutput& out, bool logits) {
                         {"pass_seconds", std::move(pass_seconds)},
                         {"bytes_read", TotalBytes(out)},
                         {"pass_bytes_read", std::move(pass_bytes)},
+                        {"pass_tokens_computed", std::move(tokens_computed)},
+                        {"shared_prefix_tokens", shared_prefix_tokens},
                         {"pinned_bytes", out.pinned_bytes},
                         {"host_pinned_bytes", out.host_pinned_bytes},
                         {"micro_batch_rows", out.micro_batch_rows},
@@ -344,7 +352,7 @@ int Run(int argc, char** argv) {
       "[--logits] [--json] [--device cpu|cuda[:N]] [--activation-budget SIZE] "
       "[--pass-token-budget N] [--memory-budget SIZE] [--host-memory-budget SIZE] "
       "[--kv-dtype auto|f32|bf16|f16] [--compute-dtype auto|f32|bf16] [--batch-invariant=false] "
-      "[--state-dir DIR]",
+      "[--share-prefixes=false] [--state-dir DIR]",
       "Runs every --ids prompt through the checkpoint as one batch, streaming it one layer at a\n"
       "time, and prints the generated token ids. Greedy unless --temperature, --top-k or --top-p\n"
       "asks for sampling; sequence i is seeded with --seed + i (random when --seed is absent).\n"
@@ -352,8 +360,12 @@ int Run(int argc, char** argv) {
       "With --labels, every prompt instead scores each label (a continuation of the prompt, as\n"
       "token ids) in one pass and prints its log-probability, its probability renormalised over\n"
       "the labels, and the best label.\n"
-      "With --pass-token-budget, a pass feeds at most N prompt and label tokens (one per\n"
-      "decoding prompt); the prompts that do not fit join later passes, in --ids order.\n"
+      "Prompts in their first pass that begin alike share their common prefix: it is computed\n"
+      "once (--share-prefixes=false computes every prompt whole), and each prompt still gets\n"
+      "exactly what it gets alone.\n"
+      "With --pass-token-budget, a pass computes at most N prompt and label tokens (a shared\n"
+      "prefix once, one per decoding prompt); the prompts that do not fit join later passes, in\n"
+      "--ids order.\n"
       "A prompt longer than the model's context is an error, never truncated.\n"
       "With --memory-budget, what the budget leaves after the stream buffers, the activations\n"
       "and exactly these prompts' KV cache pins layers in memory as stored; passes after the\n"
@@ -396,12 +408,16 @@ int Run(int argc, char** argv) {
   flags.Bool("batch-invariant", &f.batch_invariant,
              "one summation order at every row count: results independent of the batch "
              "(default true; --batch-invariant=false for the fastest kernel per row count)");
+  flags.Bool("share-prefixes", &f.share_prefixes,
+             "compute a prefix that prompts in their first pass share once (default true)");
   flags.String("state-dir", &f.state_dir,
                "where auto's kernel timings are cached (default $XDG_CACHE_HOME/nightshift or "
                "~/.cache/nightshift, as the worker's)",
                "DIR");
   flags.Int("pass-token-budget", &f.pass_token_budget,
-            "tokens one pass may feed; 0 (default): every prompt in the first pass", "N");
+            "tokens one pass may compute (a shared prefix once); 0 (default): every prompt in the "
+            "first pass",
+            "N");
   flags.String("memory-budget", &f.memory_budget,
                "memory for stream buffers, pinned layers, activations and KV, e.g. 1GiB "
                "(default: none, stream everything)",

@@ -374,7 +374,11 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   std::ostringstream line;
   line << "batch " << p.batch_id << " pass " << p.pass_index << ": " << p.seconds << " s, "
        << p.bytes_read << " bytes read, io wait " << p.io_wait_seconds << " s, " << p.sequences
-       << " sequences, " << p.tokens << " tokens, mode " << p.mode;
+       << " sequences, " << p.tokens << " tokens";
+  if (s.shared_tokens > 0) {
+    line << " (" << s.fed_tokens << " fed, " << s.shared_tokens << " in shared prefixes)";
+  }
+  line << ", mode " << p.mode;
   if (s.experts_total > 0) {
     line << ", experts read " << s.experts_read << " of " << s.experts_total << " ("
          << s.experts_routed << " routed, " << s.experts_pinned << " pinned)";

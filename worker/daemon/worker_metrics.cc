@@ -34,6 +34,8 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry, std
       pass_sequences_(*registry_, names::kPassSequences),
       pass_tokens_(*registry_, names::kPassTokens),
       prompt_tokens_(*registry_, names::kPromptTokensTotal),
+      tokens_computed_(*registry_, names::kPassTokensComputedTotal),
+      shared_prefix_tokens_(*registry_, names::kSharedPrefixTokensTotal),
       generated_tokens_(*registry_, names::kGeneratedTokensTotal),
       passes_by_compute_(*registry_, names::kPassesByComputeTotal),
       projection_flops_(*registry_, names::kProjectionFlopsTotal),
@@ -77,6 +79,8 @@ void WorkerMetrics::OnPass(const std::string& model, const engine::PassStats& st
   pass_sequences_.With(mw).Observe(static_cast<double>(stats.sequences));
   pass_tokens_.With(mw).Observe(static_cast<double>(stats.tokens));
   prompt_tokens_.With(mw).Increment(static_cast<double>(prompt_tokens));
+  tokens_computed_.With(mw).Increment(static_cast<double>(stats.tokens));
+  shared_prefix_tokens_.With(mw).Increment(static_cast<double>(stats.shared_tokens));
   generated_tokens_.With(mw).Increment(static_cast<double>(generated_tokens));
   prometheus::Labels mwc = mw;
   mwc["compute"] = stats.compute_dtype;

@@ -69,6 +69,8 @@ class WorkerMetrics {
   metrics::CatalogueFamily<prometheus::Histogram> pass_sequences_;
   metrics::CatalogueFamily<prometheus::Histogram> pass_tokens_;
   metrics::CatalogueFamily<prometheus::Counter> prompt_tokens_;
+  metrics::CatalogueFamily<prometheus::Counter> tokens_computed_;
+  metrics::CatalogueFamily<prometheus::Counter> shared_prefix_tokens_;
   metrics::CatalogueFamily<prometheus::Counter> generated_tokens_;
   metrics::CatalogueFamily<prometheus::Counter> passes_by_compute_;
   metrics::CatalogueFamily<prometheus::Counter> projection_flops_;

@@ -306,6 +306,33 @@ TEST(RunCommandTest, PassTokenBudgetSpreadsPromptsOverPassesWithTheSameResults) 
   EXPECT_THAT(bad.err, HasSubstr("--pass-token-budget must be >= 0"));
 }
 
+TEST(RunCommandTest, PromptsThatBeginAlikeComputeTheirPrefixOnceWithTheSameResults) {
+  const Golden golden = LoadGolden("llama-gqa-sharded");
+  const std::vector<TokenId>& p = golden.prompts.back();
+  std::vector<TokenId> longer = p, other = p;
+  longer.insert(longer.end(), {7, 9});
+  other.push_back(11);
+  const std::string args = "run --json --max-new-tokens 3 --model-dir " +
+                           FixtureDir("llama-gqa-sharded") + IdsFlags({longer, other, p});
+  Outcome shared = RunBinary("nightshift-engine", args);
+  Outcome whole = RunBinary("nightshift-engine", args + " --share-prefixes=false");
+  ASSERT_EQ(shared.exit_code, 0) << shared.err;
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const json a = json::parse(shared.out), b = json::parse(whole.out);
+  const int64_t n = static_cast<int64_t>(p.size());
+  // The prompt's tokens once, then the 2 + 1 of the longer ones; decode
+  // passes one per sequence.
+  EXPECT_EQ(a["pass_tokens_computed"], json::array({n + 3, 3, 3}));
+  EXPECT_EQ(a["shared_prefix_tokens"], n);
+  EXPECT_EQ(b["pass_tokens_computed"], json::array({3 * n + 3, 3, 3}));
+  EXPECT_EQ(b["shared_prefix_tokens"], 0);
+  ASSERT_EQ(a["sequences"].size(), 3u);
+  ASSERT_EQ(b["sequences"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(a["sequences"][i]["generated_ids"], b["sequences"][i]["generated_ids"]) << i;
+  }
+}
+
 TEST(RunCommandTest, DeviceChoosesWhereTheBatchRuns) {
   const Golden golden = LoadGolden("llama-gqa-sharded");
   const std::string args = "run --json --max-new-tokens 8 --model-dir " +
