@@ -38,6 +38,11 @@ int64_t ReservedKvPositions(int64_t prompt_tokens, int64_t max_new_tokens,
   return KvPositions(prompt_tokens, max_new_tokens, label_tokens);
 }
 
+int64_t SharedFirstPassTokens(int64_t batch, int64_t prompt_tokens, int64_t shared_prefix_tokens) {
+  if (batch <= 0) return 0;
+  return shared_prefix_tokens + batch * (prompt_tokens - shared_prefix_tokens);
+}
+
 int64_t FirstPassTokens(int64_t prompt_tokens, const std::vector<int64_t>& label_tokens) {
   int64_t tokens = prompt_tokens;
   for (int64_t t : label_tokens) tokens += t;

@@ -74,6 +74,12 @@ int64_t ReservedKvPositions(int64_t prompt_tokens, int64_t max_new_tokens,
 // Tokens a job feeds in its first pass: its prompt and every label's tokens.
 int64_t FirstPassTokens(int64_t prompt_tokens, const std::vector<int64_t>& label_tokens);
 
+// Tokens a first pass of `batch` prompts of `prompt_tokens` computes when
+// they begin with the same `shared_prefix_tokens` (<= prompt_tokens): the
+// prefix once, then each prompt's own tokens (the engine's pass trie,
+// worker/engine/pass_trie.h). shared_prefix_tokens 0: batch x prompt_tokens.
+int64_t SharedFirstPassTokens(int64_t batch, int64_t prompt_tokens, int64_t shared_prefix_tokens);
+
 // Bytes one token of a pass holds for the whole pass beyond the fixed
 // activation budget: its hidden state, kept between layers (4 x hidden), and
 // the keys and values of the running layer, which a sequence ending in the

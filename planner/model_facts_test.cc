@@ -63,6 +63,15 @@ TEST(ReservedKvPositionsTest, OnlyJobsThatOutliveTheirFirstPassReserveKv) {
   EXPECT_FALSE(EndsInFirstPass(2, {}));
 }
 
+TEST(SharedFirstPassTokensTest, ThePrefixOnceThenEachPromptsOwnTokens) {
+  // The night: 64 prompts of 1,500 shared + 50 own tokens.
+  EXPECT_EQ(SharedFirstPassTokens(64, 1550, 1500), 1500 + 64 * 50);
+  EXPECT_EQ(SharedFirstPassTokens(64, 1550, 0), 64 * 1550);
+  EXPECT_EQ(SharedFirstPassTokens(1, 1550, 1500), 1550);
+  EXPECT_EQ(SharedFirstPassTokens(3, 20, 20), 20);  // three identical prompts
+  EXPECT_EQ(SharedFirstPassTokens(0, 20, 10), 0);
+}
+
 TEST(FirstPassTokensTest, ThePromptAndEveryLabel) {
   EXPECT_EQ(FirstPassTokens(500, {}), 500);
   EXPECT_EQ(FirstPassTokens(500, {1, 1, 3}), 505);

@@ -303,6 +303,38 @@ void ExpectOneLineError(const std::vector<std::string>& args, int exit_code,
   EXPECT_NE(run.err.find(mentions), std::string::npos) << run.err;
 }
 
+TEST(PlanCliTest, ASharedPrefixIsComputedOnceInTheFirstPass) {
+  // The night: 64 prompts of 1,500 shared + 50 own tokens.
+  const std::vector<std::string> args = {"--model-dir",
+                                         Model("gemma"),
+                                         "--budget-gb",
+                                         "11",
+                                         "--read-gbs",
+                                         "4",
+                                         "--free-gb",
+                                         "900",
+                                         "--batch",
+                                         "64",
+                                         "--prompt-tokens",
+                                         "1550",
+                                         "--shared-prefix-tokens",
+                                         "1500"};
+  json j = PlanJson(args);
+  EXPECT_EQ(j["tokens_per_pass"], 1500 + 64 * 50);
+  EXPECT_EQ(j["shared_prefix"]["tokens"], 1500);
+  EXPECT_EQ(j["shared_prefix"]["first_pass_tokens"], 4700);
+  EXPECT_EQ(j["shared_prefix"]["first_pass_tokens_unshared"], 99200);
+  EXPECT_EQ(j["shared_prefix"]["tokens_saved"], 94500);
+  CommandResult text = Plan(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("computes 4700 tokens instead of 99200 (21.1x fewer)"), std::string::npos)
+      << text.out;
+  json plain = PlanJson({"--model-dir", Model("gemma"), "--budget-gb", "11", "--read-gbs", "4",
+                         "--free-gb", "900", "--batch", "64", "--prompt-tokens", "1550"});
+  EXPECT_EQ(plain["tokens_per_pass"], 64 * 1550);
+  EXPECT_FALSE(plain.contains("shared_prefix"));
+}
+
 TEST(PlanCliTest, BadInputIsAOneLineError) {
   const std::vector<std::string> machine = {"--budget-gb", "11",        "--read-gbs",
                                             "4",           "--free-gb", "900"};
@@ -326,6 +358,9 @@ TEST(PlanCliTest, BadInputIsAOneLineError) {
   ExpectOneLineError(with({"--size-b", "70", "--expert-slice", "1G"}), 2, "--model-dir");
   ExpectOneLineError(with({"--model-dir", Model("qwen3-moe"), "--expert-slice", "lots"}), 2,
                      "--expert-slice");
+  ExpectOneLineError(
+      with({"--size-b", "7", "--prompt-tokens", "50", "--shared-prefix-tokens", "51"}), 2,
+      "--shared-prefix-tokens");
 }
 
 TEST(PlanCliTest, CorruptCheckpointIsAOneLineError) {

@@ -45,7 +45,7 @@ struct PlanFlags {
   std::string expert_slice;  // exact form: the loader's expert slice size
   double budget_gb = 0, vram_gb = 0, unified_gb = 0, ram_gb = 0, available_ram_gb = 0;
   double read_gbs = 0, free_gb = 0;
-  int64_t batch = 1, new_tokens = 300, prompt_tokens = 0;
+  int64_t batch = 1, new_tokens = 300, prompt_tokens = 0, shared_prefix_tokens = 0;
   double context_k = planner::kDefaultContextK;
   bool prefetch = true;
   std::string device = "cpu";
@@ -77,6 +77,9 @@ void DeclareFlags(CommandLine& flags, PlanFlags& f) {
   flags.Int("batch", &f.batch, "sequences per pass (1)");
   flags.Int("new-tokens", &f.new_tokens, "answer length in tokens (300)");
   flags.Int("prompt-tokens", &f.prompt_tokens, "prompt length in tokens (0: unknown)");
+  flags.Int("shared-prefix-tokens", &f.shared_prefix_tokens,
+            "tokens at the start of every prompt of the batch that they share (an instruction): "
+            "the first pass computes them once (at most --prompt-tokens)");
   flags.Double("context-k", &f.context_k, "context the KV cache is sized for, x1024 tokens (4)");
   flags.Bool("prefetch", &f.prefetch, "read the next layer while computing (--no-prefetch: off)");
   flags.String("device", &f.device, "exact form: cpu (fp32 compute) or gpu (stored dtype)",
@@ -183,6 +186,10 @@ Status CheckRunFlags(const CommandLine& flags, const PlanFlags& f, PlanRequest& 
   if (f.batch < 1) return InvalidArgument("--batch must be at least 1");
   if (f.new_tokens < 1) return InvalidArgument("--new-tokens must be at least 1");
   if (f.prompt_tokens < 0) return InvalidArgument("--prompt-tokens must not be negative");
+  if (f.shared_prefix_tokens < 0 || f.shared_prefix_tokens > f.prompt_tokens) {
+    return InvalidArgument("--shared-prefix-tokens must be between 0 and --prompt-tokens (" +
+                           std::to_string(f.prompt_tokens) + ")");
+  }
   if (!(f.context_k > 0) || f.context_k > 1e6) {
     return InvalidArgument("--context-k must be positive (units of 1024 tokens)");
   }
@@ -341,7 +348,8 @@ nlohmann::ordered_json ReportJson(const PlanFlags& f, const Report& report) {
     j["compute_dtype_bytes"] = dtype_bytes;
     j["largest_layer_gb"] = planner::PyRound(static_cast<double>(s.largest_group_bytes) / 1e9, 6);
     j["kv_bytes_per_token"] = planner::KvBytesPerToken(s, dtype_bytes);
-    j["tokens_per_pass"] = p.batch * std::max<int64_t>(1, p.prompt_tokens);
+    j["tokens_per_pass"] = planner::SharedFirstPassTokens(
+        p.batch, std::max<int64_t>(1, p.prompt_tokens), f.shared_prefix_tokens);
     j["parameters"] = s.parameters;
     if (s.moe.is_moe()) j["moe"] = MoeJson(s.moe);
     j["heuristic"] = planner::PlanJson(report.heuristic->plan);
@@ -365,6 +373,15 @@ nlohmann::ordered_json ReportJson(const PlanFlags& f, const Report& report) {
     }
     split["alternatives"] = std::move(alternatives);
     j["memory_split"] = std::move(split);
+  }
+  if (f.shared_prefix_tokens > 0) {
+    const int64_t unshared = p.batch * p.prompt_tokens;
+    const int64_t shared =
+        planner::SharedFirstPassTokens(p.batch, p.prompt_tokens, f.shared_prefix_tokens);
+    j["shared_prefix"] = {{"tokens", f.shared_prefix_tokens},
+                          {"first_pass_tokens", shared},
+                          {"first_pass_tokens_unshared", unshared},
+                          {"tokens_saved", unshared - shared}};
   }
   j["streaming"] = planner::DecisionJson(report.decision);
   if (f.compare) j["compare"] = planner::ComparisonJson(report.comparison);
@@ -565,6 +582,15 @@ void PrintHuman(const PlanFlags& f, const Report& report) {
   PrintTable(RowLabels(p, moe), headers, columns);
   std::cout << "\n";
   if (moe) PrintMoe(report.shape->moe, report.shape->layers);
+  if (f.shared_prefix_tokens > 0) {
+    const int64_t unshared = p.batch * p.prompt_tokens;
+    const int64_t shared =
+        planner::SharedFirstPassTokens(p.batch, p.prompt_tokens, f.shared_prefix_tokens);
+    std::cout << "shared prefix: " << f.shared_prefix_tokens << " of " << p.prompt_tokens
+              << " prompt tokens shared by a batch of " << p.batch << ": the first pass computes "
+              << shared << " tokens instead of " << unshared << " ("
+              << planner::FormatFixed(static_cast<double>(unshared) / shared, 1) << "x fewer)\n\n";
+  }
   PrintList("blockers", p.blockers);
   PrintList("warnings", p.warnings);
   if (f.compare) {
@@ -587,12 +613,14 @@ int RunPlan(int argc, char** argv) {
       "       (--budget-gb X | --vram-gb X | --unified-gb X | --ram-gb X) "
       "[--available-ram-gb Y]\n"
       "       --read-gbs X --free-gb X [--batch N] [--new-tokens N] [--context-k K]\n"
+      "       [--prompt-tokens N [--shared-prefix-tokens S]]\n"
       "       [--expert-slice SIZE]\n"
       "       [--no-prefetch] [--compare --mem-bw-gbs X] [--json]",
       "Prices streaming one model on this machine: resident memory, disk, seconds per pass\n"
       "and per token, time to the first token and to a whole answer, and whether it is usable.\n"
       "With --model-dir the figures come from the checkpoint's real layers and shapes, and the\n"
-      "catalog estimate is shown beside them.");
+      "catalog estimate is shown beside them. With --shared-prefix-tokens, it also says how\n"
+      "many tokens the batch's first pass computes when its prompts share that prefix.");
   DeclareFlags(flags, f);
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   StatusOr<PlanRequest> request = CheckFlags(flags, f);
