@@ -155,7 +155,7 @@ std::string PackTokens(const std::vector<int32_t>& ids) {
   return blob;
 }
 
-StatusOr<std::vector<int32_t>> UnpackTokens(const std::string& blob) {
+StatusOr<std::vector<int32_t>> UnpackTokens(std::string_view blob) {
   if (blob.size() % 4 != 0) {
     return DataLoss("stored token ids: " + std::to_string(blob.size()) +
                     " bytes is not a multiple of 4");

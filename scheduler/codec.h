@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,7 +24,7 @@ StatusOr<JobOutput> OutputFromJson(const nlohmann::json& json);
 
 std::string PackTokens(const std::vector<int32_t>& ids);
 // DataLoss when the size is not a multiple of 4.
-StatusOr<std::vector<int32_t>> UnpackTokens(const std::string& blob);
+StatusOr<std::vector<int32_t>> UnpackTokens(std::string_view blob);
 
 // Parses JSON text; DataLoss naming `what` on malformed text.
 StatusOr<nlohmann::json> ParseStoredJson(const std::string& text, const char* what);

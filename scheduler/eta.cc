@@ -162,6 +162,7 @@ class Player {
       slot.info = s.workers[i].info;
       snapshot_.workers.push_back(std::move(slot));
     }
+    snapshot_.min_shared_prefix_tokens = s.min_shared_prefix_tokens;
   }
 
   EtaForecast Play() {
@@ -235,10 +236,12 @@ class Player {
     std::vector<EtaJob> jobs;
     for (const Assignment& a : plan.assignments) {
       if (a.worker_id != sim.worker->info.id) continue;
-      for (int64_t id : a.job_ids) {
-        const QueuedJob& q = *queue_[index_.at(id)];
-        MarkTaken(id);
-        jobs.push_back({q.id, q.submission_id, q.reserved_kv_tokens(), q.pass_tokens(),
+      for (size_t k = 0; k < a.job_ids.size(); ++k) {
+        const QueuedJob& q = *queue_[index_.at(a.job_ids[k])];
+        MarkTaken(q.id);
+        // Its share of the pass: a prefix it shares with a job before it is
+        // computed once.
+        jobs.push_back({q.id, q.submission_id, q.reserved_kv_tokens(), a.job_pass_tokens[k],
                         ExpectedPasses(std::max<int64_t>(1, q.passes), Hazard(q.submission_id)),
                         false, true});
       }

@@ -122,6 +122,9 @@ struct EtaSnapshot {
   bool top_ups_join_late = true;
   // Queued jobs handed to Schedule at each boundary (the head of the queue).
   int schedule_window = 64;
+  // Snapshot::min_shared_prefix_tokens of those Schedule calls: a pass is
+  // priced by the tokens its jobs feed with shared prefixes counted once.
+  int64_t min_shared_prefix_tokens = kDefaultMinSharedPrefixTokens;
   // A bound on the boundaries played out; the jobs left then are unknown.
   int64_t max_boundaries = 1'000'000;
 };

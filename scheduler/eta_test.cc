@@ -244,6 +244,26 @@ TEST(ForecastTest, ASubmissionFinishesWithItsLastJobAndIsUnknownWithAnUnknownOne
   EXPECT_FALSE(Forecast(snapshot).submissions.at(10).has_value());
 }
 
+TEST(ForecastTest, APassIsPricedWithItsSharedPrefixOnce) {
+  // Classifications of 40-token prompts sharing their first 32, 2 label
+  // tokens each: the pass feeds 42 + 10 + 10 tokens, not 3 x 42.
+  EtaSnapshot snapshot;
+  snapshot.model = "m";
+  snapshot.workers = {W("w", 1.0, 1000, 0, 0, 0.01)};
+  for (int64_t id = 1; id <= 3; ++id) {
+    QueuedJob q = Q(id, 42, 1);
+    for (int32_t t = 0; t < 40; ++t) q.prompt_ids.push_back(t < 32 ? t : 100 * id + t);
+    snapshot.queue.push_back(q);
+  }
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(3), 1.0 + 0.01 * 62, 1e-9);
+  snapshot.min_shared_prefix_tokens = 33;  // too short to count
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(3), 1.0 + 0.01 * 126, 1e-9);
+  // A pass-token budget holds the three only when the prefix counts once.
+  snapshot.workers = {W("w", 1.0, 1000, 0, 70, 0.01)};
+  snapshot.min_shared_prefix_tokens = 32;
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(3), 1.0 + 0.01 * 62, 1e-9);
+}
+
 TEST(ForecastTest, EarlyStopsShortenTheJobsOfTheirSubmission) {
   EtaSnapshot snapshot;
   snapshot.model = "m";

@@ -76,7 +76,9 @@ struct LiveBatch {
     int64_t joined_at_pass = 0;  // the batch's passes_done when the job was leased
     bool reported = false;       // a pass report named it (it rode a pass)
     int64_t kv_tokens = 0;       // KV positions it reserves (QueuedJob::reserved_kv_tokens)
-    int64_t pass_tokens = 0;     // tokens it feeds in its first pass (QueuedJob::pass_tokens)
+    // Tokens it feeds in its first pass (QueuedJob::pass_tokens), less the
+    // prefix it shares with a job leased beside it (Assignment::job_pass_tokens).
+    int64_t pass_tokens = 0;
   };
   int64_t id = 0;
   std::string worker_id;

@@ -10,7 +10,9 @@ StatusOr<EtaSnapshot> ModelSnapshot(const Fleet& fleet, Store& store, const std:
                                     const EtaContext& context) {
   EtaSnapshot snapshot;
   snapshot.model = model;
-  NS_ASSIGN_OR_RETURN(snapshot.queue, store.QueuedJobs(model, context.eta_window));
+  NS_ASSIGN_OR_RETURN(snapshot.queue,
+                      store.QueuedJobs(model, context.eta_window, context.prompt_ids_window));
+  snapshot.min_shared_prefix_tokens = context.min_shared_prefix_tokens;
   std::map<int64_t, StopStats> stops;
   if (context.stops != nullptr) stops = *context.stops;
   for (const auto& [id, w] : fleet.workers()) {

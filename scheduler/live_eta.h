@@ -26,6 +26,10 @@ struct EtaContext {
   // Per submission, how its finished generation jobs stopped (the running
   // jobs' tokens are added from the fleet); nullptr: none.
   const std::map<int64_t, StopStats>* stops = nullptr;
+  // Of the queued jobs played out, the first this many carry their prompt
+  // ids, so their shared prefixes are priced once; the rest are priced whole.
+  int prompt_ids_window = 4096;
+  int64_t min_shared_prefix_tokens = kDefaultMinSharedPrefixTokens;
 };
 
 // `model`'s running batches and its first `eta_window` queued jobs, with the

@@ -38,6 +38,7 @@ constexpr EnvFlag kEnv[] = {
     {"http-timeout-seconds", "NIGHTSHIFT_HTTP_TIMEOUT_SECONDS"},
     {"keepalive-seconds", "NIGHTSHIFT_KEEPALIVE_SECONDS"},
     {"keepalive-timeout-seconds", "NIGHTSHIFT_KEEPALIVE_TIMEOUT_SECONDS"},
+    {"min-shared-prefix-tokens", "NIGHTSHIFT_MIN_SHARED_PREFIX_TOKENS"},
 };
 
 }  // namespace
@@ -86,6 +87,13 @@ int main(int argc, char** argv) {
             "serve Prometheus /metrics on this port (0 picks a free one; default -1: none); "
             "on 127.0.0.1 when --listen is loopback, else on 0.0.0.0",
             "PORT");
+  // The default's reason is at kDefaultMinSharedPrefixTokens (policy.h).
+  flags.Int("min-shared-prefix-tokens", &config.min_shared_prefix_tokens,
+            "queued jobs of a model whose prompts begin with at least N of the same token ids "
+            "ride in one batch, that prefix counted once against a pass's token budget (the "
+            "worker computes it once); a shorter shared prefix, such as a chat template's own "
+            "preamble, is not worth reordering the queue for (default 32)",
+            "N");
   flags.Bool("allow-unknown-models", &config.allow_unknown_models,
              "take jobs for models no worker has advertised yet (for queues filled before their "
              "workers start); without it such a line is refused with the known models named");

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
+#include <set>
 
 namespace nightshift::scheduler {
 namespace {
@@ -77,7 +79,7 @@ Snapshot Build(const Case& c) {
     snapshot.workers.push_back(slot);
   }
   for (const J& j : c.queue) {
-    snapshot.queue.push_back({j.id, j.submission, j.model, j.priority, j.kv_tokens, j.passes});
+    snapshot.queue.push_back({j.id, j.submission, j.model, j.priority, j.kv_tokens, j.passes, {}});
   }
   return snapshot;
 }
@@ -231,7 +233,9 @@ TEST(ScheduleTest, KvBytesOfAssignmentsNeverExceedTheBudget) {
   w.info.kv_budget_bytes = 1'000'000;
   w.info.models.push_back({"m", 48, 0, 0, 0, "", 0, ""});
   snapshot.workers.push_back(w);
-  for (int i = 1; i <= 500; ++i) snapshot.queue.push_back({i, 1, "m", 0, 100 + (i * 37) % 400, 3});
+  for (int i = 1; i <= 500; ++i) {
+    snapshot.queue.push_back({i, 1, "m", 0, 100 + (i * 37) % 400, 3, {}});
+  }
   const Plan plan = Schedule(snapshot);
   ASSERT_EQ(plan.assignments.size(), 1u);
   EXPECT_LE(plan.assignments[0].kv_bytes, w.info.kv_budget_bytes);
@@ -242,6 +246,238 @@ TEST(ScheduleTest, KvBytesOfAssignmentsNeverExceedTheBudget) {
   const int64_t next = plan.assignments[0].job_ids.back();
   EXPECT_GT(plan.assignments[0].kv_bytes + snapshot.queue[next].kv_tokens * 48,
             w.info.kv_budget_bytes);
+}
+
+// ---------------------------------------------------------------- shared prefixes
+
+// `n` ids: `prefix` then ids counting up from `from`.
+std::vector<int32_t> Ids(std::vector<int32_t> prefix, int n, int32_t from) {
+  while (static_cast<int>(prefix.size()) < n) prefix.push_back(from++);
+  return prefix;
+}
+
+// A shared instruction of `n` tokens: n ids from `from`.
+std::vector<int32_t> Prefix(int n, int32_t from) { return Ids({}, n, from); }
+
+// A classification of `prompt` with `label_tokens` tokens of labels (one pass:
+// it feeds prompt and labels, holds no KV across passes).
+QueuedJob Classify(int64_t id, std::vector<int32_t> prompt, int64_t label_tokens = 2,
+                   int32_t priority = 0, const std::string& model = "m") {
+  const int64_t tokens = static_cast<int64_t>(prompt.size()) + label_tokens;
+  return {id, 1, model, priority, tokens, 1, std::move(prompt)};
+}
+
+// An idle worker serving "m" (and "n"): no KV limit worth the name, `max_jobs`
+// jobs a batch (0: no limit), `pass_budget` tokens a pass (0: no limit).
+WorkerSlot Idle(const std::string& id, int32_t max_jobs = 0, int64_t pass_budget = 0) {
+  WorkerSlot w;
+  w.info.id = id;
+  w.info.connected = true;
+  w.info.kv_budget_bytes = 1'000'000;
+  w.info.max_batch_jobs = max_jobs;
+  for (const char* model : {"m", "n"}) {
+    ModelOffer offer;
+    offer.name = model;
+    offer.kv_bytes_per_token = 1;
+    offer.pass_token_budget = pass_budget;
+    w.info.models.push_back(offer);
+  }
+  return w;
+}
+
+TEST(SharedPrefixTest, JobsSharingAPrefixRideTogetherOpenedByTheOldest) {
+  const auto a = Prefix(40, 1000);
+  const auto b = Prefix(40, 2000);
+  Snapshot snapshot;
+  snapshot.workers = {Idle("w1", 3), Idle("w2", 3)};
+  // Interleaved in submission order: a, b, a, b, a, b.
+  for (int64_t id = 1; id <= 6; ++id) {
+    snapshot.queue.push_back(Classify(id, Ids(id % 2 == 1 ? a : b, 48, 100 * id)));
+  }
+  Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 2u);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 3, 5}));
+  EXPECT_EQ(plan.assignments[1].job_ids, (std::vector<int64_t>{2, 4, 6}));
+  // Each group's 40 shared tokens count once: 50, then 10 for each other job.
+  for (const Assignment& assignment : plan.assignments) {
+    EXPECT_EQ(assignment.job_pass_tokens, (std::vector<int64_t>{50, 10, 10}));
+    EXPECT_EQ(assignment.pass_tokens, 70);
+  }
+  // Sharing less than the minimum: dispatch order, every token counted.
+  snapshot.min_shared_prefix_tokens = 41;
+  plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 2u);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{50, 50, 50}));
+  EXPECT_EQ(plan.assignments[1].job_ids, (std::vector<int64_t>{4, 5, 6}));
+}
+
+TEST(SharedPrefixTest, TheLongestSharedPrefixComesFirst) {
+  const auto instruction = Prefix(40, 1000);
+  const auto examples = Ids(instruction, 80, 5000);  // the instruction, then examples
+  Snapshot snapshot;
+  snapshot.workers = {Idle("w", 3)};
+  snapshot.queue = {Classify(1, Ids(examples, 90, 1)), Classify(2, Ids(instruction, 50, 100)),
+                    Classify(3, Ids({}, 50, 200)), Classify(4, Ids(examples, 90, 300))};
+  const Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  // Job 4 shares 80 tokens with job 1, job 2 only 40: 4 first.
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 4, 2}));
+  EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{92, 12, 12}));
+}
+
+TEST(SharedPrefixTest, APassTokenBudgetHoldsMoreJobsThatShare) {
+  Snapshot snapshot;
+  snapshot.workers = {Idle("w", 0, 100)};
+  const auto shared = Prefix(32, 1000);  // exactly the default minimum
+  for (int64_t id = 1; id <= 8; ++id)
+    snapshot.queue.push_back(Classify(id, Ids(shared, 40, 10 * id)));
+  Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  // 42, then 10 each: 6 jobs in 92 tokens (without sharing 2 would fit).
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(plan.assignments[0].pass_tokens, 92);
+  snapshot.min_shared_prefix_tokens = 33;
+  plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(plan.assignments[0].pass_tokens, 84);
+}
+
+TEST(SharedPrefixTest, KvIsNotDiscounted) {
+  // Generations of 5 tokens: 40-token prompts sharing 36, 44 positions each.
+  Snapshot snapshot;
+  WorkerSlot w = Idle("w");
+  w.info.kv_budget_bytes = 100;  // two jobs' 88 positions, not three
+  snapshot.workers = {w};
+  const auto shared = Prefix(36, 1000);
+  for (int64_t id = 1; id <= 3; ++id) {
+    snapshot.queue.push_back({id, 1, "m", 0, 44, 5, Ids(shared, 40, 10 * id)});
+  }
+  const Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(plan.assignments[0].kv_bytes, 88);
+  EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{40, 4}));
+}
+
+TEST(SharedPrefixTest, AWholePromptSharedCostsOnlyItsLabels) {
+  const auto prompt = Prefix(40, 1000);
+  Snapshot snapshot;
+  snapshot.workers = {Idle("w")};
+  // Job 2's prompt is all of job 1's and more; job 3's is job 1's; job 4 is
+  // a generation whose prompt is job 1's (it feeds the prompt only).
+  snapshot.queue = {Classify(1, prompt, 3),
+                    Classify(2, Ids(prompt, 45, 7), 3),
+                    Classify(3, prompt, 3),
+                    {4, 1, "m", 0, 40 + 9, 10, prompt}};
+  const Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  // Each shares job 1's 40 tokens: in dispatch order after it.
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{43, 8, 3, 0}));
+}
+
+TEST(SharedPrefixTest, OnlyJobsOfOneModelAndPriorityAreGrouped) {
+  const auto shared = Prefix(40, 1000);
+  Snapshot snapshot;
+  snapshot.workers = {Idle("w1", 2), Idle("w2", 2)};
+  snapshot.queue = {Classify(1, Ids(shared, 50, 1), 2, 1), Classify(2, Ids({}, 50, 100), 2, 1),
+                    Classify(3, Ids(shared, 50, 200), 2, 0),
+                    Classify(4, Ids(shared, 50, 300), 2, 1, "n")};
+  const Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 2u);
+  // Job 3 does not pass job 2 of the higher priority (it waits); job 4 of
+  // the other model opens a batch of its own, sharing nothing.
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{52, 52}));
+  EXPECT_EQ(plan.assignments[1].job_ids, (std::vector<int64_t>{4}));
+  EXPECT_EQ(plan.assignments[1].model, "n");
+}
+
+TEST(SharedPrefixTest, AJobOfAnotherPriorityThatJoinsStillSharesThePrefix) {
+  const auto shared = Prefix(40, 1000);
+  Snapshot snapshot;
+  snapshot.workers = {Idle("w")};
+  snapshot.queue = {Classify(1, Ids(shared, 50, 1), 2, 1), Classify(2, Ids({}, 50, 100), 2, 1),
+                    Classify(3, Ids(shared, 50, 200), 2, 0)};
+  const Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{52, 52, 12}));
+}
+
+TEST(SharedPrefixTest, ATopUpSharesAmongItsOwnJobs) {
+  // The running batch's jobs are not known to the policy: a top-up counts
+  // what its own jobs share, not what they share with the batch.
+  WorkerSlot busy = Idle("w", 0, 100);
+  busy.batch_id = 7;
+  busy.batch_model = "m";
+  busy.batch_jobs = 3;
+  busy.wants_top_up = true;
+  busy.free_kv_bytes = 1000;
+  busy.free_pass_tokens = 60;
+  Snapshot snapshot;
+  snapshot.workers = {busy};
+  const auto shared = Prefix(32, 1000);
+  for (int64_t id = 1; id <= 3; ++id)
+    snapshot.queue.push_back(Classify(id, Ids(shared, 40, 10 * id)));
+  const Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  EXPECT_EQ(plan.assignments[0].batch_id, 7);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2}));  // 42 + 10; + 10 > 60
+  EXPECT_EQ(plan.assignments[0].pass_tokens, 52);
+}
+
+// Rows the engine computes for `jobs` in one pass at most (every distinct
+// prefix of their prompts once, labels whole; pass_trie.h shares labels too).
+int64_t EngineRows(const std::vector<const QueuedJob*>& jobs) {
+  std::set<std::vector<int32_t>> prefixes;
+  int64_t labels = 0;
+  for (const QueuedJob* job : jobs) {
+    for (size_t n = 1; n <= job->prompt_ids.size(); ++n) {
+      prefixes.insert(std::vector<int32_t>(job->prompt_ids.begin(), job->prompt_ids.begin() + n));
+    }
+    labels += job->pass_tokens() - static_cast<int64_t>(job->prompt_ids.size());
+  }
+  return static_cast<int64_t>(prefixes.size()) + labels;
+}
+
+TEST(SharedPrefixTest, NeverCountsFewerTokensThanTheEngineComputes) {
+  std::mt19937 random(7);
+  for (int round = 0; round < 20; ++round) {
+    Snapshot snapshot;
+    snapshot.min_shared_prefix_tokens = 1 + round % 8;
+    snapshot.workers = {Idle("w1", 0, 300), Idle("w2", 12, 0)};
+    // Prompts that branch off a few stems at random depths.
+    std::vector<std::vector<int32_t>> stems;
+    for (int s = 0; s < 3; ++s) stems.push_back(Prefix(24, 1000 * (s + 1)));
+    for (int64_t id = 1; id <= 60; ++id) {
+      const auto& stem = stems[random() % stems.size()];
+      std::vector<int32_t> prompt(stem.begin(), stem.begin() + random() % (stem.size() + 1));
+      const int extra = static_cast<int>(random() % 12) + (prompt.empty() ? 1 : 0);
+      for (int k = 0; k < extra; ++k) prompt.push_back(static_cast<int32_t>(random() % 3));
+      snapshot.queue.push_back(Classify(id, prompt, static_cast<int64_t>(random() % 3 + 1)));
+    }
+    const Plan plan = Schedule(snapshot);
+    ASSERT_FALSE(plan.assignments.empty());
+    for (const Assignment& assignment : plan.assignments) {
+      std::vector<const QueuedJob*> jobs;
+      int64_t whole = 0;
+      for (int64_t id : assignment.job_ids) {
+        jobs.push_back(&snapshot.queue[id - 1]);
+        whole += snapshot.queue[id - 1].pass_tokens();
+      }
+      EXPECT_GE(assignment.pass_tokens, EngineRows(jobs)) << "round " << round;
+      EXPECT_LE(assignment.pass_tokens, whole);
+      int64_t sum = 0;
+      for (int64_t tokens : assignment.job_pass_tokens) sum += tokens;
+      EXPECT_EQ(sum, assignment.pass_tokens);
+      if (assignment.worker_id == "w1") {
+        EXPECT_LE(assignment.pass_tokens, 300);
+      }
+    }
+  }
 }
 
 TEST(TakesJobsTest, IdleOrAskingForATopUpWithRoomUnderItsJobLimit) {

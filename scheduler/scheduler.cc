@@ -632,11 +632,12 @@ void Scheduler::ScheduleLocked(bool all_models) {
     }
   }
   for (const std::string& model : models) {
-    auto queue = store_->QueuedJobs(model, options_.queue_window);
+    auto queue = store_->QueuedJobs(model, options_.queue_window, options_.queue_window);
     if (!queue.ok()) return;
     snapshot.queue.insert(snapshot.queue.end(), queue->begin(), queue->end());
   }
   if (snapshot.queue.empty()) return;
+  snapshot.min_shared_prefix_tokens = options_.min_shared_prefix_tokens;
   const Plan plan = Schedule(snapshot);
   std::map<std::string, std::vector<int64_t>> rejected;  // reason -> jobs
   for (const Rejection& r : plan.rejections) rejected[r.reason].push_back(r.job_id);
@@ -662,9 +663,16 @@ void Scheduler::ApplyAssignment(const Assignment& assignment) {
   batch.free_kv_bytes = std::max<int64_t>(0, batch.free_kv_bytes - assignment.kv_bytes);
   batch.free_pass_tokens = std::max<int64_t>(0, batch.free_pass_tokens - assignment.pass_tokens);
   worker.batch_id = lease->batch_id;
+  std::map<int64_t, int64_t> pass_tokens;  // by job: what it adds to its first pass
+  for (size_t i = 0; i < assignment.job_ids.size(); ++i) {
+    pass_tokens[assignment.job_ids[i]] = assignment.job_pass_tokens.at(i);
+  }
   std::vector<JobChange> changes;
   for (const Job& job : lease->jobs) {
-    batch.jobs[job.id] = ProgressOf(job, batch.passes_done);
+    LiveBatch::JobProgress& progress = batch.jobs[job.id] = ProgressOf(job, batch.passes_done);
+    if (auto it = pass_tokens.find(job.id); it != pass_tokens.end()) {
+      progress.pass_tokens = it->second;  // its shared prefix is computed once
+    }
     events_.Leased(job);
     changes.push_back({job.id, job.submission_id, JobState::kQueued, JobState::kLeased,
                        lease->batch_id, worker.info.id, ""});
@@ -725,7 +733,8 @@ void Scheduler::NotifySubmission(int64_t submission_id, std::vector<JobChange> c
 }
 
 EtaContext Scheduler::EtaContextLocked() {
-  return {clock_->NowMs(), options_.eta_window, &eta_tracker_.stops()};
+  return {clock_->NowMs(), options_.eta_window, &eta_tracker_.stops(), options_.queue_window,
+          options_.min_shared_prefix_tokens};
 }
 
 std::optional<double> Scheduler::EtaLocked(const SubmissionStatus& status) {

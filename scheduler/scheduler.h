@@ -96,8 +96,12 @@ struct SchedulerOptions {
   int64_t lease_ms = 60'000;
   int64_t heartbeat_ms = 10'000;
   int32_t max_attempts = 3;
-  int queue_window = 4096;          // queued jobs per model one scheduling round looks at
-  int eta_window = 100'000;         // queued jobs per model an ETA plays out
+  int queue_window = 4096;   // queued jobs per model one scheduling round looks at
+  int eta_window = 100'000;  // queued jobs per model an ETA plays out
+  // The shortest prefix of prompt ids queued jobs must share to be grouped
+  // into one batch, counted once against the pass-token budget
+  // (Snapshot::min_shared_prefix_tokens).
+  int64_t min_shared_prefix_tokens = kDefaultMinSharedPrefixTokens;
   std::string tokenizer_cache_dir;  // where tokenizer bundles are written
   SubmitLimits limits;
   // A job naming a model no known worker (connected or not) advertises is

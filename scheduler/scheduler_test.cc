@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "scheduler/test_util.h"
@@ -701,6 +703,110 @@ TEST_F(SchedulerTest, AnUnhealthyModelGetsNoBatchesThereUntilItIsHealthyAgain) {
   ASSERT_EQ(assigns.size(), 3u);
   EXPECT_EQ(assigns[2].model, "m");
   EXPECT_EQ(scheduler_->ModelHealth("w1", session, "nope", "x").code(), StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, ClassificationsSharingAPrefixRideTogetherAndCountItOnce) {
+  // 200 classifications in 4 groups, interleaved in submission order: job i
+  // is of group i % 4, its prompt the group's 48-token instruction then 8
+  // tokens of its own; labels " yes" and " no" (1 + 3 tokens). Each feeds
+  // 56 + 4 = 60 tokens alone; beside a job of its group, 12.
+  constexpr int kJobs = 200, kGroups = 4, kShared = 48;
+  constexpr int64_t kPerBatch = 10;
+  constexpr int64_t kBudget = 60 + 12 * (kPerBatch - 1);  // 168: 2 jobs without sharing
+  const TokenizerFiles tokenizer = TinyTokenizer();
+  WorkerInfo info = Worker("w1", 1 << 20, {Offer("m")});
+  info.models[0].tokenizer_hash = TokenizerHash(tokenizer);
+  info.models[0].pass_token_budget = kBudget;
+  FakeLink link;
+  const int64_t session = Attach(info, &link);
+  ASSERT_TRUE(scheduler_->UploadTokenizer("w1", session, tokenizer).ok());
+  std::vector<JobSpec> specs;
+  for (int i = 0; i < kJobs; ++i) {
+    JobSpec spec = TokenJob("job-" + std::to_string(i), "m", 0, 0);
+    const int group = i % kGroups;
+    for (int k = 0; k < kShared; ++k) spec.prompt_token_ids.push_back(group * 40 + k);
+    spec.prompt_token_ids.push_back(200 + i / kGroups);  // where it parts from its group
+    for (int k = 1; k < 8; ++k) spec.prompt_token_ids.push_back(k);
+    spec.labels = {" yes", " no"};
+    specs.push_back(spec);
+  }
+  const SubmitReply reply = Submit(specs);
+  ASSERT_EQ(reply.job_ids.size(), static_cast<size_t>(kJobs));
+  std::map<int64_t, int> index_of;  // job id -> its line
+  for (int i = 0; i < kJobs; ++i) index_of[reply.job_ids[i]] = i;
+
+  // The worker: each batch runs one pass and every job ends in it; then the
+  // next batch comes.
+  std::map<int64_t, int> batches_of;           // job id -> batches it was sent in
+  std::vector<int> next_of_group(kGroups, 0);  // the next line of each group due
+  size_t seen = 0;
+  for (int batch = 0; batch < kJobs; ++batch) {
+    auto assigns = link.Of(WorkerCommand::Kind::kAssign);
+    if (assigns.size() == seen) break;
+    ASSERT_EQ(assigns.size(), seen + 1) << "one batch at a time";
+    const WorkerCommand& assign = assigns[seen++];
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    EXPECT_FALSE(assign.top_up);
+    // Batches group the jobs: one group's next jobs in submission order, the
+    // groups in turn (the oldest job waiting opens each batch).
+    ASSERT_EQ(static_cast<int64_t>(assign.jobs.size()), kPerBatch);
+    const int group = batch % kGroups;
+    std::set<std::vector<int32_t>> prefixes;  // what the engine computes once each
+    int64_t label_tokens = 0, alone = 0;
+    for (const Job& job : assign.jobs) {
+      const int line = index_of.at(job.id);
+      EXPECT_EQ(line % kGroups, group);
+      EXPECT_EQ(line / kGroups, next_of_group[group]++);
+      ++batches_of[job.id];
+      const auto& ids = job.tokens.prompt;
+      for (size_t n = 1; n <= ids.size(); ++n) prefixes.insert({ids.begin(), ids.begin() + n});
+      for (const auto& label : job.tokens.labels) label_tokens += label.size();
+      alone += job.kv_tokens;
+    }
+    // The pass-token budget counted the group's prefix once: the 10 jobs fit
+    // 168 tokens, as many as the engine computes, where alone they feed 600.
+    EXPECT_EQ(static_cast<int64_t>(prefixes.size()) + label_tokens, kBudget);
+    EXPECT_EQ(alone, 60 * kPerBatch);
+    PassProgress pass = Pass(assign.batch_id, 0, 1.0);
+    pass.sequences = static_cast<int32_t>(assign.jobs.size());
+    ASSERT_TRUE(scheduler_->Progress("w1", session, pass).ok());
+    std::vector<JobResult> results;
+    for (const Job& job : assign.jobs) {
+      JobResult result = Done(assign.batch_id, job.id);
+      result.output.text = job.spec.custom_id;
+      results.push_back(result);
+    }
+    auto statuses = scheduler_->Results("w1", session, results);
+    ASSERT_TRUE(statuses.ok());
+    for (const Status& s : *statuses) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(seen, static_cast<size_t>(kJobs / kPerBatch));
+  // Every job ran once and ended once.
+  ASSERT_EQ(batches_of.size(), static_cast<size_t>(kJobs));
+  for (const auto& [id, times] : batches_of) EXPECT_EQ(times, 1) << "job " << id;
+  auto status = scheduler_->GetSubmission(reply.submission_id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(status->submission.done());
+  EXPECT_EQ(status->submission.counts.succeeded, kJobs);
+  // The results read back in input order, each with its own job's output.
+  JobFilter filter;
+  filter.submission_id = reply.submission_id;
+  filter.with_results = true;
+  std::vector<std::string> read;
+  int64_t after = 0;
+  do {
+    auto page = scheduler_->ListJobs(filter, after, 64);
+    ASSERT_TRUE(page.ok());
+    for (const JobView& view : page->jobs) {
+      EXPECT_EQ(view.job.index, static_cast<int64_t>(read.size()));
+      ASSERT_TRUE(view.result.has_value());
+      EXPECT_EQ(view.result->output.text, view.job.spec.custom_id);
+      read.push_back(view.result->output.text);
+    }
+    after = page->next_after_id;
+  } while (after != 0);
+  ASSERT_EQ(read.size(), static_cast<size_t>(kJobs));
+  for (int i = 0; i < kJobs; ++i) EXPECT_EQ(read[i], "job-" + std::to_string(i));
 }
 
 TEST_F(SchedulerTest, EstimateUsesTheWorkersFigures) {

@@ -105,6 +105,9 @@ StatusOr<std::string> BindAddress(const ServerConfig& config, std::string* note)
     return InvalidArgument("--heartbeat-seconds must be shorter than --lease-seconds");
   }
   if (config.max_attempts < 1) return InvalidArgument("--max-attempts must be at least 1");
+  if (config.min_shared_prefix_tokens < 1) {
+    return InvalidArgument("--min-shared-prefix-tokens must be at least 1");
+  }
   if (config.keepalive_seconds < 0 || config.keepalive_timeout_seconds < 0 ||
       (config.keepalive_seconds > 0 && config.keepalive_seconds < 1e-3 * kMinRecvPingIntervalMs)) {
     return InvalidArgument(
@@ -173,6 +176,7 @@ Status RunServer(const ServerConfig& config) {
   options.heartbeat_ms = static_cast<int64_t>(config.heartbeat_seconds * 1000);
   options.max_attempts = static_cast<int32_t>(config.max_attempts);
   options.allow_unknown_models = config.allow_unknown_models;
+  options.min_shared_prefix_tokens = config.min_shared_prefix_tokens;
   options.tokenizer_cache_dir =
       config.tokenizer_cache.empty() ? config.db_path + ".tokenizers" : config.tokenizer_cache;
   Scheduler scheduler(store.get(), SystemClock(), options);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/status.h"
+#include "scheduler/policy.h"
 
 namespace nightshift::scheduler {
 
@@ -39,6 +40,10 @@ struct ServerConfig {
   // Take jobs for models no worker has advertised yet (queues filled before
   // their workers start); by default such a job is a line error.
   bool allow_unknown_models = false;
+  // Queued jobs whose prompt ids share a prefix at least this long ride in
+  // one batch, the prefix counted once against the pass-token budget
+  // (Snapshot::min_shared_prefix_tokens).
+  int64_t min_shared_prefix_tokens = kDefaultMinSharedPrefixTokens;
   // HTTP/2 keepalive towards workers and clients: a ping every
   // keepalive_seconds, the connection closed when one is not answered
   // within keepalive_timeout_seconds, so a worker whose link went silent

@@ -164,6 +164,13 @@ std::string Query::Blob(int column) {
   return data == nullptr ? std::string() : std::string(static_cast<const char*>(data), size);
 }
 
+std::string_view Query::BlobView(int column) {
+  const void* data = sqlite3_column_blob(stmt_, column);
+  const int size = sqlite3_column_bytes(stmt_, column);
+  return data == nullptr ? std::string_view()
+                         : std::string_view(static_cast<const char*>(data), size);
+}
+
 Transaction::Transaction(Db& db) : db_(db) {
   begin_ = db_.Exec("BEGIN IMMEDIATE");
   open_ = begin_.ok();

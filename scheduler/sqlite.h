@@ -84,6 +84,8 @@ class Query {
   double Double(int column);
   std::string Text(int column);
   std::string Blob(int column);
+  // The blob without a copy: valid until the next Next() or the end of the Query.
+  std::string_view BlobView(int column);
 
   // OK, or the first error of a Bind or Next. A constraint violation has
   // code kFailedPrecondition; raw_code() gives SQLite's extended code.

@@ -470,17 +470,30 @@ StatusOr<std::vector<JobChange>> Store::ApplyTokenisation(
 
 // ---------------------------------------------------------------- queue and leases
 
-StatusOr<std::vector<QueuedJob>> Store::QueuedJobs(const std::string& model, int limit) {
+StatusOr<std::vector<QueuedJob>> Store::QueuedJobs(const std::string& model, int limit,
+                                                   int with_prompt_ids) {
   std::lock_guard<std::mutex> lock(mu_);
+  // SQLite reads the prompt's bytes either way (kv_tokens and passes come
+  // after them in the row); unpacking them doubles the read: 4096 queued
+  // jobs of 500-token prompts took 5 ms without their ids, 10 ms with them.
   Query q(*db_,
-          "SELECT j.id, j.submission_id, j.priority, j.kv_tokens, j.passes FROM jobs j "
-          "INDEXED BY jobs_queue JOIN submissions s ON s.id = j.submission_id "
+          "SELECT j.id, j.submission_id, j.priority, j.kv_tokens, j.passes, j.prompt_tokens "
+          "FROM jobs j INDEXED BY jobs_queue JOIN submissions s ON s.id = j.submission_id "
           "WHERE j.model = ? AND j.state = 'queued' AND j.kv_tokens IS NOT NULL AND s.sealed = 1 "
           "ORDER BY j.priority DESC, j.submission_id, j.id LIMIT ?");
   q.Bind(1, model).Bind(2, limit);
   std::vector<QueuedJob> jobs;
   while (q.Next()) {
-    jobs.push_back({q.Int(0), q.Int(1), model, static_cast<int32_t>(q.Int(2)), q.Int(3), q.Int(4)});
+    QueuedJob& job = jobs.emplace_back();
+    job.id = q.Int(0);
+    job.submission_id = q.Int(1);
+    job.model = model;
+    job.priority = static_cast<int32_t>(q.Int(2));
+    job.kv_tokens = q.Int(3);
+    job.passes = q.Int(4);
+    if (static_cast<int>(jobs.size()) <= with_prompt_ids) {
+      NS_ASSIGN_OR_RETURN(job.prompt_ids, UnpackTokens(q.BlobView(5)));
+    }
   }
   NS_RETURN_IF_ERROR(q.status());
   return jobs;

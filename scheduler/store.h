@@ -195,8 +195,11 @@ class Store {
   // ---- the queue and leases
 
   // Up to `limit` queued tokenised jobs of sealed submissions for `model`, in
-  // dispatch order (priority desc, submission, id).
-  StatusOr<std::vector<QueuedJob>> QueuedJobs(const std::string& model, int limit);
+  // dispatch order (priority desc, submission, id). The first
+  // `with_prompt_ids` of them carry their prompt ids (QueuedJob::prompt_ids);
+  // the rest none (a long queue played out by the ETA need not hold them all).
+  StatusOr<std::vector<QueuedJob>> QueuedJobs(const std::string& model, int limit,
+                                              int with_prompt_ids);
   // Models of the submission's queued tokenised jobs.
   StatusOr<std::vector<std::string>> QueuedModelsOf(int64_t submission_id);
   // Queued jobs of the submission that wait for their model's tokenizer.

@@ -307,7 +307,7 @@ TEST_F(StoreTest, OpenSubmissionsAreNotScheduledUntilSealed) {
   first.jobs.push_back({TokenJob("a", "m"), TokensOf(TokenJob("a", "m")), "", 3});
   auto opened = store_->Submit(first);
   ASSERT_TRUE(opened.ok());
-  EXPECT_TRUE(store_->QueuedJobs("m", 10)->empty());
+  EXPECT_TRUE(store_->QueuedJobs("m", 10, 10)->empty());
   EXPECT_EQ(store_->CreateBatch("w", "m", opened->job_ids, kLeaseMs).status().code(),
             StatusCode::kFailedPrecondition);
 
@@ -317,7 +317,7 @@ TEST_F(StoreTest, OpenSubmissionsAreNotScheduledUntilSealed) {
   auto sealed = store_->Submit(last);
   ASSERT_TRUE(sealed.ok());
   EXPECT_EQ(GetJob(sealed->job_ids[0]).index, 1);
-  EXPECT_EQ(store_->QueuedJobs("m", 10)->size(), 2u);
+  EXPECT_EQ(store_->QueuedJobs("m", 10, 10)->size(), 2u);
   auto more = store_->Submit(last);
   EXPECT_EQ(more.status().code(), StatusCode::kFailedPrecondition);
   last.submission_id = 12345;
@@ -353,7 +353,7 @@ TEST_F(StoreTest, QueueIsPriorityThenOldestSubmission) {
   waiting.jobs.push_back({TokenJob("w", "m"), std::nullopt, "waiting for a worker", 3});
   ASSERT_TRUE(store_->Submit(waiting).ok());
   SubmitTokens({TokenJob("other", "n")});
-  auto queue = store_->QueuedJobs("m", 10);
+  auto queue = store_->QueuedJobs("m", 10, 10);
   ASSERT_TRUE(queue.ok());
   std::vector<int64_t> ids;
   for (const auto& job : *queue) ids.push_back(job.id);
@@ -361,7 +361,26 @@ TEST_F(StoreTest, QueueIsPriorityThenOldestSubmission) {
             (std::vector<int64_t>{s1.job_ids[1], s2.job_ids[0], s1.job_ids[0], s2.job_ids[1]}));
   EXPECT_EQ((*queue)[0].kv_tokens, 4 + 8 - 1);
   EXPECT_EQ((*queue)[0].passes, 8);
-  EXPECT_EQ(store_->QueuedJobs("m", 1)->size(), 1u);
+  EXPECT_EQ(store_->QueuedJobs("m", 1, 1)->size(), 1u);
+}
+
+TEST_F(StoreTest, QueuedJobsCarryTheirPromptIdsUpToTheAskedCount) {
+  JobSpec first = TokenJob("a", "m", 3);
+  first.prompt_token_ids = {7, -1, 70000};  // any int32 survives the blob
+  SubmitTokens({first, TokenJob("b", "m", 5)});
+  auto queue = store_->QueuedJobs("m", 10, 10);
+  ASSERT_TRUE(queue.ok());
+  ASSERT_EQ(queue->size(), 2u);
+  EXPECT_EQ((*queue)[0].prompt_ids, (std::vector<int32_t>{7, -1, 70000}));
+  EXPECT_EQ((*queue)[1].prompt_ids, TokenJob("b", "m", 5).prompt_token_ids);
+  // Only the first asked for carry them.
+  queue = store_->QueuedJobs("m", 10, 1);
+  ASSERT_TRUE(queue.ok());
+  ASSERT_EQ(queue->size(), 2u);
+  EXPECT_EQ((*queue)[0].prompt_ids.size(), 3u);
+  EXPECT_TRUE((*queue)[1].prompt_ids.empty());
+  EXPECT_EQ((*queue)[1].kv_tokens, 5 + 8 - 1);
+  EXPECT_TRUE(store_->QueuedJobs("m", 10, 0)->at(0).prompt_ids.empty());
 }
 
 // A submission's counts by state straight from its job rows.
@@ -670,7 +689,7 @@ TEST_F(StoreTest, TokenisationMakesWaitingJobsSchedulableOrFailsThem) {
   EXPECT_EQ(a.kv_tokens, 3 + 5 - 1);
   EXPECT_EQ(a.reason, "");
   EXPECT_EQ(GetJob(s->job_ids[1]).reason, "prompt of 9000 tokens exceeds the context of 4096");
-  EXPECT_EQ(store_->QueuedJobs("m", 10)->size(), 1u);
+  EXPECT_EQ(store_->QueuedJobs("m", 10, 10)->size(), 1u);
   EXPECT_TRUE(store_->UntokenisedJobs("m", 10)->empty());
 }
 

@@ -116,6 +116,10 @@ struct QueuedJob {
   int32_t priority = 0;
   int64_t kv_tokens = 0;  // KvTokens: positions its sequence holds
   int64_t passes = 0;     // PassesNeeded
+  // Its tokenised prompt (TokenisedPrompt::prompt): what the engine feeds
+  // first, before the job's own labels. Jobs whose ids begin alike share
+  // that prefix in a pass (policy.h). Empty when not loaded: shares nothing.
+  std::vector<int32_t> prompt_ids;
 
   // The KV positions it holds across passes (planner::ReservedKvPositions):
   // 0 for a job that ends in its first pass (passes == 1: labels, or at most
