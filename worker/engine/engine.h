@@ -14,9 +14,11 @@
 // pass costs about one read of the checkpoint whatever rides in it.
 //
 // A classification sequence (one with labels) scores every label in its one
-// pass: the prompt and all labels' tokens ride as one tree-shaped sequence,
-// each label attending to the prompt and its own earlier tokens only, and the
-// LM head runs only at the rows that predict label tokens.
+// pass: the prompt and all labels' tokens ride as one tree, each label
+// attending to the prompt and its own earlier tokens only, and the LM head
+// runs only at the rows that predict label tokens. The sequences in their
+// first pass that begin alike share one such tree (pass_trie.h): a prefix
+// they share is computed once (EngineOptions::share_prefixes).
 //
 //   NS_ASSIGN_OR_RETURN(auto engine, Engine::Open(dir));
 //   NS_ASSIGN_OR_RETURN(SequenceId id, engine->Add(request));
