@@ -43,6 +43,13 @@ int64_t SharedFirstPassTokens(int64_t batch, int64_t prompt_tokens, int64_t shar
   return shared_prefix_tokens + batch * (prompt_tokens - shared_prefix_tokens);
 }
 
+bool KeepPrefixFromPins(int64_t prefix_tokens, uint64_t kv_bytes, double compute_seconds_per_token,
+                        double read_bytes_per_second) {
+  if (!(compute_seconds_per_token > 0) || !(read_bytes_per_second > 0)) return false;
+  return static_cast<double>(prefix_tokens) * compute_seconds_per_token >
+         static_cast<double>(kv_bytes) / read_bytes_per_second;
+}
+
 int64_t FirstPassTokens(int64_t prompt_tokens, const std::vector<int64_t>& label_tokens) {
   int64_t tokens = prompt_tokens;
   for (int64_t t : label_tokens) tokens += t;

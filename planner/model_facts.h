@@ -80,6 +80,15 @@ int64_t FirstPassTokens(int64_t prompt_tokens, const std::vector<int64_t>& label
 // worker/engine/pass_trie.h). shared_prefix_tokens 0: batch x prompt_tokens.
 int64_t SharedFirstPassTokens(int64_t batch, int64_t prompt_tokens, int64_t shared_prefix_tokens);
 
+// Whether keeping a shared prefix's keys and values for the next pass pays
+// when its memory comes out of pinned layers (an adaptive memory split):
+// every later pass that uses it computes `prefix_tokens` fewer tokens (at
+// the measured `compute_seconds_per_token`) and streams its `kv_bytes` more
+// of the checkpoint (at the measured `read_bytes_per_second`). Without both
+// measurements: false.
+bool KeepPrefixFromPins(int64_t prefix_tokens, uint64_t kv_bytes, double compute_seconds_per_token,
+                        double read_bytes_per_second);
+
 // Bytes one token of a pass holds for the whole pass beyond the fixed
 // activation budget: its hidden state, kept between layers (4 x hidden), and
 // the keys and values of the running layer, which a sequence ending in the

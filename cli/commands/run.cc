@@ -263,7 +263,7 @@ void PrintJson(const RunOutput& out, bool logits) {
   nlohmann::json pass_bytes = nlohmann::json::array();
   nlohmann::json pass_compute = nlohmann::json::array();
   nlohmann::json tokens_computed = nlohmann::json::array();
-  int64_t shared_prefix_tokens = 0;
+  int64_t shared_prefix_tokens = 0, kept_prefix_tokens = 0;
   nlohmann::json experts_read = nlohmann::json::array();
   nlohmann::json experts_total = nlohmann::json::array();
   nlohmann::json routed = nlohmann::json::array();
@@ -272,6 +272,7 @@ void PrintJson(const RunOutput& out, bool logits) {
     pass_bytes.push_back(p.bytes_read);
     tokens_computed.push_back(p.tokens);
     shared_prefix_tokens += p.shared_tokens;
+    kept_prefix_tokens += p.kept_prefix_tokens;
     experts_read.push_back(p.experts_read);
     experts_total.push_back(p.experts_total);
     routed.push_back(p.routed_experts);
@@ -286,6 +287,7 @@ void PrintJson(const RunOutput& out, bool logits) {
                         {"pass_bytes_read", std::move(pass_bytes)},
                         {"pass_tokens_computed", std::move(tokens_computed)},
                         {"shared_prefix_tokens", shared_prefix_tokens},
+                        {"kept_prefix_tokens", kept_prefix_tokens},
                         {"pinned_bytes", out.pinned_bytes},
                         {"host_pinned_bytes", out.host_pinned_bytes},
                         {"micro_batch_rows", out.micro_batch_rows},
@@ -365,7 +367,8 @@ int Run(int argc, char** argv) {
       "exactly what it gets alone.\n"
       "With --pass-token-budget, a pass computes at most N prompt and label tokens (a shared\n"
       "prefix once, one per decoding prompt); the prompts that do not fit join later passes, in\n"
-      "--ids order.\n"
+      "--ids order, and start after a prefix of 32 tokens or more that all the prompts of the\n"
+      "pass before shared (its keys and values kept, not computed again).\n"
       "A prompt longer than the model's context is an error, never truncated.\n"
       "With --memory-budget, what the budget leaves after the stream buffers, the activations\n"
       "and exactly these prompts' KV cache pins layers in memory as stored; passes after the\n"

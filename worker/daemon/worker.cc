@@ -375,8 +375,9 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   line << "batch " << p.batch_id << " pass " << p.pass_index << ": " << p.seconds << " s, "
        << p.bytes_read << " bytes read, io wait " << p.io_wait_seconds << " s, " << p.sequences
        << " sequences, " << p.tokens << " tokens";
-  if (s.shared_tokens > 0) {
-    line << " (" << s.fed_tokens << " fed, " << s.shared_tokens << " in shared prefixes)";
+  if (s.shared_tokens + s.kept_prefix_tokens > 0) {
+    line << " (" << s.fed_tokens << " fed, " << s.shared_tokens << " in shared prefixes, "
+         << s.kept_prefix_tokens << " from kept prefixes)";
   }
   line << ", mode " << p.mode;
   if (s.experts_total > 0) {

@@ -160,6 +160,7 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
     if (lo >= hi) continue;
     const int64_t first = lo - s.begin;
     const int64_t m = hi - lo;
+    if (s.prefix != nullptr && first == 0) s.cache->CopyFrom(layer, *s.prefix, s.past);
     auto [keys, values] =
         s.cache->Append(layer, s.past + first, k.narrow(0, lo - a, m), p.v.narrow(0, lo - a, m));
     if (rows.batch_invariant && !rows.device) {
@@ -239,19 +240,32 @@ std::pair<at::Tensor, at::Tensor> KVCache::Append(int64_t layer, int64_t at, con
   return {cached_k.to(keys.scalar_type()), cached_v.to(values.scalar_type())};
 }
 
+void KVCache::AllocateLike(int64_t layer, const KVCache& source) {
+  at::Tensor& k = keys_[static_cast<size_t>(layer)];
+  if (k.defined()) return;
+  k = at::empty({kv_heads_, capacity_, head_dim_},
+                source.keys_[static_cast<size_t>(layer)].options());
+  values_[static_cast<size_t>(layer)] = at::empty(
+      {kv_heads_, capacity_, head_dim_}, source.values_[static_cast<size_t>(layer)].options());
+}
+
 void KVCache::CopyFrom(int64_t layer, const KVCache& source, const std::vector<int64_t>& rows) {
+  AllocateLike(layer, source);
   const at::Tensor& from_k = source.keys_[static_cast<size_t>(layer)];
   const at::Tensor& from_v = source.values_[static_cast<size_t>(layer)];
-  at::Tensor& k = keys_[static_cast<size_t>(layer)];
-  at::Tensor& v = values_[static_cast<size_t>(layer)];
-  if (!k.defined()) {
-    k = at::empty({kv_heads_, capacity_, head_dim_}, from_k.options());
-    v = at::empty({kv_heads_, capacity_, head_dim_}, from_v.options());
-  }
-  const at::Tensor index = at::tensor(rows, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor index =
+      at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(from_k.device());
   const int64_t n = static_cast<int64_t>(rows.size());
-  k.narrow(1, 0, n).copy_(from_k.index_select(1, index.to(from_k.device())));
-  v.narrow(1, 0, n).copy_(from_v.index_select(1, index.to(from_v.device())));
+  keys_[static_cast<size_t>(layer)].narrow(1, 0, n).copy_(from_k.index_select(1, index));
+  values_[static_cast<size_t>(layer)].narrow(1, 0, n).copy_(from_v.index_select(1, index));
+}
+
+void KVCache::CopyFrom(int64_t layer, const KVCache& source, int64_t n) {
+  AllocateLike(layer, source);
+  keys_[static_cast<size_t>(layer)].narrow(1, 0, n).copy_(
+      source.keys_[static_cast<size_t>(layer)].narrow(1, 0, n));
+  values_[static_cast<size_t>(layer)].narrow(1, 0, n).copy_(
+      source.values_[static_cast<size_t>(layer)].narrow(1, 0, n));
 }
 
 void KVCache::Release(int64_t layer) {

@@ -51,12 +51,17 @@ class KVCache {
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer, int64_t at, const at::Tensor& keys,
                                            const at::Tensor& values);
   // Writes the keys and values `source` holds at positions `rows` of
-  // `layer` into positions [0, rows.size()) of this cache's `layer`.
+  // `layer` (or at its first n) into positions [0, rows.size()) (or [0, n))
+  // of this cache's `layer`.
   void CopyFrom(int64_t layer, const KVCache& source, const std::vector<int64_t>& rows);
+  void CopyFrom(int64_t layer, const KVCache& source, int64_t n);
   // Frees `layer`'s keys and values (a later Append allocates them again).
   void Release(int64_t layer);
 
  private:
+  // Allocates `layer` as `source` holds it (dtype, device) when unallocated.
+  void AllocateLike(int64_t layer, const KVCache& source);
+
   int64_t kv_heads_;
   int64_t head_dim_;
   int64_t capacity_;
@@ -72,10 +77,15 @@ struct SequenceRows {
   int64_t begin = 0;  // its first row in the packed hidden states
   int64_t count = 0;  // rows (tokens) it feeds in this pass
   int64_t past = 0;   // tokens already in its cache; the new ones go after them
-  // Empty: the new rows are causal after the cached ones. Otherwise (with
-  // past 0) the rows are a trie's, each attending along its chain.
+  // Empty: the new rows are causal after the cached ones. Otherwise the rows
+  // are a trie's, each attending along its chain (whose keys begin with the
+  // `past` cached positions, when there are some).
   std::vector<TrieChain> chains;
   KVCache* cache = nullptr;
+  // A prefix kept from an earlier pass: before this feed's first rows of a
+  // layer, its keys and values of that layer are copied into positions
+  // [0, past) of `cache` (null: the cache holds them already).
+  const KVCache* prefix = nullptr;
   // The feed ends in this pass: its cache drops each layer's keys and
   // values once the layer has run (KVCache::Release).
   bool transient = false;

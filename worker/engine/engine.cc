@@ -598,6 +598,23 @@ struct Engine::Impl {
   std::vector<std::string> quant_formats;
 
   std::vector<std::unique_ptr<Sequence>> active;  // in the order added
+  // Prefixes a pass kept for the next ones (EngineOptions::share_prefixes):
+  // the longest prompt prefix every sequence of a trie shared, with its keys
+  // and values for every layer. A later sequence whose prompt goes on past
+  // one starts its first pass after it instead of computing it. Each is kept
+  // only where KV room allows (PrefixRoom), dropped after a pass that did not
+  // use it, and whenever a sequence joining needs its KV room.
+  struct KeptPrefix {
+    std::vector<TokenId> ids;
+    std::unique_ptr<KVCache> cache;
+    int64_t pass = 0;  // the pass that made it or last used it
+  };
+  std::vector<KeptPrefix> kept_prefixes;
+  // The last pass's compute seconds per token computed and read bytes per
+  // second, measured: what keeping a prefix out of pinned layers is priced
+  // with (planner::KeepPrefixFromPins).
+  double compute_seconds_per_token = 0;
+  double pass_read_bytes_per_second = 0;
   std::vector<SequenceResult> finished;
   SequenceId next_id = 0;
   int64_t passes = 0;
@@ -654,17 +671,36 @@ struct Engine::Impl {
     // The caches of the tries that several sequences share, for this pass.
     std::vector<std::unique_ptr<KVCache>> shared_caches;
   };
-  // The sequences in flight as the next pass feeds them: each decoding one
-  // alone, those in their first pass grouped by their first token (each
-  // group one trie; each alone without EngineOptions::share_prefixes), in
-  // the order of each group's first sequence. Indices into `active`.
-  std::vector<std::vector<size_t>> PassFeeds() const;
+  // A feed of the next pass: a decoding sequence alone, or the sequences in
+  // their first pass that begin with the same token (one trie; each alone
+  // without EngineOptions::share_prefixes), or with the same kept prefix
+  // (their trie after it). Indices into `active`.
+  struct PassFeed {
+    std::vector<size_t> members;
+    int kept = -1;  // the kept prefix they start after; -1: none
+  };
+  // The next pass's feeds, in the order of each one's first sequence.
+  std::vector<PassFeed> PassFeeds() const;
+  // Which feed a sequence in its first pass joins: the longest kept prefix
+  // its prompt goes on past (*kept, keyed -1 - index), else its first token.
+  int64_t FeedKey(const std::vector<TokenId>& prompt, int* kept) const;
+  // After the trie of `members` (laid out as `trie`, fed as `rows`): keeps
+  // the prompt prefix they all share for the next passes, when it is long
+  // enough and PrefixRoom allows (its keys and values copied after each
+  // layer, SequenceRows::keeps).
+  void KeepSharedPrefix(const std::vector<size_t>& members, const PassTrie& trie, int64_t pass,
+                        SequenceRows& rows);
+  // Whether `bytes` more of kept prefixes fit beside the sequences' KV.
+  bool PrefixRoom(int64_t tokens, uint64_t bytes) const;
+  uint64_t KeptPrefixBytes() const;
+  // Drops the kept prefixes no feed of pass `pass` used or made.
+  void DropUnusedPrefixes(int64_t pass);
 
   Status Validate(const SequenceRequest& r) const;
   Status ValidateTokens(const std::vector<TokenId>& ids) const;
   Status ValidateLabels(const SequenceRequest& r) const;
   StatusOr<PassStats> RunPass();
-  PassPlan PlanPass(PassStats* stats) const;
+  PassPlan PlanPass(PassStats* stats);
   // Waits for loader group `index`, counting its bytes and I/O time; on the
   // accelerator path, stages it (its data then points to device memory).
   StatusOr<LoadedGroup> Acquire(size_t index, PassStats* stats);
@@ -1008,27 +1044,106 @@ void Engine::Impl::Advance(Sequence& s, const float* logits) {
   }
 }
 
-std::vector<std::vector<size_t>> Engine::Impl::PassFeeds() const {
-  std::vector<std::vector<size_t>> feeds;
-  std::unordered_map<TokenId, size_t> by_first_token;  // a group of first passes, in `feeds`
+// Prompt prefixes shorter than this are not kept across passes: a chat
+// template alone makes every prompt of a model share about that many
+// (24 tokens for Qwen2.5's default system turn), and keeping them would
+// trade KV room for little compute.
+constexpr int64_t kMinKeptPrefixTokens = 32;
+
+int64_t Engine::Impl::FeedKey(const std::vector<TokenId>& prompt, int* kept) const {
+  *kept = -1;
+  for (size_t k = 0; k < kept_prefixes.size(); ++k) {
+    const std::vector<TokenId>& ids = kept_prefixes[k].ids;
+    const bool longer =
+        *kept < 0 || ids.size() > kept_prefixes[static_cast<size_t>(*kept)].ids.size();
+    if (longer && ids.size() < prompt.size() &&
+        std::equal(ids.begin(), ids.end(), prompt.begin())) {
+      *kept = static_cast<int>(k);
+    }
+  }
+  return *kept >= 0 ? -1 - *kept : prompt.front();
+}
+
+std::vector<Engine::Impl::PassFeed> Engine::Impl::PassFeeds() const {
+  std::vector<PassFeed> feeds;
+  std::unordered_map<int64_t, size_t> by_key;  // FeedKey -> its feed in `feeds`
   for (size_t i = 0; i < active.size(); ++i) {
     const Sequence& s = *active[i];
     if (s.cached > 0 || !options.share_prefixes) {
-      feeds.push_back({i});
+      feeds.push_back({{i}, -1});
       continue;
     }
-    auto [it, made] = by_first_token.try_emplace(s.request.prompt.front(), feeds.size());
-    if (made) feeds.emplace_back();
-    feeds[it->second].push_back(i);
+    int kept = -1;
+    auto [it, made] = by_key.try_emplace(FeedKey(s.request.prompt, &kept), feeds.size());
+    if (made) feeds.push_back({{}, kept});
+    feeds[it->second].members.push_back(i);
   }
   return feeds;
 }
 
-Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
+uint64_t Engine::Impl::KeptPrefixBytes() const {
+  uint64_t bytes = 0;
+  for (const KeptPrefix& k : kept_prefixes) bytes += k.cache->bytes();
+  return bytes;
+}
+
+bool Engine::Impl::PrefixRoom(int64_t tokens, uint64_t bytes) const {
+  const uint64_t taken = KvBytesInUse() + KeptPrefixBytes() + bytes;
+  if (options.adaptive_split) {  // out of pinned layers: priced
+    return taken <= options.kv_budget_bytes &&
+           planner::KeepPrefixFromPins(tokens, bytes, compute_seconds_per_token,
+                                       pass_read_bytes_per_second);
+  }
+  if (options.kv_budget_bytes > 0) return taken <= options.kv_budget_bytes;
+  // No KV budget: none, or a memory budget's first pass (which fixes one).
+  return options.memory_budget_bytes == 0;
+}
+
+void Engine::Impl::KeepSharedPrefix(const std::vector<size_t>& members, const PassTrie& trie,
+                                    int64_t pass, SequenceRows& rows) {
+  if (members.size() < 2) return;
+  // Trie rows are distinct prefixes: the prompts agree while their rows do.
+  const std::vector<int64_t>& first = trie.prompt_rows[0];
+  size_t shared = first.size();
+  for (const std::vector<int64_t>& prompt : trie.prompt_rows) {
+    size_t k = 0;
+    while (k < std::min(shared, prompt.size()) && prompt[k] == first[k]) ++k;
+    shared = k;
+  }
+  if (static_cast<int64_t>(shared) < kMinKeptPrefixTokens) return;
+  const std::vector<TokenId>& prompt = active[members[0]]->request.prompt;
+  std::vector<TokenId> ids(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(shared));
+  for (const KeptPrefix& k : kept_prefixes) {
+    if (k.ids == ids) return;
+  }
+  auto cache = std::make_unique<KVCache>(config, static_cast<int64_t>(shared), options.kv_dtype);
+  if (!PrefixRoom(static_cast<int64_t>(shared), cache->bytes())) return;
+  rows.keeps.push_back(
+      {cache.get(),
+       std::vector<int64_t>(first.begin(), first.begin() + static_cast<ptrdiff_t>(shared))});
+  kept_prefixes.push_back({std::move(ids), std::move(cache), pass});
+}
+
+void Engine::Impl::DropUnusedPrefixes(int64_t pass) {
+  kept_prefixes.erase(std::remove_if(kept_prefixes.begin(), kept_prefixes.end(),
+                                     [pass](const KeptPrefix& k) { return k.pass < pass; }),
+                      kept_prefixes.end());
+}
+
+// `rows` of a trie fed after `past` cached positions: at those positions.
+std::vector<int64_t> AfterPast(int64_t past, const std::vector<int64_t>& rows) {
+  std::vector<int64_t> positions(static_cast<size_t>(past));
+  std::iota(positions.begin(), positions.end(), 0);
+  for (int64_t row : rows) positions.push_back(past + row);
+  return positions;
+}
+
+Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
   PassPlan plan;
   std::vector<std::vector<int64_t>> logit_rows(active.size());
   plan.fed.resize(active.size());
-  for (const std::vector<size_t>& members : PassFeeds()) {
+  for (const PassFeed& feed : PassFeeds()) {
+    const std::vector<size_t>& members = feed.members;
     SequenceRows r;
     r.begin = static_cast<int64_t>(plan.ids.size());
     Sequence& first = *active[members.front()];
@@ -1044,33 +1159,60 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) const {
       ++stats->fed_tokens;
       continue;
     }
+    // The trie of their feeds, after the kept prefix they start from.
+    KVCache* kept = nullptr;
+    if (feed.kept >= 0) {
+      KeptPrefix& k = kept_prefixes[static_cast<size_t>(feed.kept)];
+      k.pass = stats->index;
+      kept = k.cache.get();
+      r.past = static_cast<int64_t>(k.ids.size());
+    }
     std::vector<TrieFeed> feeds;
-    for (size_t i : members) feeds.push_back(active[i]->Feed());
+    for (size_t i : members) {
+      TrieFeed f = active[i]->Feed();
+      f.prompt.erase(f.prompt.begin(), f.prompt.begin() + r.past);
+      feeds.push_back(std::move(f));
+    }
     PassTrie trie = BuildPassTrie(feeds);
     r.count = static_cast<int64_t>(trie.ids.size());
     plan.ids.insert(plan.ids.end(), trie.ids.begin(), trie.ids.end());
-    plan.rows.positions.insert(plan.rows.positions.end(), trie.depth.begin(), trie.depth.end());
-    stats->fed_tokens += trie.fed_tokens;
+    for (int64_t depth : trie.depth) plan.rows.positions.push_back(r.past + depth);
+    stats->fed_tokens += trie.fed_tokens + r.past * static_cast<int64_t>(members.size());
     stats->shared_tokens += trie.shared_rows;
+    stats->kept_prefix_tokens += r.past;
     for (size_t f = 0; f < members.size(); ++f) {
       std::vector<int64_t>& rows = logit_rows[members[f]] = LogitRows(trie, f);
       for (int64_t& row : rows) row += r.begin;
       plan.fed[members[f]] = active[members[f]]->NextFeedSize();
     }
-    // One sequence whose feed is one chain: its causal rows, as a decode's.
-    if (members.size() > 1 || trie.chains.size() > 1) r.chains = std::move(trie.chains);
-    if (members.size() == 1) {
+    if (kept != nullptr) {  // the chains see the kept positions first
+      for (TrieChain& chain : trie.chains) {
+        const std::vector<int64_t> keys =
+            AfterPast(r.past, std::vector<int64_t>(chain.keys.begin(), chain.keys.end()));
+        chain.keys.assign(keys.begin(), keys.end());
+        chain.depth += r.past;
+      }
+    }
+    // One sequence whose feed is one chain from the start: its causal rows,
+    // as a decode's.
+    if (members.size() > 1 || trie.chains.size() > 1 || kept != nullptr) {
+      r.chains = std::move(trie.chains);
+    }
+    if (members.size() == 1 && kept == nullptr) {
       r.cache = &first.cache;
       r.transient = first.one_pass();
     } else {  // the pass's own cache; those that go on keep their paths' keys
-      r.cache = plan.shared_caches
-                    .emplace_back(std::make_unique<KVCache>(config, r.count, options.kv_dtype))
-                    .get();
+      r.cache =
+          plan.shared_caches
+              .emplace_back(std::make_unique<KVCache>(config, r.past + r.count, options.kv_dtype))
+              .get();
       r.transient = true;
+      r.prefix = kept;
       for (size_t f = 0; f < members.size(); ++f) {
         Sequence& s = *active[members[f]];
-        if (!s.one_pass()) r.keeps.push_back({&s.cache, std::move(trie.prompt_rows[f])});
+        if (!s.one_pass()) r.keeps.push_back({&s.cache, AfterPast(r.past, trie.prompt_rows[f])});
       }
+      if (kept == nullptr) KeepSharedPrefix(members, trie, stats->index, r);
     }
     plan.rows.sequences.push_back(std::move(r));
   }
@@ -1313,21 +1455,33 @@ uint64_t Engine::Impl::KvBytesInUse() const {
 }
 
 int64_t Engine::Impl::NextPassTokens(const SequenceRequest* joining) const {
-  std::vector<TrieFeed> feeds;
+  // As PassFeeds groups them: a trie per feed, after its kept prefix.
+  std::unordered_map<int64_t, std::vector<TrieFeed>> feeds;
   int64_t tokens = 0;
+  auto add = [&](const SequenceRequest& r) {
+    if (!options.share_prefixes) {
+      tokens += CountTrieRows({{r.prompt, r.labels}});
+      return;
+    }
+    int kept = -1;
+    const int64_t key = FeedKey(r.prompt, &kept);
+    TrieFeed f = {r.prompt, r.labels};
+    if (kept >= 0) {
+      const size_t past = kept_prefixes[static_cast<size_t>(kept)].ids.size();
+      f.prompt.erase(f.prompt.begin(), f.prompt.begin() + static_cast<ptrdiff_t>(past));
+    }
+    feeds[key].push_back(std::move(f));
+  };
   for (const std::unique_ptr<Sequence>& s : active) {
     if (s->cached > 0) {
       ++tokens;
     } else {
-      feeds.push_back(s->Feed());
+      add(s->request);
     }
   }
-  if (joining != nullptr) feeds.push_back({joining->prompt, joining->labels});
-  if (!options.share_prefixes) {
-    for (const TrieFeed& feed : feeds) tokens += CountTrieRows({feed});
-    return tokens;
-  }
-  return tokens + CountTrieRows(feeds);
+  if (joining != nullptr) add(*joining);
+  for (const auto& [key, group] : feeds) tokens += CountTrieRows(group);
+  return tokens;
 }
 
 StatusOr<PassStats> Engine::Impl::RunPass() {
@@ -1340,7 +1494,8 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   if (stats.index == 0) {
     NS_RETURN_IF_ERROR(FixPassPlan(plan));
   } else if (options.adaptive_split) {
-    NS_RETURN_IF_ERROR(Resplit(KvBytesInUse()));  // sequences that finished free KV for pins
+    // Sequences that finished free KV for pins; kept prefixes take theirs.
+    NS_RETURN_IF_ERROR(Resplit(KvBytesInUse() + KeptPrefixBytes()));
   }
   stats.pinned_bytes = pinned_bytes;
   stats.host_pinned_bytes = host_pinned_bytes;
@@ -1366,6 +1521,11 @@ StatusOr<PassStats> Engine::Impl::RunPass() {
   // for weights, it spent waiting for (or launching) them.
   if (stager) stats.compute_seconds = std::max(0.0, stats.seconds - stats.io_seconds);
   if (!expert_usage_path.empty()) WriteExpertUsage(expert_usage_path, expert_usage);  // a hint
+  DropUnusedPrefixes(stats.index);
+  if (stats.tokens > 0) compute_seconds_per_token = stats.compute_seconds / stats.tokens;
+  if (stats.load_seconds > 0 && stats.bytes_read > 0) {
+    pass_read_bytes_per_second = static_cast<double>(stats.bytes_read) / stats.load_seconds;
+  }
   return stats;
 }
 
@@ -1454,6 +1614,11 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
   const uint64_t budget = impl_->options.kv_budget_bytes;
   const uint64_t need = KvBytesFor(request);
   const uint64_t in_use = impl_->KvBytesInUse();
+  // Kept prefixes give their room to a sequence that needs it, oldest first.
+  auto& kept = impl_->kept_prefixes;
+  while (budget > 0 && !kept.empty() && in_use + impl_->KeptPrefixBytes() + need > budget) {
+    kept.erase(kept.begin());
+  }
   if (budget > 0 && need > budget - std::min(budget, in_use)) {
     return ResourceExhausted("sequence needs " + std::to_string(need) + " KV bytes; " +
                              std::to_string(in_use) + " of the budget of " +
@@ -1469,8 +1634,9 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
                              std::to_string(queued) + " of the next pass's budget of " +
                              std::to_string(pass_budget) + " tokens are taken");
   }
-  if (impl_->options.adaptive_split && impl_->passes > 0 && in_use + need > impl_->kv_split) {
-    NS_RETURN_IF_ERROR(impl_->Resplit(in_use + need));  // groups give way before the cache grows
+  const uint64_t taken = in_use + impl_->KeptPrefixBytes() + need;
+  if (impl_->options.adaptive_split && impl_->passes > 0 && taken > impl_->kv_split) {
+    NS_RETURN_IF_ERROR(impl_->Resplit(taken));  // groups give way before the cache grows
   }
   const int64_t capacity = CachePositions(request, impl_->max_context);
   SequenceId id = impl_->next_id++;

@@ -175,6 +175,9 @@ struct PassStats {
   int64_t fed_tokens = 0;
   // Of `tokens`, those computed once for two or more sequences.
   int64_t shared_tokens = 0;
+  // Of `fed_tokens`, prompt tokens not computed at all: a prefix an earlier
+  // pass kept (its keys and values) for the sequences starting after it.
+  int64_t kept_prefix_tokens = 0;
   int64_t logit_rows = 0;  // rows the LM head ran on
   uint64_t kv_bytes = 0;   // KV cache reserved by the sequences in flight
   // Rows each layer ran at once (Engine::micro_batch_rows).
@@ -336,7 +339,13 @@ struct EngineOptions {
   // Sequences in their first pass that begin with the same token share one
   // trie (pass_trie.h): each distinct prefix of their prompts and labels is
   // computed once, and each sequence gets bitwise what it gets alone under
-  // batch_invariant (within the usual tolerance otherwise). false: every
+  // batch_invariant (within the usual tolerance otherwise). The longest
+  // prompt prefix (32 tokens or more) all sequences of such a trie share is
+  // also kept for the next passes where the KV budget has room for it (with
+  // adaptive_split: where the compute it saves outweighs streaming its bytes
+  // more, planner::KeepPrefixFromPins), so that sequences joining later with
+  // the same instruction start after it; it is dropped after a pass that
+  // does not use it, or when a joining sequence needs the room. false: every
   // sequence computes its whole feed (for comparisons).
   bool share_prefixes = true;
   // Mixtures of experts: the most bytes of experts streamed as one group (a

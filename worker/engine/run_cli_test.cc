@@ -333,6 +333,35 @@ TEST(RunCommandTest, PromptsThatBeginAlikeComputeTheirPrefixOnceWithTheSameResul
   }
 }
 
+TEST(RunCommandTest, APassTokenBudgetKeepsTheSharedPrefixForTheNextPass) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<TokenId> token(3, 380);
+  std::vector<TokenId> instruction(40);
+  for (TokenId& t : instruction) t = token(rng);
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(instruction);
+    for (int k = 0; k <= i; ++k) prompts.back().push_back(token(rng));
+  }
+  const std::string args = "run --json --max-new-tokens 2 --model-dir " +
+                           FixtureDir("llama-gqa-sharded") + IdsFlags(prompts);
+  Outcome whole = RunBinary("nightshift-engine", args);
+  // 40 + 1 + 2 = 43 tokens: the first two prompts, then the other two.
+  Outcome split = RunBinary("nightshift-engine", args + " --pass-token-budget 43");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  const json a = json::parse(whole.out), b = json::parse(split.out);
+  EXPECT_EQ(a["pass_tokens_computed"][0], 40 + 1 + 2 + 3 + 4);
+  EXPECT_EQ(a["kept_prefix_tokens"], 0);
+  // The second pass: two decoding, the last two items after the kept 40.
+  EXPECT_EQ(b["pass_tokens_computed"][0], 43);
+  EXPECT_EQ(b["pass_tokens_computed"][1], 2 + 3 + 4);
+  EXPECT_EQ(b["kept_prefix_tokens"], 40);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(a["sequences"][i]["generated_ids"], b["sequences"][i]["generated_ids"]) << i;
+  }
+}
+
 TEST(RunCommandTest, DeviceChoosesWhereTheBatchRuns) {
   const Golden golden = LoadGolden("llama-gqa-sharded");
   const std::string args = "run --json --max-new-tokens 8 --model-dir " +

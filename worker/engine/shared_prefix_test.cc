@@ -8,6 +8,7 @@
 // the first pass computes each distinct prefix once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <random>
@@ -198,6 +199,101 @@ TEST_P(SharedPrefixTest, EachSequenceGetsWhatItGetsAloneAndEveryPrefixIsComputed
         }
       }
     }
+  }
+}
+
+// A prefix that every sequence of a pass shared is kept for the next pass:
+// sequences joining then with the same instruction start after it, with the
+// results they get alone; a pass that does not use it drops it, and a KV
+// budget without room for it never keeps it.
+TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
+  const std::string fixture = GetParam();
+  const testing::Golden golden = testing::LoadGolden(fixture);
+  for (bool accelerator_path : {false, true}) {
+    SCOPED_TRACE(accelerator_path ? "accelerator path" : "CPU");
+    EngineOptions options;
+    options.accelerator_path_on_cpu = accelerator_path;
+    std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), options);
+    ASSERT_NE(engine, nullptr);
+    std::mt19937 rng(21);
+    const int64_t vocab = engine->config().vocab_size;
+    const std::vector<TokenId> instruction = RandomTokens(100, vocab, rng);
+    auto item = [&](size_t n) { return Join(instruction, RandomTokens(n, vocab, rng)); };
+    const std::vector<SequenceRequest> first = Requests({item(3), item(5), item(2)});
+    std::vector<SequenceRequest> later = Requests({item(4), item(1), item(6)});
+    for (const SequenceRequest& r : first) ASSERT_TRUE(engine->Add(r).ok());
+    StatusOr<PassStats> pass = engine->Step();
+    ASSERT_TRUE(pass.ok()) << pass.status().ToString();
+    EXPECT_EQ(pass->kept_prefix_tokens, 0);
+    EXPECT_EQ(pass->tokens, DistinctPrefixes(first));
+    // The next pass computes the joining sequences' items only.
+    for (const SequenceRequest& r : later) ASSERT_TRUE(engine->Add(r).ok());
+    int64_t decoding = 0;
+    for (const SequenceRequest& r : first) decoding += r.labels.empty() ? 1 : 0;
+    std::vector<SequenceRequest> items = later;
+    for (SequenceRequest& r : items) r.prompt.erase(r.prompt.begin(), r.prompt.begin() + 100);
+    EXPECT_EQ(engine->next_pass_tokens(), decoding + DistinctPrefixes(items));
+    pass = engine->Step();
+    ASSERT_TRUE(pass.ok()) << pass.status().ToString();
+    EXPECT_EQ(pass->kept_prefix_tokens, 100);
+    EXPECT_EQ(pass->tokens, decoding + DistinctPrefixes(items));
+    std::vector<SequenceResult> results = engine->TakeFinished();
+    for (SequenceResult& r : testing::Drain(*engine)) results.push_back(std::move(r));
+    std::sort(results.begin(), results.end(),
+              [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
+    std::vector<SequenceRequest> all = first;
+    all.insert(all.end(), later.begin(), later.end());
+    ASSERT_EQ(results.size(), all.size());
+    // Passes that used no kept prefix dropped it: a new sequence computes
+    // the instruction again.
+    const SequenceRequest again = Requests({item(2)})[0];
+    ASSERT_TRUE(engine->Add(again).ok());
+    EXPECT_EQ(engine->next_pass_tokens(), static_cast<int64_t>(again.prompt.size()));
+    testing::Drain(*engine);
+    std::unique_ptr<Engine> alone_engine = testing::OpenEngine(FixtureDir(fixture), options);
+    ASSERT_NE(alone_engine, nullptr);
+    const double atol = accelerator_path ? testing::Bf16ProjectionAtol(golden) : 0;
+    for (size_t k = 0; k < all.size(); ++k) {
+      SCOPED_TRACE("request " + std::to_string(k));
+      std::vector<SequenceResult> alone = RunTogether(*alone_engine, {all[k]}, nullptr);
+      ASSERT_EQ(alone.size(), 1u);
+      EXPECT_LE(testing::MaxAbsDiff(results[k].last_logits, alone[0].last_logits), atol);
+      ASSERT_EQ(results[k].labels.size(), alone[0].labels.size());
+      for (size_t j = 0; j < alone[0].labels.size(); ++j) {
+        EXPECT_NEAR(results[k].labels[j].logprob, alone[0].labels[j].logprob, atol);
+      }
+      if (!accelerator_path || all[k].sampling.temperature == 0) {
+        EXPECT_EQ(results[k].generated, alone[0].generated);
+      }
+    }
+  }
+  // A KV budget keeps the prefix only where it has room beside the
+  // sequences' reservations.
+  EngineOptions budgeted;
+  std::unique_ptr<Engine> probe = testing::OpenEngine(FixtureDir(fixture), budgeted);
+  ASSERT_NE(probe, nullptr);
+  std::mt19937 rng(21);
+  const std::vector<TokenId> instruction = RandomTokens(100, probe->config().vocab_size, rng);
+  const std::vector<SequenceRequest> two = {testing::GreedyRequest(Join(instruction, {1, 2}), 3),
+                                            testing::GreedyRequest(Join(instruction, {3}), 3)};
+  const uint64_t reserved = probe->KvBytesFor(two[0]) + probe->KvBytesFor(two[1]);
+  // 101 positions' worth: room for the 100 of the instruction.
+  const uint64_t room = probe->KvBytesFor(testing::GreedyRequest(instruction, 2));
+  for (uint64_t budget : {reserved, reserved + room}) {
+    SCOPED_TRACE("KV budget " + std::to_string(budget) + ", reserved " + std::to_string(reserved));
+    budgeted.kv_budget_bytes = budget;
+    std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), budgeted);
+    ASSERT_NE(engine, nullptr);
+    for (const SequenceRequest& r : two) ASSERT_TRUE(engine->Add(r).ok());
+    ASSERT_TRUE(engine->Step().ok());
+    // A classification joins (it reserves no KV).
+    SequenceRequest scored;
+    scored.prompt = Join(instruction, {4, 5});
+    scored.labels = {{3}};
+    ASSERT_TRUE(engine->Add(scored).ok());
+    StatusOr<PassStats> pass = engine->Step();
+    ASSERT_TRUE(pass.ok());
+    EXPECT_EQ(pass->kept_prefix_tokens, budget == reserved ? 0 : 100);
   }
 }
 
