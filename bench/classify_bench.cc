@@ -2,10 +2,11 @@
 // labels, on a generated checkpoint, under a KV budget that limits how many
 // sequences share a pass.
 //
-//   one-pass:   each prompt and all its labels in one sequence (tree mask);
+//   one-pass:   each prompt and all its labels in one sequence (a tree);
 //   per-label:  each prompt + label as its own sequence, the way an engine
 //               without tree attention scores labels (one prompt pass per
-//               label, the prompt's tokens recomputed L times).
+//               label, the prompt's tokens recomputed L times: prefix
+//               sharing off, EngineOptions::share_prefixes).
 //
 // With --memory-budget-mb M, also at that fixed memory (what it leaves after
 // the stream buffers and the activation working set, planner/model_facts.h):
@@ -22,17 +23,31 @@
 // to the fastest cold read of those bytes (common/disk_bench.h, measured in
 // the same run). Figures from one run; not a test.
 //
+// With --shared-prefix-tokens S, instead: N prompts that are one S-token
+// instruction followed by an --item-tokens item each, scored against three
+// one-token labels, on a generated ~0.5 GB BF16 Llama (hidden 1024, 16
+// layers; --layers overrides the depth), with prefix sharing on (each pass
+// computes the instruction once) and off (every prompt whole; run on the
+// first --unshared-prompts prompts only, since it computes S + item tokens
+// per prompt: its prompts/s is their rate). Prints passes, tokens computed,
+// those computed once for several prompts ("shared") and those read from a
+// prefix kept from the pass before ("kept"), prompts/s, seconds and MB per
+// pass against the fastest cold read, and compute seconds per pass.
+//
 //   classify_bench [--prompts 256] [--prompt-tokens 500] [--labels 4]
 //                  [--kv-budget-mb 64] [--hidden 128] [--layers 4]
 //                  [--memory-budget-mb 0]
+//   classify_bench --shared-prefix-tokens 1500 [--item-tokens 50]
+//                  [--prompts 256] [--unshared-prompts 16]
+//                  [--pass-token-budget 0] [--layers 16]
 #include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 
-#include "common/disk_bench.h"
 #include "common/command_line.h"
+#include "common/disk_bench.h"
 #include "planner/model_facts.h"
 #include "worker/engine/engine.h"
 #include "worker/generator/generator.h"
@@ -47,9 +62,12 @@ using engine::TokenId;
 struct Outcome {
   int64_t passes = 0;
   int64_t tokens = 0;
+  int64_t shared_tokens = 0;
+  int64_t kept_tokens = 0;
   double seconds = 0;
   uint64_t bytes_read = 0;
   double io_seconds = 0;
+  double compute_seconds = 0;
 };
 
 // Runs passes until every request finished, adding before each pass the next
@@ -69,6 +87,9 @@ StatusOr<Outcome> Drain(Engine& engine, const std::vector<SequenceRequest>& requ
     NS_ASSIGN_OR_RETURN(engine::PassStats stats, engine.Step());
     ++out.passes;
     out.tokens += stats.tokens;
+    out.shared_tokens += stats.shared_tokens;
+    out.kept_tokens += stats.kept_prefix_tokens;
+    out.compute_seconds += stats.compute_seconds;
     out.bytes_read += stats.bytes_read;
     out.io_seconds += stats.io_seconds;
     engine.TakeFinished();
@@ -149,19 +170,119 @@ Status AtAMemoryBudget(const std::string& dir, uint64_t memory_budget,
   return Status::Ok();
 }
 
+struct SharedPrefixFlags {
+  int64_t prompts = 256;
+  int64_t shared_tokens = 0;
+  int64_t item_tokens = 50;
+  int64_t unshared_prompts = 16;
+  int64_t pass_token_budget = 0;
+  int64_t layers = 16;
+};
+
+// The shared-prefix comparison (see the top of the file), on a checkpoint
+// generated in `dir`.
+Status SharedPrefixBench(const SharedPrefixFlags& f, const std::string& dir) {
+  generator::CheckpointSpec spec;
+  spec.arch = "llama";
+  spec.hidden = 1024;
+  spec.layers = f.layers;
+  spec.heads = 16;
+  spec.kv_heads = 8;
+  spec.intermediate = 2816;
+  spec.vocab = 32000;
+  spec.max_position = f.shared_tokens + f.item_tokens + 64;
+  spec.seed = 3;
+  NS_ASSIGN_OR_RETURN(generator::WriteReport written, generator::WriteCheckpoint(spec, dir));
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<TokenId> token(3, static_cast<TokenId>(spec.vocab - 1));
+  std::vector<TokenId> instruction(static_cast<size_t>(f.shared_tokens));
+  for (TokenId& t : instruction) t = token(rng);
+  std::vector<SequenceRequest> requests;
+  for (int64_t i = 0; i < f.prompts; ++i) {
+    SequenceRequest r;
+    r.prompt = instruction;
+    for (int64_t k = 0; k < f.item_tokens; ++k) r.prompt.push_back(token(rng));
+    r.labels = {{101}, {202}, {303}};
+    requests.push_back(std::move(r));
+  }
+  struct Mode {
+    const char* name;
+    bool share;
+    std::vector<SequenceRequest> requests;
+  };
+  const size_t unshared = static_cast<size_t>(std::min(f.unshared_prompts, f.prompts));
+  std::vector<Mode> modes = {
+      {"shared", true, requests},
+      {"unshared", false,
+       std::vector<SequenceRequest>(requests.begin(), requests.begin() + unshared)}};
+  std::vector<Outcome> outcomes;
+  for (const Mode& mode : modes) {
+    engine::EngineOptions options;
+    options.compute_dtype = engine::ComputeDType::kAuto;
+    options.pass_token_budget = f.pass_token_budget;
+    options.share_prefixes = mode.share;
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(dir, options));
+    NS_ASSIGN_OR_RETURN(Outcome o, RunByPassTokens(*engine, mode.requests));
+    outcomes.push_back(o);
+  }
+  NS_ASSIGN_OR_RETURN(DiskBenchResult disk, RunDiskBench(dir));
+  std::printf(
+      "model: llama hidden %lld, %lld layers, BF16, %.1f MB; %lld prompts = %lld shared + %lld "
+      "item tokens, 3 one-token labels; pass-token budget %lld; fastest cold read %.2f GB/s\n",
+      static_cast<long long>(spec.hidden), static_cast<long long>(spec.layers),
+      static_cast<double>(written.tensor_bytes) / 1e6, static_cast<long long>(f.prompts),
+      static_cast<long long>(f.shared_tokens), static_cast<long long>(f.item_tokens),
+      static_cast<long long>(f.pass_token_budget), disk.FastestGbs());
+  std::printf("%-9s %8s %7s %10s %8s %6s %9s %10s %8s %9s %8s %10s\n", "mode", "prompts", "passes",
+              "tokens", "shared", "kept", "seconds", "prompts/s", "s/pass", "MB/pass", "compute",
+              "pass/read");
+  for (size_t m = 0; m < modes.size(); ++m) {
+    const Outcome& o = outcomes[m];
+    const double passes = static_cast<double>(o.passes);
+    const double bytes_per_pass = static_cast<double>(o.bytes_read) / passes;
+    const double read_seconds = bytes_per_pass / (disk.FastestGbs() * 1e9);
+    std::printf("%-9s %8zu %7lld %10lld %8lld %6lld %9.2f %10.2f %8.2f %9.1f %8.2f %10.2f\n",
+                modes[m].name, modes[m].requests.size(), static_cast<long long>(o.passes),
+                static_cast<long long>(o.tokens), static_cast<long long>(o.shared_tokens),
+                static_cast<long long>(o.kept_tokens), o.seconds,
+                static_cast<double>(modes[m].requests.size()) / o.seconds, o.seconds / passes,
+                bytes_per_pass / 1e6, o.compute_seconds / passes,
+                o.seconds / passes / read_seconds);
+  }
+  const double shared_rate = static_cast<double>(modes[0].requests.size()) / outcomes[0].seconds;
+  const double unshared_rate = static_cast<double>(modes[1].requests.size()) / outcomes[1].seconds;
+  std::printf("shared / unshared: prompts/s x%.1f, tokens per prompt x%.1f fewer\n",
+              shared_rate / unshared_rate,
+              (static_cast<double>(outcomes[1].tokens) / static_cast<double>(unshared)) /
+                  (static_cast<double>(outcomes[0].tokens) / static_cast<double>(f.prompts)));
+  return Status::Ok();
+}
+
 int Main(int argc, char** argv) {
   int64_t prompts = 256, prompt_tokens = 500, labels = 4, kv_budget_mb = 64, hidden = 128,
-          layers = 4, memory_budget_mb = 0;
+          layers = 0, memory_budget_mb = 0;
+  SharedPrefixFlags shared;
   CommandLine flags("classify_bench [flags]", "One-pass classification vs one sequence per label.");
   flags.Int("prompts", &prompts, "prompts to classify (default 256)");
   flags.Int("prompt-tokens", &prompt_tokens, "tokens per prompt (default 500, +-10%)");
   flags.Int("labels", &labels, "labels per prompt, 1 to 3 tokens each (default 4)");
   flags.Int("kv-budget-mb", &kv_budget_mb, "KV cache budget that bounds a pass (default 64)");
   flags.Int("hidden", &hidden, "hidden size of the generated model (default 128)");
-  flags.Int("layers", &layers, "layers of the generated model (default 4)");
+  flags.Int("layers", &layers,
+            "layers of the generated model (default 4; 16 with --shared-prefix-tokens)");
   flags.Int("memory-budget-mb", &memory_budget_mb,
             "also compare KV-reserving and pass-token admission at this memory budget (MiB; "
             "default 0: not run)");
+  flags.Int("shared-prefix-tokens", &shared.shared_tokens,
+            "instead: prompts sharing an instruction of this many tokens, sharing on and off "
+            "(default 0: not run)");
+  flags.Int("item-tokens", &shared.item_tokens,
+            "with --shared-prefix-tokens: tokens per item "
+            "(default 50)");
+  flags.Int("unshared-prompts", &shared.unshared_prompts,
+            "with --shared-prefix-tokens: prompts the sharing-off run classifies (default 16)");
+  flags.Int("pass-token-budget", &shared.pass_token_budget,
+            "with --shared-prefix-tokens: tokens a pass may compute (default 0: no limit)");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested() || !parsed.ok()) {
     std::fprintf(parsed.ok() ? stdout : stderr, "%s%s\n",
@@ -171,6 +292,18 @@ int Main(int argc, char** argv) {
 
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("ns_classify_bench_" + std::to_string(getpid()));
+  if (shared.shared_tokens > 0) {
+    shared.prompts = prompts;
+    if (layers > 0) shared.layers = layers;
+    const Status st = SharedPrefixBench(shared, dir.string());
+    fs::remove_all(dir);
+    if (!st.ok()) {
+      std::fprintf(stderr, "shared prefixes: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (layers == 0) layers = 4;
   generator::CheckpointSpec spec;
   spec.arch = "llama";
   spec.hidden = hidden;
@@ -220,7 +353,16 @@ int Main(int argc, char** argv) {
 
   const uint64_t budget = static_cast<uint64_t>(kv_budget_mb) << 20;
   auto a = Run(engine, one_pass, budget, kv_per_token);
-  auto b = a.ok() ? Run(engine, per_label, budget, kv_per_token) : a;
+  // Per label as an engine without a trie: no prefix shared between them.
+  engine::EngineOptions whole;
+  whole.share_prefixes = false;
+  auto unshared = Engine::Open(dir.string(), whole);
+  if (!unshared.ok()) {
+    std::fprintf(stderr, "open: %s\n", unshared.status().ToString().c_str());
+    fs::remove_all(dir);
+    return 1;
+  }
+  auto b = a.ok() ? Run(**unshared, per_label, budget, kv_per_token) : a;
   if (!a.ok() || !b.ok()) {
     std::fprintf(stderr, "run: %s\n", (a.ok() ? b : a).status().ToString().c_str());
     fs::remove_all(dir);
