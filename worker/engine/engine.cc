@@ -677,13 +677,16 @@ struct Engine::Impl {
   // (their trie after it). Indices into `active`.
   struct PassFeed {
     std::vector<size_t> members;
-    int kept = -1;  // the kept prefix they start after; -1: none
+    int kept = -1;     // the kept prefix they start after; -1: none
+    int64_t past = 0;  // its first positions they agree with
   };
   // The next pass's feeds, in the order of each one's first sequence.
   std::vector<PassFeed> PassFeeds() const;
-  // Which feed a sequence in its first pass joins: the longest kept prefix
-  // its prompt goes on past (*kept, keyed -1 - index), else its first token.
-  int64_t FeedKey(const std::vector<TokenId>& prompt, int* kept) const;
+  // Which feed a sequence in its first pass joins: the kept prefix whose
+  // first positions it agrees with longest, kMinKeptPrefixTokens or more
+  // and short of its whole prompt (*kept, *past; keyed by both), else its
+  // first token.
+  int64_t FeedKey(const std::vector<TokenId>& prompt, int* kept, int64_t* past) const;
   // After the trie of `members` (laid out as `trie`, fed as `rows`): keeps
   // the prompt prefix they all share for the next passes, when it is long
   // enough and PrefixRoom allows (its keys and values copied after each
@@ -1050,18 +1053,24 @@ void Engine::Impl::Advance(Sequence& s, const float* logits) {
 // trade KV room for little compute.
 constexpr int64_t kMinKeptPrefixTokens = 32;
 
-int64_t Engine::Impl::FeedKey(const std::vector<TokenId>& prompt, int* kept) const {
+int64_t Engine::Impl::FeedKey(const std::vector<TokenId>& prompt, int* kept, int64_t* past) const {
   *kept = -1;
+  *past = 0;
   for (size_t k = 0; k < kept_prefixes.size(); ++k) {
     const std::vector<TokenId>& ids = kept_prefixes[k].ids;
-    const bool longer =
-        *kept < 0 || ids.size() > kept_prefixes[static_cast<size_t>(*kept)].ids.size();
-    if (longer && ids.size() < prompt.size() &&
-        std::equal(ids.begin(), ids.end(), prompt.begin())) {
+    // At least one token of the prompt is computed: its logits are needed.
+    const size_t most = std::min(ids.size(), prompt.size() - 1);
+    const int64_t agree =
+        std::mismatch(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(most), prompt.begin())
+            .first -
+        ids.begin();
+    if (agree >= kMinKeptPrefixTokens && agree > *past) {
       *kept = static_cast<int>(k);
+      *past = agree;
     }
   }
-  return *kept >= 0 ? -1 - *kept : prompt.front();
+  if (*kept < 0) return prompt.front();
+  return -1 - ((static_cast<int64_t>(*kept) << 32) + *past);
 }
 
 std::vector<Engine::Impl::PassFeed> Engine::Impl::PassFeeds() const {
@@ -1070,12 +1079,13 @@ std::vector<Engine::Impl::PassFeed> Engine::Impl::PassFeeds() const {
   for (size_t i = 0; i < active.size(); ++i) {
     const Sequence& s = *active[i];
     if (s.cached > 0 || !options.share_prefixes) {
-      feeds.push_back({{i}, -1});
+      feeds.push_back({{i}, -1, 0});
       continue;
     }
     int kept = -1;
-    auto [it, made] = by_key.try_emplace(FeedKey(s.request.prompt, &kept), feeds.size());
-    if (made) feeds.push_back({{}, kept});
+    int64_t past = 0;
+    auto [it, made] = by_key.try_emplace(FeedKey(s.request.prompt, &kept, &past), feeds.size());
+    if (made) feeds.push_back({{}, kept, past});
     feeds[it->second].members.push_back(i);
   }
   return feeds;
@@ -1165,7 +1175,7 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
       KeptPrefix& k = kept_prefixes[static_cast<size_t>(feed.kept)];
       k.pass = stats->index;
       kept = k.cache.get();
-      r.past = static_cast<int64_t>(k.ids.size());
+      r.past = feed.past;
     }
     std::vector<TrieFeed> feeds;
     for (size_t i : members) {
@@ -1464,12 +1474,10 @@ int64_t Engine::Impl::NextPassTokens(const SequenceRequest* joining) const {
       return;
     }
     int kept = -1;
-    const int64_t key = FeedKey(r.prompt, &kept);
+    int64_t past = 0;
+    const int64_t key = FeedKey(r.prompt, &kept, &past);
     TrieFeed f = {r.prompt, r.labels};
-    if (kept >= 0) {
-      const size_t past = kept_prefixes[static_cast<size_t>(kept)].ids.size();
-      f.prompt.erase(f.prompt.begin(), f.prompt.begin() + static_cast<ptrdiff_t>(past));
-    }
+    f.prompt.erase(f.prompt.begin(), f.prompt.begin() + static_cast<ptrdiff_t>(past));
     feeds[key].push_back(std::move(f));
   };
   for (const std::unique_ptr<Sequence>& s : active) {

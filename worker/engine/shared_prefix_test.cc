@@ -203,9 +203,9 @@ TEST_P(SharedPrefixTest, EachSequenceGetsWhatItGetsAloneAndEveryPrefixIsComputed
 }
 
 // A prefix that every sequence of a pass shared is kept for the next pass:
-// sequences joining then with the same instruction start after it, with the
-// results they get alone; a pass that does not use it drops it, and a KV
-// budget without room for it never keeps it.
+// sequences joining then with the same instruction start after the part of
+// it they agree with, with the results they get alone; a pass that does not
+// use it drops it, and a KV budget without room for it never keeps it.
 TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
   const std::string fixture = GetParam();
   const testing::Golden golden = testing::LoadGolden(fixture);
@@ -218,8 +218,16 @@ TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
     std::mt19937 rng(21);
     const int64_t vocab = engine->config().vocab_size;
     const std::vector<TokenId> instruction = RandomTokens(100, vocab, rng);
-    auto item = [&](size_t n) { return Join(instruction, RandomTokens(n, vocab, rng)); };
-    const std::vector<SequenceRequest> first = Requests({item(3), item(5), item(2)});
+    auto item = [&](size_t n) {
+      std::vector<TokenId> own = RandomTokens(n, vocab, rng);
+      if (own[0] == 7) own[0] = 8;
+      return Join(instruction, own);
+    };
+    // The first pass's items all begin with token 7, so the prefix kept is
+    // the instruction and that token; the later items agree with its first
+    // 100 positions only, and use those.
+    const std::vector<SequenceRequest> first = Requests(
+        {Join(instruction, {7, 1, 2}), Join(instruction, {7, 3, 4, 5}), Join(instruction, {7})});
     std::vector<SequenceRequest> later = Requests({item(4), item(1), item(6)});
     for (const SequenceRequest& r : first) ASSERT_TRUE(engine->Add(r).ok());
     StatusOr<PassStats> pass = engine->Step();
