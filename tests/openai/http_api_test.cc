@@ -8,11 +8,10 @@
 #include <chrono>
 #include <thread>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/http_client.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
@@ -26,51 +25,19 @@ using json = nlohmann::json;
 using testutil::Process;
 using testutil::TempDir;
 
-struct Reply {
-  int status = 0;
-  std::string body;
-  json value;  // the body as JSON (discarded when it is not)
-};
+using Reply = testutil::HttpReply;
+using testutil::MultipartBatchFile;
+constexpr const char* kMultipart = testutil::kMultipartBatchFile;
 
 // One request on a fresh connection to 127.0.0.1:`port`; status 0 when the
 // exchange failed.
 Reply Call(int port, bhttp::verb verb, const std::string& target, const std::string& body = "",
            const std::string& content_type = "application/json", bool chunked = false) {
-  Reply reply;
-  asio::io_context io;
-  asio::ip::tcp::socket socket(io);
-  boost::system::error_code ec;
-  socket.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
-  if (ec) return reply;
-  bhttp::request<bhttp::string_body> request(verb, target, 11);
-  request.set(bhttp::field::host, "127.0.0.1");
-  request.set(bhttp::field::content_type, content_type);
-  request.body() = body;
-  if (chunked) {
-    request.chunked(true);
-  } else {
-    request.prepare_payload();
-  }
-  bhttp::write(socket, request, ec);
-  if (ec) return reply;
-  boost::beast::flat_buffer buffer;
-  bhttp::response<bhttp::string_body> response;
-  bhttp::read(socket, buffer, response, ec);
-  if (ec) return reply;
-  reply.status = response.result_int();
-  reply.body = response.body();
-  reply.value = json::parse(reply.body, nullptr, false);
-  return reply;
+  return testutil::HttpCall("127.0.0.1:" + std::to_string(port), verb, target, body, content_type,
+                            chunked);
 }
 
-std::string Multipart(const std::string& file) {
-  return "--b0undary\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
-         "--b0undary\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
-         "\r\n" +
-         file + "\r\n--b0undary--\r\n";
-}
-
-constexpr const char* kMultipart = "multipart/form-data; boundary=b0undary";
+std::string Multipart(const std::string& file) { return MultipartBatchFile(file); }
 
 std::string Lines(int n) {
   std::string text;
