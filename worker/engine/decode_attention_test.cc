@@ -85,6 +85,44 @@ TEST(DecodeAttentionTest, EqualsADoublePrecisionReferenceForEveryShapeAndLaneWid
   EXPECT_TRUE(DecodeAttentionLanesSupported(4));
 }
 
+// Scores far apart (one key 200 above the rest: e^-200 is below the float
+// range, which the kernel's exp clamps) and a spread of moderate ones still
+// match the double-precision definition on every lane width.
+TEST(DecodeAttentionTest, ScoresFarApartUnderflowCleanly) {
+  for (int lanes : {4, 8, 16}) {
+    if (!DecodeAttentionLanesSupported(lanes)) continue;
+    const int64_t dim = 16, length = 37;
+    const DecodeAttentionShape s{1, 1, dim, length, length * dim, dim};
+    std::vector<float> q(dim, 1.0f), keys(static_cast<size_t>(length * dim)), values(keys.size());
+    for (int64_t j = 0; j < length; ++j) {
+      for (int64_t i = 0; i < dim; ++i) {
+        // Key 5 scores 200; the others -30 .. +2, some a few apart.
+        keys[static_cast<size_t>(j * dim + i)] =
+            j == 5 ? 12.5f : static_cast<float>(j % 9) * 0.25f - 1.9f;
+        values[static_cast<size_t>(j * dim + i)] = static_cast<float>(j) + 0.01f * i;
+      }
+    }
+    std::vector<float> scratch(static_cast<size_t>(DecodeAttentionScratch(s))), out(dim);
+    DecodeAttentionWithLanes(lanes, s, q.data(), keys.data(), values.data(), 1.0f, scratch.data(),
+                             out.data());
+    const std::vector<double> want = Reference(s, q, keys, values, 1.0);
+    for (int64_t i = 0; i < dim; ++i) {
+      EXPECT_NEAR(out[static_cast<size_t>(i)], want[static_cast<size_t>(i)], 1e-5) << lanes;
+      EXPECT_NEAR(out[static_cast<size_t>(i)], 5.0 + 0.01 * i, 1e-5) << lanes;
+    }
+    // Without the far key: moderate scores, every one counting.
+    keys[5 * dim] = 0;
+    DecodeAttentionWithLanes(lanes, s, q.data(), keys.data(), values.data(), 1.0f, scratch.data(),
+                             out.data());
+    const std::vector<double> spread = Reference(s, q, keys, values, 1.0);
+    for (int64_t i = 0; i < dim; ++i) {
+      EXPECT_NEAR(out[static_cast<size_t>(i)], spread[static_cast<size_t>(i)],
+                  1e-5 * (1 + std::fabs(spread[static_cast<size_t>(i)])))
+          << lanes;
+    }
+  }
+}
+
 TEST(DecodeAttentionTest, TheWidestKernelAgreesWithThePlainLoops) {
   // bench-1.7b's heads, 33 of a 64-key cache.
   const DecodeAttentionShape s{16, 4, 128, 33, 64 * 128, 128};
