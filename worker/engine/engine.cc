@@ -70,6 +70,7 @@ struct Sequence {
   int64_t best_label = -1;
   std::vector<TokenLogprob> logprobs;
   std::optional<FinishReason> finished;
+  int64_t shared_prompt_tokens = 0;  // SequenceResult::shared_prompt_tokens
 
   bool classifying() const { return !request.labels.empty(); }
   // Ends in the pass that feeds its prompt (planner::EndsInFirstPass): its
@@ -1193,7 +1194,12 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
     for (size_t f = 0; f < members.size(); ++f) {
       std::vector<int64_t>& rows = logit_rows[members[f]] = LogitRows(trie, f);
       for (int64_t& row : rows) row += r.begin;
-      plan.fed[members[f]] = active[members[f]]->NextFeedSize();
+      Sequence& s = *active[members[f]];
+      plan.fed[members[f]] = s.NextFeedSize();
+      s.shared_prompt_tokens = r.past;
+      for (int64_t row : trie.prompt_rows[f]) {
+        s.shared_prompt_tokens += trie.holders[static_cast<size_t>(row)] > 1 ? 1 : 0;
+      }
     }
     if (kept != nullptr) {  // the chains see the kept positions first
       for (TrieChain& chain : trie.chains) {
@@ -1446,7 +1452,7 @@ void Engine::Impl::RetireFinished() {
     Sequence& s = **it;
     finished.push_back({s.id, std::move(s.request.prompt), std::move(s.generated), *s.finished,
                         std::move(s.last_logits), std::move(s.labels), s.best_label,
-                        std::move(s.logprobs)});
+                        std::move(s.logprobs), s.shared_prompt_tokens});
   }
   active.erase(done, active.end());
 }

@@ -114,6 +114,10 @@ struct SequenceResult {
   std::vector<LabelScore> labels;      // a classification sequence's, in request order
   int64_t best_label = -1;             // index of the most likely label (first on ties); -1: none
   std::vector<TokenLogprob> logprobs;  // one per generated token, when requested
+  // Of its prompt, the tokens not computed for it alone: computed once with
+  // other sequences of its first pass that begin alike, or kept from an
+  // earlier pass (OpenAI's usage.prompt_tokens_details.cached_tokens).
+  int64_t shared_prompt_tokens = 0;
 };
 
 // The KV cache's dtype. BF16 and F16 halve its bytes (twice the sequences in

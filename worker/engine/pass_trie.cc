@@ -115,6 +115,7 @@ PassTrie BuildPassTrie(const std::vector<TrieFeed>& feeds) {
     row_of[static_cast<size_t>(v.node)] = row;
     trie.ids.push_back(nodes.token(v.node));
     trie.depth.push_back(v.depth);
+    trie.holders.push_back(nodes.holders(v.node));
     if (nodes.holders(v.node) > 1) ++trie.shared_rows;
     const std::vector<int32_t>& children = nodes.children(v.node);
     for (auto child = children.rbegin(); child != children.rend(); ++child) {

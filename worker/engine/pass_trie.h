@@ -39,6 +39,7 @@ struct TrieChain {
 struct PassTrie {
   std::vector<int32_t> ids;       // each row's token, depth first
   std::vector<int64_t> depth;     // each row's position (0 at a root)
+  std::vector<int64_t> holders;   // each row's feeds: those whose prompt or labels hold it
   std::vector<TrieChain> chains;  // in row order; together they cover every row once
   // Per feed: the row of each prompt token, in order.
   std::vector<std::vector<int64_t>> prompt_rows;

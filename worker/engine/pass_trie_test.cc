@@ -62,6 +62,7 @@ TEST(PassTrieTest, ASharedPrefixIsLaidOutOnceAndEachFeedSeesOnlyItsOwnPath) {
   EXPECT_EQ(trie.depth, (std::vector<int64_t>{0, 1, 2, 3, 3, 2}));
   EXPECT_EQ(trie.fed_tokens, 11);
   EXPECT_EQ(trie.shared_rows, 3);  // 1 and 2 by all three, 3 by two
+  EXPECT_EQ(trie.holders, (std::vector<int64_t>{3, 3, 2, 1, 1, 1}));
   // Chains: 1 2 3 7 in order, then 9 after 1 2 3, then 8 after 1 2.
   ASSERT_EQ(trie.chains.size(), 3u);
   EXPECT_EQ(trie.chains[0].keys, (std::vector<int32_t>{0, 1, 2, 3}));

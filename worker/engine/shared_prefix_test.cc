@@ -106,6 +106,18 @@ int64_t DistinctPrefixes(const std::vector<SequenceRequest>& requests) {
   return static_cast<int64_t>(Prefixes(requests).size());
 }
 
+// Of request k's prompt, the tokens two or more requests hold.
+int64_t SharedPromptTokens(const std::vector<SequenceRequest>& requests, size_t k) {
+  const auto prefixes = Prefixes(requests);
+  std::vector<TokenId> path;
+  int64_t shared = 0;
+  for (TokenId t : requests[k].prompt) {
+    path.push_back(t);
+    shared += prefixes.at(path).size() > 1 ? 1 : 0;
+  }
+  return shared;
+}
+
 // Those held by two or more requests.
 int64_t SharedPrefixes(const std::vector<SequenceRequest>& requests) {
   int64_t shared = 0;
@@ -174,6 +186,8 @@ TEST_P(SharedPrefixTest, EachSequenceGetsWhatItGetsAloneAndEveryPrefixIsComputed
         SCOPED_TRACE("request " + std::to_string(k));
         const SequenceResult& a = alone[k];
         const SequenceResult& t = together[k];
+        EXPECT_EQ(t.shared_prompt_tokens, SharedPromptTokens(requests, k));
+        EXPECT_EQ(a.shared_prompt_tokens, 0);
         ASSERT_EQ(t.labels.size(), a.labels.size());
         for (size_t j = 0; j < a.labels.size(); ++j) {
           ASSERT_EQ(t.labels[j].token_logprobs.size(), a.labels[j].token_logprobs.size());
