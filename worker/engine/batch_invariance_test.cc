@@ -147,13 +147,7 @@ TEST_P(BatchInvarianceTest, APromptsResultDoesNotDependOnWhatRidesBesideIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvarianceTest, ::testing::ValuesIn(FixtureNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           }
-                           return name;
-                         });
+                         testing::FixtureTestName);
 
 }  // namespace
 }  // namespace nightshift::engine

@@ -157,12 +157,7 @@ TEST_P(ClassifyFixtureTest, OnePassScoresEqualTeacherForcingEachLabel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ClassifyFixtureTest, ::testing::ValuesIn(FixtureNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
-                         });
+                         testing::FixtureTestName);
 
 constexpr char kFixture[] = "llama-gqa-sharded";  // vocabulary 384, context 512
 

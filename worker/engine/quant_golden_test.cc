@@ -149,11 +149,7 @@ TEST_P(QuantFixtureTest, HostAndDeviceDequantisationAgreeExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantFixtureTest, ::testing::ValuesIn(kQuantized),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) c = c == '-' ? '_' : c;
-                           return name;
-                         });
+                         testing::FixtureTestName);
 
 // Every quantized fixture (any in tests/data whose config.json declares a
 // quantization_config) under each --compute-dtype, streamed and resident,

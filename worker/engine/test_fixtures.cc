@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -79,6 +80,12 @@ SequenceRequest GreedyRequest(const std::vector<TokenId>& prompt, int64_t max_ne
   r.ignore_eos = true;
   r.return_last_logits = true;
   return r;
+}
+
+std::string FixtureTestName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
 }
 
 std::vector<SequenceResult> Drain(Engine& engine, std::vector<PassStats>* passes) {

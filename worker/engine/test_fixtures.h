@@ -3,6 +3,8 @@
 // checkpoint reader's test helpers (worker/checkpoint/test_util.h).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,6 +49,10 @@ SequenceRequest GreedyRequest(const std::vector<TokenId>& prompt, int64_t max_ne
 // Steps `engine` until nothing is in flight (failing the test on an error)
 // and returns every result, by id; appends each pass's figures to `passes`.
 std::vector<SequenceResult> Drain(Engine& engine, std::vector<PassStats>* passes = nullptr);
+
+// A fixture's name as a test-name suffix (INSTANTIATE_TEST_SUITE_P's
+// naming function): every character but letters and digits as '_'.
+std::string FixtureTestName(const ::testing::TestParamInfo<std::string>& info);
 
 // Largest |a[i] - b[i]|; infinity when the sizes differ.
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
