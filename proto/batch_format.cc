@@ -545,7 +545,8 @@ ojson SuccessBody(const ResultLine& result) {
                 {"usage",
                  {{"prompt_tokens", output.prompt_tokens},
                   {"completion_tokens", output.completion_tokens},
-                  {"total_tokens", output.prompt_tokens + output.completion_tokens}}}};
+                  {"total_tokens", output.prompt_tokens + output.completion_tokens},
+                  {"prompt_tokens_details", {{"cached_tokens", output.cached_prompt_tokens}}}}}};
   if (classify) body["labels"] = Labels(output);
   return body;
 }

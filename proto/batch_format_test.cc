@@ -92,6 +92,7 @@ ResultLine Result(LineOutcome outcome) {
   line.output.finish_reason = "stop";
   line.output.prompt_tokens = 3;
   line.output.completion_tokens = 1;
+  line.output.cached_prompt_tokens = 2;
   line.error = "why";
   return line;
 }
@@ -106,6 +107,12 @@ TEST(BatchFormatTest, OutputLinesFollowOpenAIForEachOutcome) {
   EXPECT_EQ(ok["response"]["body"]["created"], 1'700'000'000);
   EXPECT_EQ(ok["response"]["body"]["choices"][0]["message"]["content"], "hello");
   EXPECT_EQ(ok["response"]["body"]["usage"]["total_tokens"], 4);
+  // OpenAI's prompt caching: the cached part of prompt_tokens, inside usage.
+  EXPECT_EQ(ok["response"]["body"]["usage"]["prompt_tokens_details"],
+            nlohmann::ordered_json({{"cached_tokens", 2}}));
+  EXPECT_EQ(ok["response"]["body"]["usage"].dump(),
+            R"({"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,)"
+            R"("prompt_tokens_details":{"cached_tokens":2}})");
 
   const auto failed = BatchOutputLine(Result(LineOutcome::kFailed));
   EXPECT_EQ(failed["response"]["status_code"], 500);

@@ -96,6 +96,10 @@ struct JobOutput {
   std::string finish_reason;  // "stop", "length" (generation); "label" (classification)
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Of prompt_tokens, those not computed for this job alone: computed once
+  // with other jobs of its pass that begin alike, or kept from an earlier
+  // pass (OpenAI's usage.prompt_tokens_details.cached_tokens).
+  int64_t cached_prompt_tokens = 0;
   std::vector<TokenLogprob> logprobs;  // when asked
   std::vector<LabelScore> labels;      // classification, in JobSpec::labels order
 };

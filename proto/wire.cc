@@ -96,6 +96,7 @@ JobOutput FromProto(const v1::JobOutput& o) {
   out.finish_reason = o.finish_reason();
   out.prompt_tokens = o.prompt_tokens();
   out.completion_tokens = o.completion_tokens();
+  out.cached_prompt_tokens = o.cached_prompt_tokens();
   for (const auto& lp : o.logprobs()) {
     TokenLogprob t{lp.token(), lp.text(), lp.logprob(), {}};
     for (const auto& top : lp.top()) t.top.push_back({top.token(), top.text(), top.logprob()});
@@ -111,6 +112,7 @@ void ToProto(const JobOutput& o, v1::JobOutput* out) {
   out->set_finish_reason(o.finish_reason);
   out->set_prompt_tokens(o.prompt_tokens);
   out->set_completion_tokens(o.completion_tokens);
+  out->set_cached_prompt_tokens(o.cached_prompt_tokens);
   for (const auto& lp : o.logprobs) {
     auto* t = out->add_logprobs();
     t->set_token(lp.token);

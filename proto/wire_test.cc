@@ -50,6 +50,7 @@ TEST(ApiWireTest, JobOutputRoundTrips) {
   o.finish_reason = "stop";
   o.prompt_tokens = 7;
   o.completion_tokens = 2;
+  o.cached_prompt_tokens = 5;
   o.logprobs = {{1, "h", -0.5, {{1, "h", -0.5}, {3, "x", -2}}}};
   o.labels = {{" yes", -0.1}};
   v1::JobOutput wire;
@@ -64,6 +65,8 @@ TEST(ApiWireTest, JobOutputRoundTrips) {
   EXPECT_EQ(back.finish_reason, "stop");
   EXPECT_EQ(back.prompt_tokens, 7);
   EXPECT_EQ(back.completion_tokens, 2);
+  EXPECT_EQ(back.cached_prompt_tokens, 5);
+  EXPECT_EQ(wire.cached_prompt_tokens(), 5);
   ASSERT_EQ(back.logprobs.size(), 1u);
   EXPECT_EQ(back.logprobs[0].token, 1);
   EXPECT_EQ(back.logprobs[0].text, "h");

@@ -116,6 +116,7 @@ json OutputToJson(const JobOutput& output) {
           {"finish_reason", output.finish_reason},
           {"prompt_tokens", output.prompt_tokens},
           {"completion_tokens", output.completion_tokens},
+          {"cached_prompt_tokens", output.cached_prompt_tokens},
           {"logprobs", logprobs},
           {"labels", labels}};
 }
@@ -128,6 +129,8 @@ StatusOr<JobOutput> OutputFromJson(const json& j) {
     o.finish_reason = j.at("finish_reason").get<std::string>();
     o.prompt_tokens = j.at("prompt_tokens").get<int64_t>();
     o.completion_tokens = j.at("completion_tokens").get<int64_t>();
+    // Absent from rows stored before it existed.
+    o.cached_prompt_tokens = j.value("cached_prompt_tokens", int64_t{0});
     for (const auto& lp : j.at("logprobs")) {
       TokenLogprob token{lp.at("token").get<int32_t>(),
                          lp.at("text").get<std::string>(),

@@ -53,12 +53,27 @@ TEST(CodecTest, OutputRoundTrips) {
   output.finish_reason = "stop";
   output.prompt_tokens = 9;
   output.completion_tokens = 2;
+  output.cached_prompt_tokens = 6;
   output.logprobs = {{11, "Par", -0.5, {{11, "Par", -0.5}, {13, "Lon", -1.5}}}};
   output.labels = {{"yes", -0.1}, {"no", -2.4}};
   auto back = OutputFromJson(OutputToJson(output));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(OutputToJson(*back), OutputToJson(output));
   EXPECT_EQ(back->logprobs[0].top[1].text, "Lon");
+  EXPECT_EQ(back->cached_prompt_tokens, 6);
+  EXPECT_EQ(OutputToJson(output)["cached_prompt_tokens"], 6);
+}
+
+TEST(CodecTest, AnOutputStoredBeforeCachedPromptTokensReadsAsNoneCached) {
+  // A results row as an older scheduler wrote it: no cached_prompt_tokens.
+  const nlohmann::json old_row = nlohmann::json::parse(
+      R"({"text":"Paris","token_ids":[11,12],"finish_reason":"stop","prompt_tokens":9,)"
+      R"("completion_tokens":2,"logprobs":[],"labels":[]})");
+  auto back = OutputFromJson(old_row);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->prompt_tokens, 9);
+  EXPECT_EQ(back->cached_prompt_tokens, 0);
+  EXPECT_EQ(back->text, "Paris");
 }
 
 TEST(CodecTest, TokensPackLittleEndianAndRoundTrip) {

@@ -8,11 +8,14 @@
 // generation job after max_new_tokens passes, a classification job after one.
 // Outputs are deterministic: text "fake output for CUSTOM_ID", token ids
 // 1..N, label i scored -0.5 x (i + 1) (the first label wins), logprobs -0.5.
+// A job's cached_prompt_tokens is, as the engine's trie counts it, the longest
+// prefix of its prompt ids shared with another job starting in the same pass.
 // SIGTERM drains: the jobs not finished are handed back and it exits 0.
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -54,7 +57,17 @@ struct Options {
 struct RunningJob {
   v1::JobAssignment assignment;
   int64_t generated = 0;
+  int64_t shared_prompt_tokens = 0;  // set in its first pass
 };
+
+int64_t CommonPrefix(const v1::JobAssignment& a, const v1::JobAssignment& b) {
+  int64_t n = 0;
+  while (n < a.prompt_token_ids_size() && n < b.prompt_token_ids_size() &&
+         a.prompt_token_ids(static_cast<int>(n)) == b.prompt_token_ids(static_cast<int>(n))) {
+    ++n;
+  }
+  return n;
+}
 
 std::atomic<bool> g_terminate{false};
 
@@ -211,6 +224,17 @@ class FakeWorker {
     p->set_mode("streaming");
     int64_t used = 0;
     std::vector<int64_t> finished;
+    std::vector<RunningJob*> starting;
+    for (auto& [id, job] : jobs_) {
+      if (job.generated == 0) starting.push_back(&job);
+    }
+    for (RunningJob* job : starting) {
+      for (const RunningJob* other : starting) {
+        if (other == job) continue;
+        job->shared_prompt_tokens =
+            std::max(job->shared_prompt_tokens, CommonPrefix(job->assignment, other->assignment));
+      }
+    }
     for (auto& [id, job] : jobs_) {
       ++job.generated;
       (*p->mutable_generated())[id] = job.generated;
@@ -248,6 +272,7 @@ class FakeWorker {
     auto* out = r->mutable_output();
     out->set_text("fake output for " + a.custom_id());
     out->set_prompt_tokens(a.prompt_token_ids_size());
+    out->set_cached_prompt_tokens(job.shared_prompt_tokens);
     if (a.labels_size() > 0) {
       out->set_finish_reason("label");
       for (int i = 0; i < a.labels_size(); ++i) {

@@ -207,6 +207,25 @@ TEST_F(IntegrationTest, SubmitLeaseProgressResultsAndTheWatchStreamCloses) {
   ASSERT_TRUE(stub->GetSubmission(&get_ctx, get, &submission).ok());
   EXPECT_TRUE(submission.done());
   EXPECT_EQ(submission.eta_seconds(), 0);
+  EXPECT_FALSE(submission.has_prompt_tokens());  // not asked for: pollers pay nothing
+
+  // The fake worker shares, as the engine's trie does, the prompt prefix of
+  // jobs starting in the same pass: "hello gen-" of gen-a and gen-b.
+  EXPECT_EQ(jobs[0].output().cached_prompt_tokens(), 10);
+  EXPECT_EQ(jobs[1].output().cached_prompt_tokens(), 10);
+  int64_t prompt_tokens = 0, cached = 0;
+  for (const auto& job : jobs) {
+    prompt_tokens += job.output().prompt_tokens();
+    cached += job.output().cached_prompt_tokens();
+  }
+  grpc::ClientContext sum_ctx;
+  get.set_with_prompt_tokens(true);
+  ASSERT_TRUE(stub->GetSubmission(&sum_ctx, get, &submission).ok());
+  ASSERT_TRUE(submission.has_prompt_tokens());
+  EXPECT_EQ(submission.prompt_tokens().jobs(), count);
+  EXPECT_EQ(submission.prompt_tokens().prompt_tokens(), prompt_tokens);
+  EXPECT_EQ(submission.prompt_tokens().cached_prompt_tokens(), cached);
+  EXPECT_GE(cached, 20);
 
   grpc::ClientContext workers_ctx;
   v1::ListWorkersResponse workers;

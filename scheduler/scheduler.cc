@@ -229,10 +229,16 @@ StatusOr<SubmissionStatus> Scheduler::StatusLocked(int64_t id) {
   return status;
 }
 
-StatusOr<SubmissionStatus> Scheduler::GetSubmission(int64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  NS_ASSIGN_OR_RETURN(SubmissionStatus status, StatusLocked(id));
-  status.eta_seconds = EtaLocked(status);
+StatusOr<SubmissionStatus> Scheduler::GetSubmission(int64_t id, bool with_prompt_tokens) {
+  SubmissionStatus status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    NS_ASSIGN_OR_RETURN(status, StatusLocked(id));
+    status.eta_seconds = EtaLocked(status);
+  }
+  if (with_prompt_tokens) {
+    NS_ASSIGN_OR_RETURN(status.prompt_tokens, store_->SumPromptTokens(id));
+  }
   return status;
 }
 

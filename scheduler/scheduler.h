@@ -151,7 +151,10 @@ class Scheduler {
   // CheckJobs of a whole request (the CheckJobs RPC): InvalidArgument when
   // the request is empty or too large as a whole, else every problem.
   StatusOr<std::vector<JobProblem>> CheckRequest(SubmitRequest request);
-  StatusOr<SubmissionStatus> GetSubmission(int64_t id);
+  // With `with_prompt_tokens`, also the prompt tokens of its succeeded jobs
+  // (SubmissionStatus::prompt_tokens): a pass over their results, outside
+  // the scheduler's lock.
+  StatusOr<SubmissionStatus> GetSubmission(int64_t id, bool with_prompt_tokens = false);
   StatusOr<JobView> GetJob(int64_t id);
   StatusOr<JobPage> ListJobs(const JobFilter& filter, int64_t after_id, int limit);
   // Cancels unfinished jobs (each keeps `reason`); workers running them are

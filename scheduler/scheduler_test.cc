@@ -179,6 +179,28 @@ TEST_F(SchedulerTest, WatcherSeesTheWholeLifeOfASubmission) {
   EXPECT_EQ(scheduler_->Watch(999, &watcher).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(SchedulerTest, PromptTokensOfASubmissionOnlyWhenAsked) {
+  FakeLink link;
+  const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);
+  auto reply = Submit({TokenJob("a", "m"), TokenJob("b", "m")});
+  const int64_t batch = link.Of(WorkerCommand::Kind::kAssign).at(0).batch_id;
+  JobResult a = Done(batch, reply.job_ids[0]);
+  a.output.prompt_tokens = 40;
+  a.output.cached_prompt_tokens = 32;
+  ASSERT_TRUE(scheduler_->Result("w1", session, a).ok());
+  auto plain = scheduler_->GetSubmission(reply.submission_id);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->prompt_tokens.has_value());
+  auto asked = scheduler_->GetSubmission(reply.submission_id, /*with_prompt_tokens=*/true);
+  ASSERT_TRUE(asked.ok()) << asked.status().ToString();
+  ASSERT_TRUE(asked->prompt_tokens.has_value());
+  EXPECT_EQ(asked->prompt_tokens->jobs, 1);
+  EXPECT_EQ(asked->prompt_tokens->prompt_tokens, 40);
+  EXPECT_EQ(asked->prompt_tokens->cached_prompt_tokens, 32);
+  EXPECT_EQ(asked->submission.counts.leased + asked->submission.counts.running, 1);
+  EXPECT_EQ(scheduler_->GetSubmission(999, true).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(SchedulerTest, ResultsOfOnePassAreTakenTogether) {
   FakeLink link;
   const int64_t session = Attach(Worker("w1", 1 << 20, {Offer("m")}), &link);

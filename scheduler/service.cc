@@ -344,7 +344,8 @@ class Service::Impl {
                                             const v1::GetSubmissionRequest* req,
                                             v1::Submission* resp) override {
       return impl_->Unary(ctx, [this, req, resp]() -> Status {
-        NS_ASSIGN_OR_RETURN(auto status, impl_->scheduler_->GetSubmission(req->submission_id()));
+        NS_ASSIGN_OR_RETURN(auto status, impl_->scheduler_->GetSubmission(
+                                             req->submission_id(), req->with_prompt_tokens()));
         wire::ToProto(status, resp);
         return Status::Ok();
       });

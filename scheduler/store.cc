@@ -328,6 +328,33 @@ StatusOr<Submission> Store::GetSubmission(int64_t id) {
   return submission;
 }
 
+StatusOr<PromptTokenUsage> Store::SumPromptTokens(int64_t submission_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  {
+    Query q(*db_, "SELECT 1 FROM submissions WHERE id = ?");
+    if (!q.Bind(1, submission_id).Next()) {
+      NS_RETURN_IF_ERROR(q.status());
+      return NotFound("no submission " + std::to_string(submission_id));
+    }
+  }
+  // The output column holds JobOutput as JSON (codec.cc OutputToJson);
+  // json_extract gives NULL for a key an older row lacks, which SUM skips.
+  Query q(*db_,
+          "SELECT COUNT(*), COALESCE(SUM(json_extract(r.output, '$.prompt_tokens')), 0), "
+          "COALESCE(SUM(json_extract(r.output, '$.cached_prompt_tokens')), 0) "
+          "FROM jobs j INDEXED BY jobs_submission_state JOIN results r ON r.job_id = j.id "
+          "WHERE j.submission_id = ? AND j.state = 'succeeded' AND r.ok = 1");
+  q.Bind(1, submission_id);
+  PromptTokenUsage usage;
+  if (q.Next()) {
+    usage.jobs = q.Int(0);
+    usage.prompt_tokens = q.Int(1);
+    usage.cached_prompt_tokens = q.Int(2);
+  }
+  NS_RETURN_IF_ERROR(q.status());
+  return usage;
+}
+
 StatusOr<Job> Store::GetJob(int64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   return ReadJob(id);

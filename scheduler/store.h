@@ -171,6 +171,11 @@ class Store {
   // when appending to a submission that does not exist / is sealed.
   StatusOr<SubmitOutcome> Submit(const SubmitChunk& chunk);
   StatusOr<Submission> GetSubmission(int64_t id);
+  // The prompt tokens of the submission's succeeded jobs, summed from their
+  // stored outputs (a row stored before cached_prompt_tokens existed counts
+  // 0 of them). O(succeeded jobs): for `status`, not for pollers. NotFound
+  // for an unknown id.
+  StatusOr<PromptTokenUsage> SumPromptTokens(int64_t submission_id);
   StatusOr<Job> GetJob(int64_t id);
   // Jobs with id > after_id matching the filter, in id order (= input order
   // within a submission), at most `limit`.

@@ -444,6 +444,66 @@ TEST_F(StoreTest, ASubmissionsCountsFollowEveryStateChangeOfItsJobs) {
   EXPECT_EQ(NonZero(x->counts), (std::map<JobState, int64_t>{{JobState::kQueued, 1}}));
 }
 
+// Runs `sql` on the database file directly (as an older scheduler, or a
+// hand, would have left it).
+void Exec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
+      << (error != nullptr ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+TEST_F(StoreTest, PromptTokensSumTheSucceededJobsOfTheSubmissionOnly) {
+  auto s = SubmitTokens({TokenJob("a", "m"), TokenJob("b", "m"), TokenJob("c", "m"),
+                         TokenJob("d", "m"), TokenJob("e", "m")},
+                        /*max_attempts=*/1);
+  auto other = SubmitTokens({TokenJob("x", "m")});
+  auto none = store_->SumPromptTokens(s.submission_id);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->jobs, 0);
+  EXPECT_EQ(none->prompt_tokens, 0);
+  EXPECT_EQ(none->cached_prompt_tokens, 0);
+
+  Lease lease =
+      Lease1("w1", {s.job_ids[0], s.job_ids[1], s.job_ids[2], s.job_ids[3], other.job_ids[0]});
+  auto result = [&](int64_t job_id, int64_t prompt, int64_t cached, bool ok = true) {
+    JobResult r = Result(lease, job_id, ok);
+    r.output.prompt_tokens = prompt;
+    r.output.cached_prompt_tokens = cached;
+    ASSERT_TRUE(store_->InsertResult(r).ok());
+  };
+  result(s.job_ids[0], 100, 90);
+  result(s.job_ids[1], 120, 90);
+  result(s.job_ids[2], 50, 40, /*ok=*/false);  // failed: not counted
+  result(s.job_ids[3], 30, 0);
+  result(other.job_ids[0], 1000, 999);  // another submission's
+  auto sum = store_->SumPromptTokens(s.submission_id);
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(sum->jobs, 3);
+  EXPECT_EQ(sum->prompt_tokens, 250);
+  EXPECT_EQ(sum->cached_prompt_tokens, 180);
+
+  // A row stored before cached_prompt_tokens existed counts its prompt
+  // tokens and none of them cached.
+  Exec(dir_.file("state.db"),
+       "DROP TRIGGER results_insert_once; UPDATE results SET output = "
+       "json_remove(output, '$.cached_prompt_tokens') WHERE job_id = " +
+           std::to_string(s.job_ids[0]));
+  auto old = store_->SumPromptTokens(s.submission_id);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->jobs, 3);
+  EXPECT_EQ(old->prompt_tokens, 250);
+  EXPECT_EQ(old->cached_prompt_tokens, 90);
+  auto row = store_->GetResult(s.job_ids[0]);
+  ASSERT_TRUE(row.ok() && row->has_value()) << row.status().ToString();
+  EXPECT_EQ((*row)->output.cached_prompt_tokens, 0);
+
+  EXPECT_EQ(store_->SumPromptTokens(999).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(StoreTest, LeaseTopUpProgressAndResult) {
   auto s = SubmitTokens({TokenJob("a", "m"), TokenJob("b", "m"), TokenJob("c", "m")});
   Lease lease = Lease1("w1", {s.job_ids[0], s.job_ids[1]});

@@ -167,6 +167,13 @@ struct Submission {
   bool done() const { return sealed && counts.unfinished() == 0; }
 };
 
+// The prompt tokens of a submission's succeeded jobs, from their outputs.
+struct PromptTokenUsage {
+  int64_t jobs = 0;                  // succeeded jobs counted
+  int64_t prompt_tokens = 0;         // JobOutput::prompt_tokens summed
+  int64_t cached_prompt_tokens = 0;  // JobOutput::cached_prompt_tokens summed
+};
+
 // A worker's report for one job: its output or why it failed.
 struct JobResult {
   int64_t job_id = 0;

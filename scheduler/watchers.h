@@ -26,6 +26,8 @@ struct SubmissionStatus {
   std::optional<double> eta_seconds;  // until every job is finished; unknown when absent
   std::vector<BatchStatus> batches;   // batches running its jobs
   int64_t waiting_for_tokenizer = 0;  // queued jobs whose model has no tokenizer yet
+  // Only when asked for (Scheduler::GetSubmission's with_prompt_tokens).
+  std::optional<PromptTokenUsage> prompt_tokens;
 };
 
 struct SubmissionUpdate {

@@ -132,6 +132,12 @@ void ToProto(const SubmissionStatus& status, v1::Submission* out) {
   if (status.eta_seconds) out->set_eta_seconds(*status.eta_seconds);
   for (const auto& batch : status.batches) ToProto(batch, out->add_batches());
   out->set_waiting_for_tokenizer(status.waiting_for_tokenizer);
+  if (status.prompt_tokens) {
+    auto* p = out->mutable_prompt_tokens();
+    p->set_jobs(status.prompt_tokens->jobs);
+    p->set_prompt_tokens(status.prompt_tokens->prompt_tokens);
+    p->set_cached_prompt_tokens(status.prompt_tokens->cached_prompt_tokens);
+  }
 }
 
 void ToProto(const SubmissionUpdate& update, v1::SubmissionEvent* out) {

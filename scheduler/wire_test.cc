@@ -110,5 +110,21 @@ TEST(WireTest, JobsShowTheirOutputOrTheirError) {
   EXPECT_EQ(f.error(), "needs 16 tokens of KV cache");
 }
 
+TEST(WireTest, ASubmissionCarriesItsPromptTokensOnlyWhenCounted) {
+  SubmissionStatus status;
+  status.submission.id = 4;
+  v1::Submission plain;
+  ToProto(status, &plain);
+  EXPECT_FALSE(plain.has_prompt_tokens());
+
+  status.prompt_tokens = PromptTokenUsage{3, 272'900, 262'000};
+  v1::Submission counted;
+  ToProto(status, &counted);
+  ASSERT_TRUE(counted.has_prompt_tokens());
+  EXPECT_EQ(counted.prompt_tokens().jobs(), 3);
+  EXPECT_EQ(counted.prompt_tokens().prompt_tokens(), 272'900);
+  EXPECT_EQ(counted.prompt_tokens().cached_prompt_tokens(), 262'000);
+}
+
 }  // namespace
 }  // namespace nightshift::scheduler::wire

@@ -104,6 +104,26 @@ std::string RenderProgressLine(const v1::Submission& s, int64_t now_ms, bool utc
   return line;
 }
 
+std::string FormatCount(int64_t n) {
+  const uint64_t magnitude = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+  const std::string digits = std::to_string(magnitude);
+  std::string text = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) text += ',';
+    text += digits[i];
+  }
+  return text;
+}
+
+std::string RenderPromptTokens(const v1::PromptTokenUsage& usage) {
+  if (usage.jobs() == 0) return "prompt tokens: none yet (no job has succeeded)";
+  std::string text = "prompt tokens: " + FormatCount(usage.prompt_tokens());
+  if (usage.prompt_tokens() <= 0) return text;
+  const int64_t percent = usage.cached_prompt_tokens() * 100 / usage.prompt_tokens();
+  return text + ", " + FormatCount(usage.cached_prompt_tokens()) +
+         " of them computed once for several jobs (" + std::to_string(percent) + "%)";
+}
+
 std::string RenderOutcome(const v1::Submission& s) {
   const v1::JobCounts& c = s.counts();
   return "submission " + std::to_string(s.id()) + " done: " + std::to_string(c.succeeded()) +

@@ -34,6 +34,15 @@ std::string RenderProgressBar(const v1::Submission& submission, int width, int64
 //    26 queued; ETA 5m20s (14:05); batch 4 on w1: pass 7, 2.10 s/pass"
 std::string RenderProgressLine(const v1::Submission& submission, int64_t now_ms, bool utc);
 
+// "272,900": the count with a comma between groups of three digits.
+std::string FormatCount(int64_t n);
+
+// The prefix savings of a submission's succeeded jobs (`nightshift status`):
+//   "prompt tokens: 272,900, 262,000 of them computed once for several jobs (96%)"
+// "prompt tokens: none yet (no job has succeeded)" before any job succeeded.
+// The percentage is rounded down (100% only when every prompt token was).
+std::string RenderPromptTokens(const v1::PromptTokenUsage& usage);
+
 // The final summary: "submission 3 done: 39 succeeded, 1 failed, 0 cancelled".
 std::string RenderOutcome(const v1::Submission& submission);
 

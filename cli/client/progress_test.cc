@@ -77,6 +77,31 @@ TEST(ProgressTest, BarFillsByFinishedJobsAndFitsTheWidth) {
   EXPECT_EQ(RenderProgressBar(done, 200, kNowMs, true).substr(0, 22), "[####################]");
 }
 
+TEST(ProgressTest, FormatCountGroupsThousands) {
+  EXPECT_EQ(FormatCount(0), "0");
+  EXPECT_EQ(FormatCount(999), "999");
+  EXPECT_EQ(FormatCount(1000), "1,000");
+  EXPECT_EQ(FormatCount(272'900), "272,900");
+  EXPECT_EQ(FormatCount(1'234'567'890), "1,234,567,890");
+  EXPECT_EQ(FormatCount(-12'345), "-12,345");
+}
+
+TEST(ProgressTest, PromptTokensShowTheSharedPartAndItsShare) {
+  v1::PromptTokenUsage usage;
+  EXPECT_EQ(RenderPromptTokens(usage), "prompt tokens: none yet (no job has succeeded)");
+  usage.set_jobs(1000);
+  usage.set_prompt_tokens(272'900);
+  usage.set_cached_prompt_tokens(262'000);
+  EXPECT_EQ(RenderPromptTokens(usage),
+            "prompt tokens: 272,900, 262,000 of them computed once for several jobs (96%)");
+  usage.set_cached_prompt_tokens(0);
+  EXPECT_EQ(RenderPromptTokens(usage),
+            "prompt tokens: 272,900, 0 of them computed once for several jobs (0%)");
+  usage.set_cached_prompt_tokens(272'899);  // rounded down: 100% only when all are
+  EXPECT_EQ(RenderPromptTokens(usage),
+            "prompt tokens: 272,900, 272,899 of them computed once for several jobs (99%)");
+}
+
 TEST(ProgressTest, OutcomeAndExitCode) {
   v1::Submission s = Running();
   EXPECT_EQ(RenderOutcome(s), "submission 3 done: 11 succeeded, 1 failed, 0 cancelled");

@@ -1,5 +1,7 @@
 // `nightshift status SUBMISSION` / `nightshift status --job ID`: one
-// submission's counts, ETA and running batches, or one job's state.
+// submission's counts, ETA, running batches and the prompt tokens of its
+// succeeded jobs (how many were computed once for several jobs), or one
+// job's state.
 #if NIGHTSHIFT_HAVE_CLI_CLIENT
 #include <iostream>
 
@@ -32,11 +34,13 @@ int RunStatus(int argc, char** argv) {
   ConnectionFlags connection;
   int64_t job_id = 0;
   bool json = false, utc = false;
-  CommandLine flags("nightshift status (SUBMISSION | --job ID) [--json] [--utc]",
-                std::string("Shows a submission (job counts, ETA as a duration and a clock time, "
-                            "running batches with the measured seconds per pass the ETA rests "
-                            "on) or one job.\n") +
-                    kSubmissionHelp + kConnectionHelp);
+  CommandLine flags(
+      "nightshift status (SUBMISSION | --job ID) [--json] [--utc]",
+      std::string("Shows a submission (job counts, ETA as a duration and a clock time, "
+                  "running batches with the measured seconds per pass the ETA rests "
+                  "on, the prompt tokens of its succeeded jobs and how many of them "
+                  "were computed once for several jobs) or one job.\n") +
+          kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &connection);
   flags.Int("job", &job_id, "show this job instead of a submission", "ID");
   flags.Bool("json", &json, "print the Submission or Job message as JSON");
@@ -63,6 +67,7 @@ int RunStatus(int argc, char** argv) {
   }
   v1::GetSubmissionRequest request;
   request.set_submission_id(submission_id);
+  request.set_with_prompt_tokens(true);
   v1::Submission submission;
   grpc::Status status = client->stub->GetSubmission(client->Context().get(), request, &submission);
   if (!status.ok()) return CallFailed(kName, "submission " + std::to_string(submission_id), status);
@@ -75,6 +80,10 @@ int RunStatus(int argc, char** argv) {
                   : submission.sealed() ? "in progress"
                                         : "open (more chunks to come)")
               << "\n";
+    // Absent from a scheduler older than the field.
+    if (submission.has_prompt_tokens()) {
+      std::cout << RenderPromptTokens(submission.prompt_tokens()) << "\n";
+    }
   }
   return kExitOk;
 }

@@ -142,14 +142,20 @@ std::vector<PassLine> PassLines(const std::string& log, std::set<std::string>* b
 }
 
 // What must be equal between two runs of one request: the body less the
-// job's id and its time.
+// job's id, its time and how many of its prompt tokens it shared (checked
+// apart: some in the batch, none alone).
 json Comparable(const json& row) {
   json body = row.is_object() ? row["response"]["body"] : json();
   if (body.is_object()) {
     body.erase("id");
     body.erase("created");
+    if (body["usage"].is_object()) body["usage"].erase("prompt_tokens_details");
   }
   return body;
+}
+
+int64_t CachedTokens(const json& row) {
+  return row["response"]["body"]["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
 }
 
 const std::vector<std::string> kLabels = {" positive", " negative", " neutral"};
@@ -304,6 +310,9 @@ TEST(SharedPrefixEndToEndTest, FiveHundredRequestsSharingAnInstructionEqualEachA
       EXPECT_EQ(body["usage"]["completion_tokens"], line["body"]["max_tokens"]) << a;
       EXPECT_EQ(choice["logprobs"]["token_logprobs"].size(), line["body"]["max_tokens"]) << a;
     }
+    // The instruction (517 tokens) was computed once for several requests.
+    EXPECT_GE(CachedTokens(a), 500) << a;
+    EXPECT_EQ(CachedTokens(b), 0) << b;
     if (body.dump() == Comparable(b).dump()) {
       ++equal;
     } else if (++differ <= 5) {  // the first few in full

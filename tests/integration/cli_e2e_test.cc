@@ -167,6 +167,8 @@ TEST_F(CliEndToEndTest, SubmitWatchResultsRoundTrip) {
   EXPECT_EQ(body["usage"]["prompt_tokens"], 9);  // one byte a token in the tiny tokenizer
   EXPECT_EQ(body["usage"]["completion_tokens"], 3);
   EXPECT_EQ(body["usage"]["total_tokens"], 12);
+  ASSERT_TRUE(body["usage"]["prompt_tokens_details"]["cached_tokens"].is_number_integer())
+      << body["usage"];
 
   const json& cls = rows[1]["response"]["body"];
   EXPECT_EQ(cls["choices"][0]["text"], " yes");  // the best label
@@ -195,6 +197,51 @@ TEST_F(CliEndToEndTest, SubmitWatchResultsRoundTrip) {
   json submission = json::parse(status.out);
   EXPECT_TRUE(submission["done"].get<bool>());
   EXPECT_EQ(submission["counts"]["failed"], "1");  // proto3 JSON: int64 as a string
+  // Summed over the succeeded jobs: the failed one has no output.
+  EXPECT_EQ(submission["prompt_tokens"]["jobs"], "3") << status.out;
+}
+
+TEST_F(CliEndToEndTest, StatusShowsThePromptTokensComputedOnceForSeveralJobs) {
+  // One byte a token: the four prompts share their first 38 tokens.
+  std::vector<json> input;
+  for (int i = 1; i <= 4; ++i) {
+    input.push_back(
+        Completion("q" + std::to_string(i),
+                   {{"prompt", "You are a careful assistant. Question " + std::to_string(i) + "?"},
+                    {"max_tokens", 1}}));
+  }
+  const int64_t id = Submit(Write("shared.jsonl", input));
+  ASSERT_GT(id, 0);
+  ASSERT_EQ(Nightshift("watch " + std::to_string(id)).code, 0);
+
+  Outcome results = Nightshift("results " + std::to_string(id));
+  ASSERT_EQ(results.code, 0) << results.err;
+  int64_t prompt_tokens = 0, cached = 0;
+  for (const std::string& line : Lines(results.out)) {
+    const json usage = json::parse(line)["response"]["body"]["usage"];
+    EXPECT_EQ(usage["prompt_tokens"], 40);
+    const int64_t n = usage["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+    EXPECT_GE(n, 0);
+    EXPECT_LE(n, 38);
+    prompt_tokens += usage["prompt_tokens"].get<int64_t>();
+    cached += n;
+  }
+  EXPECT_EQ(prompt_tokens, 160);
+  EXPECT_GT(cached, 0) << "jobs submitted together start in one pass and share their prefix";
+
+  Outcome status = Nightshift("status " + std::to_string(id) + " --json");
+  ASSERT_EQ(status.code, 0) << status.err;
+  const json sums = json::parse(status.out)["prompt_tokens"];
+  EXPECT_EQ(sums["jobs"], "4") << status.out;
+  EXPECT_EQ(sums["prompt_tokens"], "160");
+  EXPECT_EQ(sums["cached_prompt_tokens"], std::to_string(cached));
+
+  Outcome human = Nightshift("status " + std::to_string(id));
+  ASSERT_EQ(human.code, 0) << human.err;
+  const std::string line = "prompt tokens: 160, " + std::to_string(cached) +
+                           " of them computed once for several jobs (" +
+                           std::to_string(cached * 100 / 160) + "%)";
+  EXPECT_NE(human.out.find(line + "\n"), std::string::npos) << human.out;
 }
 
 TEST_F(CliEndToEndTest, EveryMalformedLineIsListedAndNothingIsSubmitted) {

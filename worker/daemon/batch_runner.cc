@@ -121,6 +121,7 @@ JobOutcome BatchRunner::Complete(Job& job, const engine::SequenceResult& result)
   outcome.ok = true;
   api::JobOutput& out = outcome.output;
   out.prompt_tokens = static_cast<int64_t>(job.assignment.prompt.size());
+  out.cached_prompt_tokens = result.shared_prompt_tokens;
   if (job.classification()) {
     out.finish_reason = "label";
     for (size_t i = 0; i < result.labels.size() && i < job.assignment.labels.size(); ++i) {

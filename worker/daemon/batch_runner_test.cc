@@ -129,6 +129,36 @@ TEST(BatchRunnerTest, ClassificationScoresLabelsInOnePass) {
   EXPECT_TRUE(runner.empty());
 }
 
+TEST(BatchRunnerTest, SharedPromptTokensBecomeTheOutputsCachedPromptTokens) {
+  FakeEngine engine;
+  // The engine's count of prompt tokens not computed for the sequence alone.
+  engine.shared_prompt_tokens = [](const engine::SequenceRequest& r) {
+    return r.labels.empty() ? int64_t{1} : static_cast<int64_t>(r.prompt.size());
+  };
+  BatchRunner runner(5, &engine, &TinyTokenizer(), engine.kv_budget);
+  JobAssignment classify = Generation(2, 0);
+  classify.prompt = {104, 105, 33};  // "hi!"
+  classify.labels = {" yes", " no"};
+  classify.label_ids = {{259}, {32, 110, 111}};
+  ASSERT_TRUE(runner.Add({Generation(1, 2), classify}).failed.empty());
+  auto outcomes = RunToEnd(runner);
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[1].output.prompt_tokens, 2);
+  EXPECT_EQ(outcomes[1].output.cached_prompt_tokens, 1);
+  EXPECT_EQ(outcomes[2].output.finish_reason, "label");
+  EXPECT_EQ(outcomes[2].output.prompt_tokens, 3);
+  EXPECT_EQ(outcomes[2].output.cached_prompt_tokens, 3);
+}
+
+TEST(BatchRunnerTest, NothingSharedIsNoneCached) {
+  FakeEngine engine;
+  BatchRunner runner(5, &engine, &TinyTokenizer(), engine.kv_budget);
+  ASSERT_TRUE(runner.Add({Generation(1, 1)}).failed.empty());
+  auto outcomes = RunToEnd(runner);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[1].output.cached_prompt_tokens, 0);
+}
+
 TEST(BatchRunnerTest, LogprobsCarryTokenTexts) {
   FakeEngine engine;
   BatchRunner runner(1, &engine, &TinyTokenizer(), engine.kv_budget);

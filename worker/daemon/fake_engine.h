@@ -23,6 +23,9 @@ class FakeEngine : public BatchEngine {
       };
   uint64_t kv_budget = 1 << 20;
   uint64_t kv_per_token = 8;
+  // A finished sequence's SequenceResult::shared_prompt_tokens.
+  std::function<int64_t(const engine::SequenceRequest&)> shared_prompt_tokens =
+      [](const engine::SequenceRequest&) { return int64_t{0}; };
   int64_t pass_token_budget = 0;  // 0: no limit
   Status step_error;              // returned by every Step once set
   engine::Residency residency = engine::Residency::kStream;
@@ -155,6 +158,7 @@ class FakeEngine : public BatchEngine {
       r.labels.push_back(score);
     }
     r.best_label = r.labels.empty() ? -1 : 0;
+    r.shared_prompt_tokens = shared_prompt_tokens(it->second.request);
     finished_.push_back(std::move(r));
     active_.erase(it);
   }

@@ -59,6 +59,7 @@ TEST(WireTest, OutcomesAndPassesCarryEveryField) {
   ok.output.finish_reason = "stop";
   ok.output.prompt_tokens = 7;
   ok.output.completion_tokens = 2;
+  ok.output.cached_prompt_tokens = 6;
   ok.output.logprobs = {{1, "h", -0.5, {{1, "h", -0.5}, {3, "x", -2}}}};
   ok.output.labels = {{" yes", -0.1}};
   v1::JobResultReport r;
@@ -71,6 +72,7 @@ TEST(WireTest, OutcomesAndPassesCarryEveryField) {
   EXPECT_EQ(r.output().finish_reason(), "stop");
   EXPECT_EQ(r.output().prompt_tokens(), 7);
   EXPECT_EQ(r.output().completion_tokens(), 2);
+  EXPECT_EQ(r.output().cached_prompt_tokens(), 6);
   ASSERT_EQ(r.output().logprobs_size(), 1);
   EXPECT_EQ(r.output().logprobs(0).top(1).text(), "x");
   EXPECT_EQ(r.output().labels(0).label(), " yes");
