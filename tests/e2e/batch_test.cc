@@ -541,18 +541,6 @@ TEST(BatchEndToEndTest, AMixtureOfExpertsRunsThroughTheSchedulerAsRunDoes) {
   if (HasFailure()) std::cerr << cluster.Logs();
 }
 
-// The value of the series of `name` whose labels contain `labels` in the
-// Prometheus text `metrics`; -1 when there is none.
-double Sample(const std::string& metrics, const std::string& name, const std::string& labels) {
-  for (size_t at = metrics.find(name + "{"); at != std::string::npos;
-       at = metrics.find(name + "{", at + 1)) {
-    const size_t end = metrics.find('}', at);
-    if (metrics.substr(at, end - at).find(labels) == std::string::npos) continue;
-    return std::stod(metrics.substr(end + 2));
-  }
-  return -1;
-}
-
 // The adaptive split: a worker given a memory budget and no --kv-budget
 // streams a model that does not fit resident, and keeps KV only for the jobs
 // in flight, pinning layers in the rest. With two short completions in
@@ -606,9 +594,9 @@ TEST(BatchEndToEndTest, AWorkerWithoutAKvBudgetPinsWhatTheJobsInFlightLeave) {
 
   const std::string metrics = metrics::testing::HttpGet(port, "/metrics").body();
   const std::string series = "model=\"" + model + "\"";
-  const double passes = Sample(metrics, "nightshift_pass_duration_seconds_count", series);
-  const double pinned = Sample(metrics, "nightshift_pinned_bytes", series);
-  const double read = Sample(metrics, "nightshift_checkpoint_read_bytes_total", series);
+  const double passes = MetricSample(metrics, "nightshift_pass_duration_seconds_count", series);
+  const double pinned = MetricSample(metrics, "nightshift_pinned_bytes", series);
+  const double read = MetricSample(metrics, "nightshift_checkpoint_read_bytes_total", series);
   EXPECT_GE(passes, 8) << metrics;
   // Every streamed group (the checkpoint less its embedding, read by rows).
   EXPECT_GT(pinned, 0.6 * checkpoint_bytes) << metrics;

@@ -172,6 +172,17 @@ int64_t Int(const json& value) {
   return 0;
 }
 
+double MetricSample(const std::string& metrics, const std::string& name,
+                    const std::string& labels) {
+  for (size_t at = metrics.find("\n" + name + "{"); at != std::string::npos;
+       at = metrics.find("\n" + name + "{", at + 1)) {
+    const size_t end = metrics.find('}', at);
+    if (metrics.substr(at, end - at).find(labels) == std::string::npos) continue;
+    return std::stod(metrics.substr(end + 2));
+  }
+  return -1;
+}
+
 Cluster::Cluster(std::string dir) : dir_(std::move(dir)) {}
 
 Cluster::~Cluster() = default;  // each Process kills and reaps its child

@@ -93,6 +93,11 @@ json ClassifyLine(const std::string& custom_id, const std::string& model, const 
 // int64 (0 when absent or neither).
 int64_t Int(const json& value);
 
+// The value of the first sample of `name` whose labels include `labels`
+// (e.g. `model="llama"`) in the Prometheus text `metrics`; -1 when there is
+// none.
+double MetricSample(const std::string& metrics, const std::string& name, const std::string& labels);
+
 class Cluster {
  public:
   // Logs, the database and scratch files go to `dir` (must exist and

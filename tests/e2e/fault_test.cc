@@ -174,19 +174,6 @@ class FaultTest : public ::testing::Test {
     }
   }
 
-  // The value of the first sample of `name` whose labels include `labels`
-  // in the Prometheus text `metrics`; -1 when there is none.
-  static double Sample(const std::string& metrics, const std::string& name,
-                       const std::string& labels) {
-    for (size_t at = metrics.find("\n" + name + "{"); at != std::string::npos;
-         at = metrics.find("\n" + name + "{", at + 1)) {
-      const size_t end = metrics.find('}', at);
-      if (metrics.substr(at, end - at).find(labels) == std::string::npos) continue;
-      return std::stod(metrics.substr(end + 2));
-    }
-    return -1;
-  }
-
   static TempDir* models_;
   static std::string* models_error_;
   TempDir dir_;
@@ -439,8 +426,9 @@ TEST_F(FaultTest, ADiskThatFailsUnderAPassRequeuesTheBatchAndFailsItOnlyAfterMax
       10));
   EXPECT_NE(unhealthy.find("Input/output error"), std::string::npos) << unhealthy;
   const std::string during = Scrape(worker_metrics);
-  EXPECT_EQ(Sample(during, "nightshift_checkpoint_read_errors_total", llama_series), 1) << during;
-  EXPECT_EQ(Sample(during, "nightshift_model_unhealthy", llama_series), 1) << during;
+  EXPECT_EQ(MetricSample(during, "nightshift_checkpoint_read_errors_total", llama_series), 1)
+      << during;
+  EXPECT_EQ(MetricSample(during, "nightshift_model_unhealthy", llama_series), 1) << during;
 
   Outcome watch = cluster_.Nightshift("watch " + std::to_string(id), 120);
   EXPECT_EQ(watch.code, 0) << watch.out << watch.err;
@@ -456,8 +444,8 @@ TEST_F(FaultTest, ADiskThatFailsUnderAPassRequeuesTheBatchAndFailsItOnlyAfterMax
   }
   EXPECT_GT(requeued, 0) << "the failed pass's jobs went back to the queue";
   const std::string after = Scrape(worker_metrics);
-  EXPECT_EQ(Sample(after, "nightshift_model_unhealthy", llama_series), 0) << "healthy again";
-  EXPECT_EQ(Sample(Scrape(scheduler_metrics), "nightshift_job_retries_total", llama_series),
+  EXPECT_EQ(MetricSample(after, "nightshift_model_unhealthy", llama_series), 0) << "healthy again";
+  EXPECT_EQ(MetricSample(Scrape(scheduler_metrics), "nightshift_job_retries_total", llama_series),
             requeued);
   EXPECT_TRUE(worker->Alive());
 
@@ -473,8 +461,9 @@ TEST_F(FaultTest, ADiskThatFailsUnderAPassRequeuesTheBatchAndFailsItOnlyAfterMax
       << watch.out;
   ExpectLlamaJobsFailedWith(Results(doomed, 6),
                             {"file ends before offset", "attempt 3 of 3", "no attempts left"});
-  EXPECT_EQ(Sample(Scrape(worker_metrics), "nightshift_checkpoint_read_errors_total", llama_series),
-            4);
+  EXPECT_EQ(
+      MetricSample(Scrape(worker_metrics), "nightshift_checkpoint_read_errors_total", llama_series),
+      4);
   EXPECT_TRUE(worker->Alive()) << "the worker stays up";
 }
 
@@ -634,8 +623,8 @@ TEST_F(FaultTest, ALinkThatGoesSilentIsFoundByKeepaliveAndCostsTimeNotJobs) {
   proxy->Restore();
   EXPECT_TRUE(cluster_.WaitForWorker("w1", {kLlama, kQwen}, 60)) << "w1 reconnects by itself";
   const std::string refused = "nightshift_results_refused_total";
-  EXPECT_TRUE(
-      WaitUntil([&] { return Sample(Scrape(metrics_port), refused, "worker=\"w1\"") >= 1; }, 30))
+  EXPECT_TRUE(WaitUntil(
+      [&] { return MetricSample(Scrape(metrics_port), refused, "worker=\"w1\"") >= 1; }, 30))
       << "w1 resent the results it held; they were dropped and counted\n"
       << Scrape(metrics_port);
   EXPECT_NE(ReadFile(cluster_.file("scheduler-1.log")).find("already has a result"),
@@ -659,8 +648,8 @@ TEST_F(FaultTest, ALinkThatGoesSilentIsFoundByKeepaliveAndCostsTimeNotJobs) {
   EXPECT_EQ(watch.code, 0) << watch.out << watch.err;
   for (const json& job : cluster_.ListJobs(next)) EXPECT_EQ(job["worker_id"], "w1") << job;
   // Every Llama job succeeded once: 12, and 2 of the second submission.
-  EXPECT_EQ(Sample(Scrape(metrics_port), "nightshift_jobs_finished_total",
-                   "model=\"" + std::string(kLlama) + "\",outcome=\"succeeded\""),
+  EXPECT_EQ(MetricSample(Scrape(metrics_port), "nightshift_jobs_finished_total",
+                         "model=\"" + std::string(kLlama) + "\",outcome=\"succeeded\""),
             14);
 }
 

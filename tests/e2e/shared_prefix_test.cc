@@ -84,18 +84,6 @@ std::map<std::string, json> RunBatch(const std::string& http, const std::vector<
   return by_custom_id;
 }
 
-// The value of the series of `name` whose labels contain `labels` in the
-// Prometheus text `metrics`; -1 when there is none.
-double Sample(const std::string& metrics, const std::string& name, const std::string& labels) {
-  for (size_t at = metrics.find(name + "{"); at != std::string::npos;
-       at = metrics.find(name + "{", at + 1)) {
-    const size_t end = metrics.find('}', at);
-    if (metrics.substr(at, end - at).find(labels) == std::string::npos) continue;
-    return std::stod(metrics.substr(end + 2));
-  }
-  return -1;
-}
-
 // The worker's pass figures that tell whether prefixes were shared.
 struct Sharing {
   double prompt_tokens = -1;    // prompt and label tokens fed
@@ -108,10 +96,10 @@ Sharing Scrape(int port, const std::string& model) {
   const std::string metrics = metrics::testing::HttpGet(port, "/metrics").body();
   const std::string series = "model=\"" + model + "\"";
   Sharing s;
-  s.prompt_tokens = Sample(metrics, "nightshift_prompt_tokens_total", series);
-  s.computed_tokens = Sample(metrics, "nightshift_pass_tokens_computed_total", series);
-  s.shared_tokens = Sample(metrics, "nightshift_shared_prefix_tokens_total", series);
-  s.generated_tokens = Sample(metrics, "nightshift_generated_tokens_total", series);
+  s.prompt_tokens = MetricSample(metrics, "nightshift_prompt_tokens_total", series);
+  s.computed_tokens = MetricSample(metrics, "nightshift_pass_tokens_computed_total", series);
+  s.shared_tokens = MetricSample(metrics, "nightshift_shared_prefix_tokens_total", series);
+  s.generated_tokens = MetricSample(metrics, "nightshift_generated_tokens_total", series);
   return s;
 }
 
