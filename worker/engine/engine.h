@@ -424,9 +424,11 @@ class Engine {
   // classification sequence, an empty label, a label token outside the
   // vocabulary, or prompt + a label longer than the context.
   // ResourceExhausted when its KV bytes (KvBytesFor) do not fit the KV budget
-  // left by the sequences in flight, or its first pass's tokens
-  // (FirstPassTokens) do not fit the pass-token budget left by the next
-  // pass's other tokens (next_pass_tokens), unless there are none.
+  // left by the sequences in flight (kept prefixes give way first), or the
+  // tokens it adds to the next pass (its trie rows that no sequence waiting
+  // for its first pass holds already) do not fit the pass-token budget left
+  // by the next pass's other tokens (next_pass_tokens), unless there are
+  // none.
   StatusOr<SequenceId> Add(SequenceRequest request);
 
   // The KV cache bytes `request` reserves while in flight:
@@ -438,8 +440,10 @@ class Engine {
   uint64_t KvBytesFor(const SequenceRequest& request) const;
   // Tokens `request` feeds in its first pass: prompt and labels.
   static int64_t FirstPassTokens(const SequenceRequest& request);
-  // Tokens the next pass feeds for the sequences in flight: the prompts (and
-  // labels) of those not yet run, one per decoding sequence.
+  // Tokens the next pass computes for the sequences in flight: the trie rows
+  // of the prompts (and labels) of those not yet run, a prefix they share
+  // once and none of one an earlier pass kept, and one per decoding
+  // sequence.
   int64_t next_pass_tokens() const;
   // KV bytes reserved by the sequences in flight.
   uint64_t kv_bytes_in_use() const;
