@@ -117,7 +117,8 @@ CommandLine MakeFlags(Flags* f) {
   flags.String("activation-budget", &f->activation_budget,
                "temporaries a layer may use at once, e.g. 64M (default: 256 rows' worth)", "SIZE");
   flags.Int("pass-token-budget", &f->pass_token_budget,
-            "tokens one pass may feed: prompts and labels of joining jobs, one per decoding job "
+            "tokens one pass may compute: prompts and labels of joining jobs (a prefix they "
+            "share, or one kept from the pass before, counted once), one per decoding job "
             "(default: 64 MiB of hidden states and one layer's keys and values)",
             "N");
   flags.String("kv-dtype", &f->kv_dtype,
