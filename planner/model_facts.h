@@ -80,6 +80,12 @@ int64_t FirstPassTokens(int64_t prompt_tokens, const std::vector<int64_t>& label
 // worker/engine/pass_trie.h). shared_prefix_tokens 0: batch x prompt_tokens.
 int64_t SharedFirstPassTokens(int64_t batch, int64_t prompt_tokens, int64_t shared_prefix_tokens);
 
+// The shortest prompt prefix a pass keeps for the next ones (the engine's
+// kept prefixes) and that a later prompt must agree with to start after one:
+// a chat template alone makes every prompt of a model share about 24 tokens
+// (Qwen2.5's default system turn), which is not worth the KV it would hold.
+inline constexpr int64_t kMinKeptPrefixTokens = 32;
+
 // Whether keeping a shared prefix's keys and values for the next pass pays
 // when its memory comes out of pinned layers (an adaptive memory split):
 // every later pass that uses it computes `prefix_tokens` fewer tokens (at

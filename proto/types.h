@@ -177,6 +177,9 @@ struct PassProgress {
   // Mixtures of experts, over the pass's sparse layers (0 for a dense model).
   int64_t experts_total = 0;
   int64_t experts_read = 0;
+  // The prompt prefixes its next pass starts joining jobs after (the
+  // engine's kept prefixes).
+  std::vector<std::vector<int32_t>> kept_prefixes;
 };
 
 }  // namespace nightshift::api

@@ -182,6 +182,9 @@ PassProgress FromProto(const v1::PassReport& r) {
   out.free_pass_tokens = r.free_pass_tokens();
   out.experts_total = r.experts_total();
   out.experts_read = r.experts_read();
+  for (const v1::TokenIds& kept : r.kept_prefixes()) {
+    out.kept_prefixes.emplace_back(kept.ids().begin(), kept.ids().end());
+  }
   return out;
 }
 
@@ -200,6 +203,9 @@ void ToProto(const PassProgress& p, v1::PassReport* out) {
   out->set_free_pass_tokens(p.free_pass_tokens);
   out->set_experts_total(p.experts_total);
   out->set_experts_read(p.experts_read);
+  for (const std::vector<int32_t>& kept : p.kept_prefixes) {
+    out->add_kept_prefixes()->mutable_ids()->Add(kept.begin(), kept.end());
+  }
 }
 
 WorkerHello FromProto(const v1::WorkerHello& h) {

@@ -138,6 +138,7 @@ TEST(ApiWireTest, PassProgressRoundTrips) {
   p.free_pass_tokens = 900;
   p.experts_total = 256;
   p.experts_read = 40;
+  p.kept_prefixes = {{5, 6, 7}, {9}};
   v1::PassReport wire;
   ToProto(p, &wire);
   ExpectEveryFieldSet(wire);
@@ -152,6 +153,7 @@ TEST(ApiWireTest, PassProgressRoundTrips) {
   EXPECT_EQ(back.mode, "streaming");
   EXPECT_EQ(back.experts_total, 256);
   EXPECT_EQ(back.experts_read, 40);
+  EXPECT_EQ(back.kept_prefixes, (std::vector<std::vector<int32_t>>{{5, 6, 7}, {9}}));
   EXPECT_EQ(back.generated, (std::map<int64_t, int64_t>{{7, 2}, {8, 3}}));
   EXPECT_EQ(back.free_kv_bytes, 512);
   EXPECT_TRUE(back.want_top_up);

@@ -112,6 +112,7 @@ std::vector<WorkerSlot> Fleet::Slots() const {
       slot.wants_top_up = b.wants_top_up;
       slot.free_kv_bytes = b.free_kv_bytes;
       slot.free_pass_tokens = b.free_pass_tokens;
+      slot.kept_prefixes = b.kept_prefixes;
     }
     slots.push_back(std::move(slot));
   }

@@ -91,6 +91,8 @@ struct LiveBatch {
   std::string mode;
   int64_t free_kv_bytes = 0;
   int64_t free_pass_tokens = 0;  // of the model's pass-token budget, at the last boundary
+  // The prompt prefixes its worker keeps for the next pass (PassProgress).
+  std::vector<std::vector<int32_t>> kept_prefixes;
   bool wants_top_up = false;
   int64_t pass_started_ms = 0;  // when its pass in flight began (its lease, or the last report)
 

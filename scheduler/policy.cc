@@ -7,6 +7,8 @@
 #include <set>
 #include <tuple>
 
+#include "planner/model_facts.h"
+
 namespace nightshift::scheduler {
 namespace {
 
@@ -149,11 +151,31 @@ class PrefixIndex {
   std::vector<int64_t> next_shared_;  // by index i: what sorted_[i] shares with sorted_[i + 1]
 };
 
+// The part of `job`'s prompt its worker's next pass starts it after: the
+// longest agreement with a prefix the worker keeps (WorkerSlot::
+// kept_prefixes), planner::kMinKeptPrefixTokens or more and short of the
+// whole prompt, as the engine uses one; else 0.
+int64_t KeptAgreement(const WorkerSlot& worker, const QueuedJob& job) {
+  if (job.prompt_ids.empty()) return 0;
+  int64_t best = 0;
+  for (const std::vector<int32_t>& kept : worker.kept_prefixes) {
+    const int64_t agree = std::min<int64_t>(CommonPrefix(kept, job.prompt_ids),
+                                            static_cast<int64_t>(job.prompt_ids.size()) - 1);
+    if (agree >= planner::kMinKeptPrefixTokens) best = std::max(best, agree);
+  }
+  return best;
+}
+
 // What the job of `rank` adds to the next pass of `b`: its first pass's
-// tokens less the prefix it shares with the jobs this plan put there.
+// tokens less the prefix it shares with the jobs this plan put there, or
+// the longer part of a prefix the worker keeps that it agrees with (the
+// jobs sharing more with it than that agree with the kept prefix alike, so
+// the engine groups them together after it).
 int64_t PassTokensJoining(const Budget& b, const QueuedJob& job, size_t rank,
                           const PrefixIndex& prefixes) {
-  const int64_t shared = std::min(prefixes.SharedWith(rank, b.members), job.pass_tokens());
+  const int64_t shared =
+      std::min(std::max(prefixes.SharedWith(rank, b.members), KeptAgreement(*b.worker, job)),
+               job.pass_tokens());
   return job.pass_tokens() - std::max<int64_t>(0, shared);
 }
 

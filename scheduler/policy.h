@@ -57,6 +57,9 @@ struct WorkerSlot {
   bool wants_top_up = false;     // said so at its last pass boundary
   int64_t free_kv_bytes = 0;     // KV it reported free at that boundary
   int64_t free_pass_tokens = 0;  // and of the pass-token budget
+  // The prompt prefixes its next pass starts joining jobs after (the
+  // engine's kept prefixes, planner::kMinKeptPrefixTokens or more).
+  std::vector<std::vector<int32_t>> kept_prefixes;
 };
 
 // Grouping jobs by a shared prefix reorders the queue (among jobs of one

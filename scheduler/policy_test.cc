@@ -408,8 +408,9 @@ TEST(SharedPrefixTest, AJobOfAnotherPriorityThatJoinsStillSharesThePrefix) {
 }
 
 TEST(SharedPrefixTest, ATopUpSharesAmongItsOwnJobs) {
-  // The running batch's jobs are not known to the policy: a top-up counts
-  // what its own jobs share, not what they share with the batch.
+  // The running batch's jobs are not known to the policy: without a prefix
+  // its worker keeps, a top-up counts what its own jobs share, not what they
+  // share with the batch.
   WorkerSlot busy = Idle("w", 0, 100);
   busy.batch_id = 7;
   busy.batch_model = "m";
@@ -427,6 +428,41 @@ TEST(SharedPrefixTest, ATopUpSharesAmongItsOwnJobs) {
   EXPECT_EQ(plan.assignments[0].batch_id, 7);
   EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2}));  // 42 + 10; + 10 > 60
   EXPECT_EQ(plan.assignments[0].pass_tokens, 52);
+}
+
+TEST(SharedPrefixTest, ATopUpThatAgreesWithAKeptPrefixCostsOnlyTheRest) {
+  // The worker keeps the 40-token instruction (and 1 more) for its next
+  // pass: a job agreeing with it on 32 tokens or more starts after that.
+  WorkerSlot busy = Idle("w", 0, 100);
+  busy.batch_id = 7;
+  busy.batch_model = "m";
+  busy.batch_jobs = 3;
+  busy.wants_top_up = true;
+  busy.free_kv_bytes = 1000;
+  busy.free_pass_tokens = 61;
+  const auto instruction = Prefix(40, 1000);
+  busy.kept_prefixes = {Ids(instruction, 41, 1), Prefix(50, 5000)};
+  Snapshot snapshot;
+  snapshot.workers = {busy};
+  // 40 + 10 own tokens + 2 of labels each: 12 once the kept 40 are skipped.
+  for (int64_t id = 1; id <= 5; ++id) {
+    snapshot.queue.push_back(Classify(id, Ids(instruction, 50, 100 * id)));
+  }
+  // Agrees with the other kept prefix on 31 tokens only: costs all 33.
+  snapshot.queue.push_back(Classify(6, Ids(Prefix(31, 5000), 31, 0)));
+  // Its whole prompt is a kept prefix's start: the last token is computed.
+  snapshot.queue.push_back(Classify(7, Prefix(36, 5000), 0));
+  Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  const Assignment& a = plan.assignments[0];
+  EXPECT_EQ(a.job_ids, (std::vector<int64_t>{1, 2, 3, 4, 5, 7}));
+  EXPECT_EQ(a.job_pass_tokens, (std::vector<int64_t>{12, 12, 12, 12, 12, 1}));
+  EXPECT_EQ(a.pass_tokens, 61);
+  // An idle worker keeps nothing: the first job costs its whole feed.
+  snapshot.workers = {Idle("w", 0, 100)};
+  plan = Schedule(snapshot);
+  ASSERT_FALSE(plan.assignments.empty());
+  EXPECT_EQ(plan.assignments[0].job_pass_tokens.front(), 52);
 }
 
 // Rows the engine computes for `jobs` in one pass at most (every distinct

@@ -507,6 +507,7 @@ Status Scheduler::Progress(const std::string& worker_id, int64_t session,
   batch.free_kv_bytes =
       std::max<int64_t>(0, progress.free_kv_bytes - pending_kv_tokens * kv_bytes_per_token);
   batch.free_pass_tokens = std::max<int64_t>(0, progress.free_pass_tokens - pending_pass_tokens);
+  batch.kept_prefixes = progress.kept_prefixes;
   batch.wants_top_up =
       progress.want_top_up && (batch.free_kv_bytes > 0 || batch.free_pass_tokens > 0);
   batch.pass_started_ms = clock_->NowMs();  // the worker starts its next pass at once

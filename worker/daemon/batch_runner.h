@@ -32,6 +32,7 @@ class BatchEngine {
   virtual StatusOr<engine::SequenceId> Add(engine::SequenceRequest request) = 0;
   virtual uint64_t kv_bytes_in_use() const = 0;
   virtual int64_t next_pass_tokens() const = 0;
+  virtual std::vector<std::vector<engine::TokenId>> kept_prefixes() const { return {}; }
   virtual StatusOr<std::vector<engine::TokenId>> Generated(engine::SequenceId id) const = 0;
   virtual Status Finish(engine::SequenceId id, engine::FinishReason reason) = 0;
   virtual Status Cancel(engine::SequenceId id) = 0;

@@ -13,6 +13,9 @@ StatusOr<engine::SequenceId> EngineBatchEngine::Add(engine::SequenceRequest requ
 }
 uint64_t EngineBatchEngine::kv_bytes_in_use() const { return engine_->kv_bytes_in_use(); }
 int64_t EngineBatchEngine::next_pass_tokens() const { return engine_->next_pass_tokens(); }
+std::vector<std::vector<engine::TokenId>> EngineBatchEngine::kept_prefixes() const {
+  return engine_->kept_prefixes();
+}
 StatusOr<std::vector<engine::TokenId>> EngineBatchEngine::Generated(engine::SequenceId id) const {
   return engine_->Generated(id);
 }

@@ -22,6 +22,7 @@ class EngineBatchEngine : public BatchEngine {
   StatusOr<engine::SequenceId> Add(engine::SequenceRequest request) override;
   uint64_t kv_bytes_in_use() const override;
   int64_t next_pass_tokens() const override;
+  std::vector<std::vector<engine::TokenId>> kept_prefixes() const override;
   StatusOr<std::vector<engine::TokenId>> Generated(engine::SequenceId id) const override;
   Status Finish(engine::SequenceId id, engine::FinishReason reason) override;
   Status Cancel(engine::SequenceId id) override;

@@ -361,6 +361,7 @@ void Worker::ReportPass(const PassOutcome& pass, bool want_top_up) {
   p.free_pass_tokens = batch_->free_pass_tokens();
   p.experts_total = s.experts_total;
   p.experts_read = s.experts_read;
+  p.kept_prefixes = engine_->kept_prefixes();
   // Scoring jobs need only rows of the pass; generation also needs KV.
   p.want_top_up = want_top_up && (p.free_kv_bytes > 0 || p.free_pass_tokens > 0);
   // The results first: the scheduler then counts the room they free when it

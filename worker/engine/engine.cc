@@ -603,8 +603,8 @@ struct Engine::Impl {
   // the longest prompt prefix every sequence of a trie shared, with its keys
   // and values for every layer. A later sequence whose prompt goes on past
   // one starts its first pass after it instead of computing it. Each is kept
-  // only where KV room allows (PrefixRoom), dropped after a pass that did not
-  // use it, and whenever a sequence joining needs its KV room.
+  // only where KV room allows (PrefixRoom), dropped after two passes that did
+  // not use it, and whenever a sequence joining needs its KV room.
   struct KeptPrefix {
     std::vector<TokenId> ids;
     std::unique_ptr<KVCache> cache;
@@ -697,7 +697,8 @@ struct Engine::Impl {
   // Whether `bytes` more of kept prefixes fit beside the sequences' KV.
   bool PrefixRoom(int64_t tokens, uint64_t bytes) const;
   uint64_t KeptPrefixBytes() const;
-  // Drops the kept prefixes no feed of pass `pass` used or made.
+  // Drops the kept prefixes no feed of pass `pass` or the one before used or
+  // made.
   void DropUnusedPrefixes(int64_t pass);
 
   Status Validate(const SequenceRequest& r) const;
@@ -1048,11 +1049,7 @@ void Engine::Impl::Advance(Sequence& s, const float* logits) {
   }
 }
 
-// Prompt prefixes shorter than this are not kept across passes: a chat
-// template alone makes every prompt of a model share about that many
-// (24 tokens for Qwen2.5's default system turn), and keeping them would
-// trade KV room for little compute.
-constexpr int64_t kMinKeptPrefixTokens = 32;
+using planner::kMinKeptPrefixTokens;
 
 int64_t Engine::Impl::FeedKey(const std::vector<TokenId>& prompt, int* kept, int64_t* past) const {
   *kept = -1;
@@ -1136,8 +1133,10 @@ void Engine::Impl::KeepSharedPrefix(const std::vector<size_t>& members, const Pa
 }
 
 void Engine::Impl::DropUnusedPrefixes(int64_t pass) {
+  // Unused in this pass and the one before: jobs a scheduler sends after
+  // seeing a kept prefix join a boundary late, so one idle pass is spared.
   kept_prefixes.erase(std::remove_if(kept_prefixes.begin(), kept_prefixes.end(),
-                                     [pass](const KeptPrefix& k) { return k.pass < pass; }),
+                                     [pass](const KeptPrefix& k) { return k.pass < pass - 1; }),
                       kept_prefixes.end());
 }
 
@@ -1685,6 +1684,12 @@ int64_t Engine::FirstPassTokens(const SequenceRequest& request) {
 }
 
 int64_t Engine::next_pass_tokens() const { return impl_->NextPassTokens(); }
+
+std::vector<std::vector<TokenId>> Engine::kept_prefixes() const {
+  std::vector<std::vector<TokenId>> ids;
+  for (const Impl::KeptPrefix& k : impl_->kept_prefixes) ids.push_back(k.ids);
+  return ids;
+}
 
 uint64_t Engine::kv_bytes_in_use() const { return impl_->KvBytesInUse(); }
 

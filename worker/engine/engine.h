@@ -348,8 +348,8 @@ struct EngineOptions {
   // also kept for the next passes where the KV budget has room for it (with
   // adaptive_split: where the compute it saves outweighs streaming its bytes
   // more, planner::KeepPrefixFromPins), so that sequences joining later with
-  // the same instruction start after it; it is dropped after a pass that
-  // does not use it, or when a joining sequence needs the room. false: every
+  // the same instruction start after it; it is dropped after two passes
+  // that do not use it, or when a joining sequence needs the room. false: every
   // sequence computes its whole feed (for comparisons).
   bool share_prefixes = true;
   // Mixtures of experts: the most bytes of experts streamed as one group (a
@@ -445,6 +445,11 @@ class Engine {
   // once and none of one an earlier pass kept, and one per decoding
   // sequence.
   int64_t next_pass_tokens() const;
+  // The prompt prefixes kept for the next pass (EngineOptions::
+  // share_prefixes): a joining sequence whose prompt agrees with one on
+  // planner::kMinKeptPrefixTokens or more (short of its whole prompt)
+  // computes only the rest.
+  std::vector<std::vector<TokenId>> kept_prefixes() const;
   // KV bytes reserved by the sequences in flight.
   uint64_t kv_bytes_in_use() const;
 

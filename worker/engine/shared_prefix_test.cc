@@ -255,6 +255,8 @@ TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
     std::vector<SequenceRequest> items = later;
     for (SequenceRequest& r : items) r.prompt.erase(r.prompt.begin(), r.prompt.begin() + 100);
     EXPECT_EQ(engine->next_pass_tokens(), decoding + DistinctPrefixes(items));
+    // What the engine says it keeps: the instruction and the 7.
+    EXPECT_EQ(engine->kept_prefixes(), (std::vector<std::vector<TokenId>>{Join(instruction, {7})}));
     pass = engine->Step();
     ASSERT_TRUE(pass.ok()) << pass.status().ToString();
     EXPECT_EQ(pass->kept_prefix_tokens, 100);
