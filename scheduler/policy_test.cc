@@ -407,17 +407,24 @@ TEST(SharedPrefixTest, AJobOfAnotherPriorityThatJoinsStillSharesThePrefix) {
   EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{52, 52, 12}));
 }
 
-TEST(SharedPrefixTest, ATopUpSharesAmongItsOwnJobs) {
-  // The running batch's jobs are not known to the policy: without a prefix
-  // its worker keeps, a top-up counts what its own jobs share, not what they
-  // share with the batch.
+// Worker "w" running batch 7 of "m" (3 jobs, a pass budget of 100), asking
+// for a top-up with `free_pass_tokens` of its next pass left.
+WorkerSlot Busy(int64_t free_pass_tokens) {
   WorkerSlot busy = Idle("w", 0, 100);
   busy.batch_id = 7;
   busy.batch_model = "m";
   busy.batch_jobs = 3;
   busy.wants_top_up = true;
   busy.free_kv_bytes = 1000;
-  busy.free_pass_tokens = 60;
+  busy.free_pass_tokens = free_pass_tokens;
+  return busy;
+}
+
+TEST(SharedPrefixTest, ATopUpSharesAmongItsOwnJobs) {
+  // The running batch's jobs are not known to the policy: without a prefix
+  // its worker keeps, a top-up counts what its own jobs share, not what they
+  // share with the batch.
+  WorkerSlot busy = Busy(60);
   Snapshot snapshot;
   snapshot.workers = {busy};
   const auto shared = Prefix(32, 1000);
@@ -433,13 +440,7 @@ TEST(SharedPrefixTest, ATopUpSharesAmongItsOwnJobs) {
 TEST(SharedPrefixTest, ATopUpThatAgreesWithAKeptPrefixCostsOnlyTheRest) {
   // The worker keeps the 40-token instruction (and 1 more) for its next
   // pass: a job agreeing with it on 32 tokens or more starts after that.
-  WorkerSlot busy = Idle("w", 0, 100);
-  busy.batch_id = 7;
-  busy.batch_model = "m";
-  busy.batch_jobs = 3;
-  busy.wants_top_up = true;
-  busy.free_kv_bytes = 1000;
-  busy.free_pass_tokens = 61;
+  WorkerSlot busy = Busy(61);
   const auto instruction = Prefix(40, 1000);
   busy.kept_prefixes = {Ids(instruction, 41, 1), Prefix(50, 5000)};
   Snapshot snapshot;
