@@ -1638,14 +1638,17 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
                              std::to_string(budget) + " are in use");
   }
   // What the request adds to the next pass: its trie rows that no
-  // sequence waiting for its first pass already holds.
-  const int64_t queued = impl_->NextPassTokens();
-  const int64_t tokens = impl_->NextPassTokens(&request) - queued;
+  // sequence waiting for its first pass already holds. Counted only against
+  // a budget, which also bounds the count's cost (the tokens queued).
   const int64_t pass_budget = impl_->options.pass_token_budget;
-  if (pass_budget > 0 && queued > 0 && queued + tokens > pass_budget) {
-    return ResourceExhausted("sequence feeds " + std::to_string(tokens) + " tokens; " +
-                             std::to_string(queued) + " of the next pass's budget of " +
-                             std::to_string(pass_budget) + " tokens are taken");
+  if (pass_budget > 0) {
+    const int64_t queued = impl_->NextPassTokens();
+    const int64_t tokens = impl_->NextPassTokens(&request) - queued;
+    if (queued > 0 && queued + tokens > pass_budget) {
+      return ResourceExhausted("sequence feeds " + std::to_string(tokens) + " tokens; " +
+                               std::to_string(queued) + " of the next pass's budget of " +
+                               std::to_string(pass_budget) + " tokens are taken");
+    }
   }
   const uint64_t taken = in_use + impl_->KeptPrefixBytes() + need;
   if (impl_->options.adaptive_split && impl_->passes > 0 && taken > impl_->kv_split) {
