@@ -60,8 +60,12 @@ Sizing ExactSizing(const CheckpointShape& shape, const PlanOptions& options, Dev
   s.checkpoint_gb = Gb(shape.tensor_bytes);
   s.activation_gb = Gb(activations);
   s.kv_cache_gb = Gb(kv_per_sequence);
-  s.resident_gb =
-      Gb(shape.largest_group_bytes * resident_layers + activations + kv_per_sequence * batch);
+  // A mixture of experts' loader also reads the next dense part ahead of
+  // each layer's routing, into buffers of its own (LookAheadBufferBytes).
+  const uint64_t look_ahead = LookAheadBufferBytes(shape.moe.group_bytes, {}, options.prefetching,
+                                                   DeferredGroups(shape.moe));
+  s.resident_gb = Gb(shape.largest_group_bytes * resident_layers + look_ahead + activations +
+                     kv_per_sequence * batch);
   double disk = Gb(shape.file_bytes);
   s.disk = {disk, disk};
   s.layers = shape.layers;

@@ -301,9 +301,9 @@ uint64_t PinnedBytes(const std::vector<uint64_t>& group_bytes, const std::vector
 std::vector<bool> ChooseHostTierGroups(const std::vector<uint64_t>& group_bytes,
                                        const std::vector<bool>& device_pinned,
                                        uint64_t host_budget_bytes, bool prefetch,
-                                       PinPlacement placement) {
+                                       PinPlacement placement, const std::vector<bool>& deferred) {
   std::vector<bool> host(group_bytes.size(), false);
-  const uint64_t buffers = StreamBufferBytes(group_bytes, device_pinned, prefetch);
+  const uint64_t buffers = StreamBufferBytes(group_bytes, device_pinned, prefetch, deferred);
   if (host_budget_bytes <= buffers) return host;
   std::vector<size_t> candidates;  // the groups the device does not keep, in pass order
   std::vector<uint64_t> candidate_bytes;
@@ -351,13 +351,44 @@ uint64_t PinBudgetBytes(uint64_t memory_budget, uint64_t stream_buffer_bytes,
   return left;
 }
 
-uint64_t StreamBufferBytes(const std::vector<uint64_t>& group_bytes,
-                           const std::vector<bool>& pinned, bool prefetch) {
+std::vector<bool> LookAheadGroups(const std::vector<bool>& deferred) {
+  const size_t n = deferred.size();
+  std::vector<bool> ahead(n, false);
+  for (size_t g = 0; g < n && n > 2; ++g) {
+    ahead[g] = !deferred[g] && deferred[(g + n - 1) % n] && deferred[(g + 1) % n];
+  }
+  return ahead;
+}
+
+namespace {
+
+// The largest group not pinned among those `among` marks (empty: all).
+uint64_t LargestStreamed(const std::vector<uint64_t>& group_bytes, const std::vector<bool>& pinned,
+                         const std::vector<bool>& among) {
   uint64_t largest = 0;
   for (size_t g = 0; g < group_bytes.size(); ++g) {
-    if (g >= pinned.size() || !pinned[g]) largest = std::max(largest, group_bytes[g]);
+    const bool streamed = g >= pinned.size() || !pinned[g];
+    const bool counted = among.empty() || (g < among.size() && among[g]);
+    if (streamed && counted) largest = std::max(largest, group_bytes[g]);
   }
-  return largest * (prefetch ? 2 : 1);
+  return largest;
+}
+
+}  // namespace
+
+uint64_t StreamBufferBytes(const std::vector<uint64_t>& group_bytes,
+                           const std::vector<bool>& pinned, bool prefetch,
+                           const std::vector<bool>& deferred) {
+  return LargestStreamed(group_bytes, pinned, {}) * (prefetch ? 2 : 1) +
+         LookAheadBufferBytes(group_bytes, pinned, prefetch, deferred);
+}
+
+uint64_t LookAheadBufferBytes(const std::vector<uint64_t>& group_bytes,
+                              const std::vector<bool>& pinned, bool prefetch,
+                              const std::vector<bool>& deferred) {
+  const std::vector<bool> ahead = LookAheadGroups(deferred);
+  if (!prefetch || std::find(ahead.begin(), ahead.end(), true) == ahead.end()) return 0;
+  return 2 * LargestStreamed(group_bytes, pinned, ahead);
 }
 
 uint64_t StreamedBytesPerPass(const checkpoint::Checkpoint& checkpoint, uint64_t pinned_bytes) {
@@ -417,6 +448,12 @@ MoeFacts MoeFactsOf(const checkpoint::Checkpoint& checkpoint, uint64_t slice_byt
   }
   LoaderGroups(checkpoint, slice_bytes, &f.group_bytes, &f.group_experts);
   return f;
+}
+
+std::vector<bool> DeferredGroups(const MoeFacts& facts) {
+  std::vector<bool> deferred;
+  for (int64_t experts : facts.group_experts) deferred.push_back(experts > 0);
+  return deferred;
 }
 
 uint64_t ExpectedStreamedBytesPerPass(const MoeFacts& facts, int64_t rows,

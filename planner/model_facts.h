@@ -186,12 +186,14 @@ uint64_t PinnedBytes(const std::vector<uint64_t>& group_bytes, const std::vector
 // The accelerator path's host tier: of the groups `device_pinned` leaves
 // (empty: none pinned on the device), those kept in host memory within
 // `host_budget_bytes` less the loader's stream buffers (StreamBufferBytes of
-// the groups not on the device), chosen as ChoosePinnedGroups does among
-// them. One flag per group; none when the buffers leave nothing.
+// the groups not on the device, `deferred` as there), chosen as
+// ChoosePinnedGroups does among them. One flag per group; none when the
+// buffers leave nothing.
 std::vector<bool> ChooseHostTierGroups(const std::vector<uint64_t>& group_bytes,
                                        const std::vector<bool>& device_pinned,
                                        uint64_t host_budget_bytes, bool prefetch,
-                                       PinPlacement placement = PinPlacement::kSpread);
+                                       PinPlacement placement = PinPlacement::kSpread,
+                                       const std::vector<bool>& deferred = {});
 
 // The float32 temporaries one row of a pass needs while a layer runs it: 4
 // x (8 x hidden + 6 x q width + 6 x KV width + 3 x intermediate) bytes
@@ -219,10 +221,25 @@ uint64_t ActivationWorkingSetBytes(const checkpoint::ModelConfig& config,
 // allowance (code, thread pools) is not part of any of these.
 uint64_t PinBudgetBytes(uint64_t memory_budget, uint64_t stream_buffer_bytes,
                         uint64_t activation_bytes, uint64_t kv_budget_bytes);
+// The groups a prefetch reads past a sparse layer's expert slices while
+// those wait for the layer's routing (`deferred`: one flag per group, set for
+// the expert slices): each group not deferred that follows one deferred
+// group and precedes another, i.e. the dense part of a sparse layer after a
+// sparse layer. The loader reads them into two look-ahead buffers of their
+// own (one in use, one reading), so that the disk reads the next layer's
+// attention while this one's attention and routing compute.
+std::vector<bool> LookAheadGroups(const std::vector<bool>& deferred);
 // The loader's stream buffers: the largest group not pinned, x 2 with
 // prefetch (one computing, one reading), x 1 without; 0 when all are pinned.
+// Plus LookAheadBufferBytes (`deferred` empty: a dense model, none).
 uint64_t StreamBufferBytes(const std::vector<uint64_t>& group_bytes,
-                           const std::vector<bool>& pinned, bool prefetch);
+                           const std::vector<bool>& pinned, bool prefetch,
+                           const std::vector<bool>& deferred = {});
+// The look-ahead buffers: with prefetch, two of the largest LookAheadGroups
+// group not pinned; 0 without.
+uint64_t LookAheadBufferBytes(const std::vector<uint64_t>& group_bytes,
+                              const std::vector<bool>& pinned, bool prefetch,
+                              const std::vector<bool>& deferred);
 
 // Checkpoint bytes one pass streams from disk: every tensor's bytes (the
 // embedding is priced whole though a pass gathers only the rows it needs)
@@ -280,6 +297,10 @@ struct MoeFacts {
 };
 MoeFacts MoeFactsOf(const checkpoint::Checkpoint& checkpoint,
                     uint64_t slice_bytes = kDefaultExpertSliceBytes);
+// One flag per group of facts.group_bytes, set for the expert slices: the
+// groups the engine's loader defers until a pass routes its rows
+// (StreamBufferBytes' `deferred`).
+std::vector<bool> DeferredGroups(const MoeFacts& facts);
 
 // The bytes one pass of `rows` tokens is expected to stream: the engine reads
 // a sparse layer's dense part always and, of an expert slice not pinned,

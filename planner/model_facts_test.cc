@@ -226,6 +226,24 @@ TEST(PinBudgetTest, WhatTheWorkingSetLeaves) {
   EXPECT_EQ(StreamBufferBytes({10, 30, 5}, {true, true, true}, true), 0u);
 }
 
+TEST(LookAheadGroupsTest, DensePartsBetweenTwoSparseLayersHaveBuffersOfTheirOwn) {
+  // dense 0 | slices | dense 1 | slices | dense-only layer | dense 3 | slices | head
+  const std::vector<bool> deferred = {false, true, true, false, true, false, false, true, false};
+  EXPECT_EQ(LookAheadGroups(deferred),
+            (std::vector<bool>{false, false, false, true, false, false, false, false, false}));
+  const std::vector<uint64_t> bytes = {6, 40, 40, 7, 40, 50, 8, 40, 9};
+  // 2 x the largest group (50) and 2 x the one look-ahead group (7).
+  EXPECT_EQ(StreamBufferBytes(bytes, {}, true, deferred), 114u);
+  EXPECT_EQ(StreamBufferBytes(bytes, {}, false, deferred), 50u);  // no prefetch, no look-ahead
+  std::vector<bool> pinned(9, false);
+  pinned[3] = true;  // pinned: read once, no look-ahead buffer
+  EXPECT_EQ(StreamBufferBytes(bytes, pinned, true, deferred), 100u);
+  EXPECT_EQ(StreamBufferBytes(bytes, {}, true), 100u);  // a dense model's groups
+  // A dense part wraps around to the pass's end: the first group follows the last.
+  EXPECT_EQ(LookAheadGroups({false, true, true}), (std::vector<bool>{true, false, false}));
+  EXPECT_EQ(LookAheadGroups({true, false}), (std::vector<bool>{false, false}));
+}
+
 TEST(ChooseHostTierGroupsTest, WhatTheDeviceLeavesWithinTheBudgetLessTheStreamBuffers) {
   const std::vector<uint64_t> groups(8, 10);
   // Nothing on the device: 2 stream buffers of 10, 25 more keeps 2 groups.

@@ -283,7 +283,8 @@ Status Price(const PlanFlags& f, Report& report) {
       config.intermediate_size = shape.intermediate;
       // The loader's groups (StreamedGroupBytes at the slice size priced).
       const std::vector<uint64_t>& groups = shape.moe.group_bytes;
-      const uint64_t working_set = planner::StreamBufferBytes(groups, {}, r.options.prefetching) +
+      const uint64_t working_set = planner::StreamBufferBytes(groups, {}, r.options.prefetching,
+                                                              planner::DeferredGroups(shape.moe)) +
                                    planner::ActivationWorkingSetBytes(config, 0);
       const uint64_t kv_per_sequence =
           planner::KvBytesPerToken(shape, planner::ComputeDtypeBytes(shape, r.device)) *

@@ -86,6 +86,8 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
                            double read_bytes_per_second, double one_read_bytes_per_second) {
   NS_ASSIGN_OR_RETURN(planner::CheckpointShape shape, planner::ShapeOf(ckpt));
   const std::vector<uint64_t> groups = planner::StreamedGroupBytes(ckpt);
+  const planner::MoeFacts moe = planner::MoeFactsOf(ckpt);
+  const std::vector<bool> deferred = planner::DeferredGroups(moe);
   read_bytes_per_second =
       StreamReadBandwidth(groups, read_bytes_per_second, one_read_bytes_per_second);
   const int compute_bytes = planner::ComputeDtypeBytes(shape, options.device);
@@ -140,7 +142,8 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
     // memory_budget_bytes with a KV budget: stream buffers, the full
     // activation working set and the KV budget first).
     const uint64_t pin_budget = planner::PinBudgetBytes(
-        options.memory_budget_bytes, planner::StreamBufferBytes(groups, {}, /*prefetch=*/true),
+        options.memory_budget_bytes,
+        planner::StreamBufferBytes(groups, {}, /*prefetch=*/true, deferred),
         planner::ActivationWorkingSetBytes(config, 0), options.kv_budget_bytes);
     pinned = planner::ChoosePinnedGroups(groups, pin_budget);
     entry.pinned_bytes = planner::PinnedBytes(groups, pinned);
@@ -158,8 +161,9 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
   entry.unread_groups.resize(groups.size(), false);
   if (partial && options.device == planner::Device::kGpu && options.host_memory_budget_bytes > 0) {
     // What the engine's host tier then keeps (Engine::Impl::FixHostTier).
-    const std::vector<bool> host = planner::ChooseHostTierGroups(
-        groups, pinned, options.host_memory_budget_bytes, /*prefetch=*/true);
+    const std::vector<bool> host =
+        planner::ChooseHostTierGroups(groups, pinned, options.host_memory_budget_bytes,
+                                      /*prefetch=*/true, planner::PinPlacement::kSpread, deferred);
     entry.host_pinned_bytes = planner::PinnedBytes(groups, host);
     if (entry.host_pinned_bytes > 0) {
       entry.host_memory_budget_bytes = options.host_memory_budget_bytes;
@@ -168,7 +172,7 @@ StatusOr<ModelEntry> Price(const CatalogOptions& options, const checkpoint::Chec
       if (host[g]) entry.unread_groups[g] = true;
     }
   }
-  entry.moe = planner::MoeFactsOf(ckpt);
+  entry.moe = moe;
   entry.read_bytes_per_second = read_bytes_per_second;
   entry.layer_flops_per_token = planner::LayerFlopsPerToken(ckpt);
   entry.head_flops_per_row = planner::HeadFlopsPerRow(ckpt);

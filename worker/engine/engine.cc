@@ -845,7 +845,8 @@ Status Engine::Impl::FixPassPlan(const PassPlan& plan) {
     return Status::Ok();
   }
   if (options.memory_budget_bytes == 0) return FixHostTier(group_bytes);
-  const uint64_t buffers = planner::StreamBufferBytes(group_bytes, {}, options.prefetch);
+  const uint64_t buffers =
+      planner::StreamBufferBytes(group_bytes, {}, options.prefetch, loader->deferred_groups());
   uint64_t activations, kv;
   if (options.kv_budget_bytes > 0) {
     activations = planner::ActivationWorkingSetBytes(config, options.activation_budget_bytes);
@@ -895,14 +896,15 @@ Status Engine::Impl::FixHostTier(const std::vector<uint64_t>& group_bytes) {
   if (budget == 0 || !stager || options.residency == Residency::kResident) return Status::Ok();
   // The loader's stream buffers are host memory too: the tier keeps groups
   // in what they leave.
-  const uint64_t buffers = planner::StreamBufferBytes(group_bytes, pinned, options.prefetch);
+  const uint64_t buffers =
+      planner::StreamBufferBytes(group_bytes, pinned, options.prefetch, loader->deferred_groups());
   if (buffers > budget) {
     return ResourceExhausted("host memory budget of " + std::to_string(budget) +
                              " bytes is less than the loader's stream buffers of " +
                              std::to_string(buffers) + " bytes");
   }
   host_pinned = planner::ChooseHostTierGroups(group_bytes, pinned, budget, options.prefetch,
-                                              options.pin_placement);
+                                              options.pin_placement, loader->deferred_groups());
   host_pinned_bytes = planner::PinnedBytes(group_bytes, host_pinned);
   return host_pinned_bytes == 0 ? Status::Ok() : loader->SetPinned(host_pinned);
 }
@@ -912,7 +914,8 @@ Status Engine::Impl::Resplit(uint64_t kv) {
     return Status::Ok();
   }
   const std::vector<uint64_t> group_bytes = GroupBytes();
-  const uint64_t buffers = planner::StreamBufferBytes(group_bytes, {}, options.prefetch);
+  const uint64_t buffers =
+      planner::StreamBufferBytes(group_bytes, {}, options.prefetch, loader->deferred_groups());
   const uint64_t activations =
       planner::ActivationWorkingSetBytes(config, options.activation_budget_bytes);
   std::vector<bool> next = ChoosePins(
@@ -936,9 +939,9 @@ Status Engine::Impl::Resplit(uint64_t kv) {
     pinned = std::move(next);
     pinned_bytes = planner::PinnedBytes(group_bytes, pinned);
     if (options.host_memory_budget_bytes == 0) return Status::Ok();
-    host_pinned =
-        planner::ChooseHostTierGroups(group_bytes, pinned, options.host_memory_budget_bytes,
-                                      options.prefetch, options.pin_placement);
+    host_pinned = planner::ChooseHostTierGroups(group_bytes, pinned,
+                                                options.host_memory_budget_bytes, options.prefetch,
+                                                options.pin_placement, loader->deferred_groups());
     host_pinned_bytes = planner::PinnedBytes(group_bytes, host_pinned);
     return loader->SetPinned(host_pinned);
   }

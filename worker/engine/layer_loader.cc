@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/read_buffer.h"
+#include "planner/model_facts.h"
 
 namespace nightshift::engine {
 namespace {
@@ -188,11 +189,20 @@ struct LayerLoader::Impl {
   std::vector<File> files;
   std::vector<Group> groups;
   // [0, stream_slots): the stream buffers (0, 1 or 2), each sized to the
-  // largest group not pinned; then one per group, used by the pinned ones.
+  // largest group not pinned; then the look-ahead buffers (0 or 2), each
+  // sized to the largest look-ahead group not pinned; then one per group,
+  // used by the pinned ones.
   std::vector<Buffer> slots;
   size_t stream_slots = 0;
-  std::vector<int> free_slots;  // free stream buffers
-  uint64_t largest_buffer = 0;  // of the groups not pinned
+  size_t look_ahead_slots = 0;
+  std::vector<int> free_slots;             // free stream buffers
+  std::vector<int> free_look_ahead_slots;  // free look-ahead buffers
+  uint64_t largest_buffer = 0;             // of the groups not pinned
+  uint64_t look_ahead_buffer = 0;          // of the look-ahead groups not pinned
+  // planner::LookAheadGroups of the deferred flags: the dense parts that a
+  // prefetch reads past the undecided expert slices before them, into the
+  // look-ahead buffers (with prefetch; they use no stream buffer).
+  std::vector<bool> look_ahead;
   uint64_t largest_tensor_bytes = 0;
   size_t next = 0;  // the group Acquire expects
   std::optional<size_t> held;
@@ -334,24 +344,46 @@ struct LayerLoader::Impl {
   // the others (none when all are pinned), one slot per pinned group.
   void PlanSlots() {
     bool all_pinned = true;
-    largest_buffer = 0;
-    for (const Group& g : groups) {
+    largest_buffer = look_ahead_buffer = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const Group& g = groups[i];
       if (g.pinned) continue;
       all_pinned = false;
       largest_buffer = std::max(largest_buffer, g.layout.buffer_bytes);
+      if (look_ahead[i]) look_ahead_buffer = std::max(look_ahead_buffer, g.layout.buffer_bytes);
     }
     stream_slots = all_pinned ? 0 : (options.prefetch ? 2 : 1);
-    slots.assign(stream_slots + groups.size(), nullptr);
+    look_ahead_slots = options.prefetch && look_ahead_buffer > 0 ? 2 : 0;
+    slots.assign(stream_slots + look_ahead_slots + groups.size(), nullptr);
     free_slots.clear();
     for (size_t s = stream_slots; s > 0; --s) free_slots.push_back(static_cast<int>(s - 1));
+    free_look_ahead_slots.clear();
+    for (size_t s = look_ahead_slots; s > 0; --s) {
+      free_look_ahead_slots.push_back(static_cast<int>(stream_slots + s - 1));
+    }
+  }
+
+  // The slot group `index` keeps when pinned.
+  size_t PinnedSlot(size_t index) const { return stream_slots + look_ahead_slots + index; }
+  bool IsLookAheadSlot(int slot) const {
+    const size_t s = static_cast<size_t>(slot);
+    return s >= stream_slots && s < stream_slots + look_ahead_slots;
+  }
+  // Whether group `index`, not pinned, reads into a look-ahead buffer.
+  bool ReadsAhead(size_t index) const { return look_ahead_slots > 0 && look_ahead[index]; }
+  // Gives a stream or look-ahead buffer back (`mu` held).
+  void FreeSlot(int slot) {
+    (IsLookAheadSlot(slot) ? free_look_ahead_slots : free_slots).push_back(slot);
   }
 
   unsigned char* SlotData(int slot) {
     Buffer& b = slots[static_cast<size_t>(slot)];
     if (!b) {
       const size_t s = static_cast<size_t>(slot);
-      const uint64_t bytes =
-          s < stream_slots ? largest_buffer : groups[s - stream_slots].layout.buffer_bytes;
+      const uint64_t bytes = s < stream_slots ? largest_buffer
+                             : IsLookAheadSlot(slot)
+                                 ? look_ahead_buffer
+                                 : groups[s - PinnedSlot(0)].layout.buffer_bytes;
       b = options.allocate ? options.allocate(bytes) : AlignedAlloc(bytes);
       if (!b) throw std::bad_alloc();
       if (reinterpret_cast<uintptr_t>(b.get()) % kAlign != 0) {
@@ -369,11 +401,12 @@ struct LayerLoader::Impl {
     if (g.state != State::kIdle) return true;
     int slot;
     if (g.pinned) {
-      slot = static_cast<int>(stream_slots + index);
+      slot = static_cast<int>(PinnedSlot(index));
     } else {
-      if (free_slots.empty()) return false;
-      slot = free_slots.back();
-      free_slots.pop_back();
+      std::vector<int>& free = ReadsAhead(index) ? free_look_ahead_slots : free_slots;
+      if (free.empty()) return false;
+      slot = free.back();
+      free.pop_back();
     }
     unsigned char* base = SlotData(slot);
     g.slot = slot;
@@ -418,10 +451,15 @@ struct LayerLoader::Impl {
   // After Acquire(index): starts reading the next groups not in memory, in
   // order, as many as there are stream buffers (one when all are pinned).
   // Pinned groups already read cost nothing and are passed over, so the
-  // disk reads ahead across them.
+  // disk reads ahead across them. Deferred groups not decided yet stop it,
+  // except that the group after them is read when it is a look-ahead group
+  // (a sparse layer's dense part), into a look-ahead buffer: so the disk
+  // reads while the layer before computes its routing. Look-ahead groups
+  // take no stream buffer.
   void Prefetch(size_t index) {
     const size_t window = std::max<size_t>(stream_slots, 1);
     size_t ahead = 0;
+    bool undecided = false;  // passed over deferred groups not decided yet
     for (size_t step = 1; step < groups.size() && ahead < window; ++step) {
       const size_t j = (index + step) % groups.size();
       const Group& g = groups[j];
@@ -432,10 +470,18 @@ struct LayerLoader::Impl {
         state = g.state;
       }
       if (g.pinned && state == State::kReady) continue;  // in memory for good
-      if (g.deferred && !g.decision) return;             // undecided: keep the order
-      if (g.deferred && g.decision->empty()) continue;   // this pass passes over it
+      if (g.deferred && !g.decision) {                   // undecided: keep the order
+        undecided = true;
+        continue;
+      }
+      if (g.deferred && g.decision->empty()) continue;  // this pass passes over it
+      const bool reads_ahead = !g.pinned && ReadsAhead(j);
+      if (undecided) {
+        if (reads_ahead && state == State::kIdle) Request(j);
+        return;
+      }
       if (state == State::kIdle && !Request(j)) return;  // no buffer free: keep the order
-      ++ahead;
+      if (!reads_ahead) ++ahead;
     }
   }
 
@@ -466,7 +512,7 @@ struct LayerLoader::Impl {
       Group& g = groups[i];
       if (g.state != State::kReady || g.pinned) continue;
       if (std::find(upcoming.begin(), upcoming.end(), i) != upcoming.end()) continue;
-      free_slots.push_back(g.slot);
+      FreeSlot(g.slot);
       g.state = State::kIdle;
       g.slot = -1;
       g.fresh = false;
@@ -519,6 +565,7 @@ StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Check
     g.deferred = !options.deferred.empty() && options.deferred[index];
     g.tensors = std::move(tensors);
     g.pinned = options.resident || (!options.pinned.empty() && options.pinned[index]);
+    impl->look_ahead.push_back(false);
     impl->largest_tensor_bytes = std::max(impl->largest_tensor_bytes, g.layout.tensor_bytes);
   }
   for (const checkpoint::FileInfo& file : checkpoint.files) {
@@ -530,6 +577,7 @@ StatusOr<std::unique_ptr<LayerLoader>> LayerLoader::Open(const checkpoint::Check
     // Filesystems without O_DIRECT (tmpfs) refuse the open: read buffered.
     if (options.direct) f.direct_fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
   }
+  if (!options.deferred.empty()) impl->look_ahead = planner::LookAheadGroups(options.deferred);
   impl->PlanSlots();
   for (size_t i = 0;
        i < std::max(static_cast<size_t>(options.read_streams), Impl::kSmallReadStreams); ++i) {
@@ -599,7 +647,7 @@ void LayerLoader::Release(size_t index) {
   Impl::Group& g = d.groups[index];
   if (g.pinned) return;  // kept
   std::lock_guard<std::mutex> lock(d.mu);
-  d.free_slots.push_back(g.slot);
+  d.FreeSlot(g.slot);
   g.slot = -1;
   g.state = Impl::State::kIdle;
 }
@@ -615,6 +663,7 @@ Status LayerLoader::SetPinned(std::vector<bool> pinned) {
   d.WaitForReads(lock);
   std::vector<Buffer> old_slots = std::move(d.slots);
   const size_t old_stream_slots = d.stream_slots;
+  const size_t old_pinned_slot = d.PinnedSlot(0);
   const uint64_t old_largest = d.largest_buffer;
   for (size_t g = 0; g < d.groups.size(); ++g) d.groups[g].pinned = pinned[g] || d.options.resident;
   d.PlanSlots();
@@ -630,18 +679,19 @@ Status LayerLoader::SetPinned(std::vector<bool> pinned) {
     Impl::Group& g = d.groups[i];
     if (g.state != Impl::State::kReady) continue;
     const size_t old_slot = static_cast<size_t>(g.slot);
-    const size_t own = d.stream_slots + i;
-    const bool streamed = old_slot < old_stream_slots;
+    const size_t own = d.PinnedSlot(i);
+    const bool streamed = old_slot < old_pinned_slot;  // a stream or look-ahead buffer
+    const bool kept_buffer = keep_stream && old_slot < old_stream_slots;
     if (g.pinned && !streamed) {  // stays pinned, as it is
       d.slots[own] = std::move(old_slots[old_slot]);
       g.slot = static_cast<int>(own);
-    } else if (g.pinned) {  // newly pinned, read ahead: copied out of the stream buffer
-      const unsigned char* from = keep_stream ? d.slots[old_slot].get() : old_slots[old_slot].get();
+    } else if (g.pinned) {  // newly pinned, read ahead: copied out of its buffer
+      const unsigned char* from = kept_buffer ? d.slots[old_slot].get() : old_slots[old_slot].get();
       std::memcpy(d.SlotData(static_cast<int>(own)), from, g.layout.buffer_bytes);
       g.slot = static_cast<int>(own);
-    } else if (streamed && keep_stream) {  // read ahead, stays streamed
+    } else if (kept_buffer) {  // read ahead, stays streamed
       stream_busy[old_slot] = true;
-    } else {  // no longer pinned, or its stream buffer is gone: read when acquired
+    } else {  // no longer pinned, or its buffer is gone: read when acquired
       g.state = Impl::State::kIdle;
       g.slot = -1;
       g.fresh = false;
@@ -662,9 +712,9 @@ void LayerLoader::Skip(size_t index) {
   Impl::Group& g = d.groups[index];
   if (g.skipped || g.state == Impl::State::kReading) return;
   if (g.state == Impl::State::kReady && !g.pinned) {
-    d.free_slots.push_back(g.slot);  // read ahead, never acquired
+    d.FreeSlot(g.slot);  // read ahead, never acquired
   }
-  if (g.pinned) d.slots[d.stream_slots + index].reset();
+  if (g.pinned) d.slots[d.PinnedSlot(index)].reset();
   g.slot = -1;
   g.state = Impl::State::kIdle;
   g.skipped = true;
@@ -694,11 +744,17 @@ void LayerLoader::Decide(size_t index, std::vector<bool> units) {
 }
 
 size_t LayerLoader::groups() const { return impl_->groups.size(); }
+std::vector<bool> LayerLoader::deferred_groups() const {
+  std::vector<bool> out;
+  for (const Impl::Group& g : impl_->groups) out.push_back(g.deferred);
+  return out;
+}
 uint64_t LayerLoader::group_tensor_bytes(size_t index) const {
   return impl_->groups.at(index).layout.tensor_bytes;
 }
 uint64_t LayerLoader::stream_buffer_bytes() const {
-  return impl_->largest_buffer * impl_->stream_slots;
+  return impl_->largest_buffer * impl_->stream_slots +
+         impl_->look_ahead_buffer * impl_->look_ahead_slots;
 }
 uint64_t LayerLoader::largest_group_bytes() const { return impl_->largest_tensor_bytes; }
 uint64_t LayerLoader::buffer_bytes(size_t index) const {

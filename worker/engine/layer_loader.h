@@ -17,7 +17,10 @@
 //
 // Streaming (the default) holds at most two groups: the one acquired and the
 // one being prefetched, each in one of two buffers sized to the largest group
-// and reused pass after pass. A pinned group (`pinned`, or every group when
+// and reused pass after pass. A mixture of experts' loader also has two
+// look-ahead buffers, each sized to the largest dense part of a sparse layer
+// that follows another (planner::LookAheadGroups): such a part is read into
+// them, even while the expert slices before it wait for their routing. A pinned group (`pinned`, or every group when
 // `resident`) is read once into a buffer of its own and kept as stored, so
 // later passes read only the groups not pinned (partial residency).
 //
@@ -56,8 +59,8 @@ struct LayerLoaderOptions {
   std::vector<bool> pinned;
   // Per group (empty, or one flag per group): a pass decides as it runs
   // whether it reads the group, and which of its units (Decide): the
-  // prefetch stops before such a group until then, and Acquire passes over
-  // one the pass does not read. A mixture-of-experts layer's expert slices,
+  // prefetch stops before such a group until then (but for the look-ahead
+  // group after it), and Acquire passes over one the pass does not read. A mixture-of-experts layer's expert slices,
   // read once the pass's rows are routed.
   std::vector<bool> deferred;
   // Per group (empty, or one list per group, each empty or one entry per
@@ -169,12 +172,15 @@ class LayerLoader {
   void Unskip(size_t index);
 
   size_t groups() const;
+  // LayerLoaderOptions::deferred, one flag per group (all false when empty).
+  std::vector<bool> deferred_groups() const;
   // Bytes of the largest group: one buffer's worth of tensor data.
   uint64_t largest_group_bytes() const;
   // Tensor bytes of group `index` (LoadedGroup::bytes_read when it is read).
   uint64_t group_tensor_bytes(size_t index) const;
   // Bytes of the stream buffers a pass needs: the largest buffer of a group
-  // not pinned, x 2 with prefetch (x 1 without); 0 when every group is pinned.
+  // not pinned, x 2 with prefetch (x 1 without); 0 when every group is
+  // pinned; plus, with prefetch, the two look-ahead buffers.
   uint64_t stream_buffer_bytes() const;
   // Bytes of group `index`'s part of a buffer (LoadedGroup::bytes): its
   // tensors and the alignment around them.

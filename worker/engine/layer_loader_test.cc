@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "worker/checkpoint/checkpoint.h"
@@ -337,6 +338,117 @@ TEST(LayerLoaderTest, DeferredGroupsReadTheUnitsEachPassDecides) {
       ASSERT_TRUE(head.ok()) << head.status().ToString();
       EXPECT_EQ(head->bytes_read, Bytes(groups[2]));
       (*loader)->Release(2);
+    }
+  }
+}
+
+// A sparse layer's dense part after another sparse layer is read while the
+// expert slices before it wait for their routing (planner::LookAheadGroups),
+// into two look-ahead buffers of its own: the disk reads the next layer's
+// attention while this one's routes. Here each layer is split in two: its
+// first tensors a dense part, the rest a deferred slice of one unit.
+TEST(LayerLoaderTest, TheNextDensePartIsReadWhileASliceWaitsForItsRouting) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  std::vector<std::string> files;
+  for (const checkpoint::FileInfo& f : ckpt.files) files.push_back(ReadFileBytes(f.path));
+  std::vector<TensorList> groups;
+  for (const checkpoint::TensorGroup& layer : ckpt.layers) {
+    const TensorList all = Tensors(ckpt, layer);
+    ASSERT_GE(all.size(), 4u);
+    groups.emplace_back(all.begin(), all.begin() + 2);
+    groups.emplace_back(all.begin() + 2, all.end());
+  }
+  groups.push_back(Tensors(ckpt, ckpt.head));
+  ASSERT_EQ(groups.size(), 5u);  // dense, slice, dense, slice, head
+  for (bool prefetch : {true, false}) {
+    SCOPED_TRACE(prefetch ? "prefetch" : "no prefetch");
+    LayerLoaderOptions options = Small(false, prefetch, 2, false);
+    options.deferred = {false, true, false, true, false};
+    StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    uint64_t largest = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      largest = std::max(largest, (*loader)->buffer_bytes(g));
+    }
+    EXPECT_EQ((*loader)->stream_buffer_bytes(),
+              prefetch ? 2 * largest + 2 * (*loader)->buffer_bytes(2) : largest);
+    for (int pass = 0; pass < 2; ++pass) {
+      SCOPED_TRACE("pass " + std::to_string(pass));
+      std::vector<std::chrono::steady_clock::time_point> decided(groups.size());
+      std::vector<LoadedGroup> seen(groups.size());
+      for (size_t g = 0; g < groups.size(); ++g) {
+        StatusOr<LoadedGroup> loaded = (*loader)->Acquire(g);
+        ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+        for (size_t t = 0; t < groups[g].size(); ++t) {
+          const checkpoint::TensorInfo& info = *groups[g][t];
+          const std::string& file = files[static_cast<size_t>(info.file)];
+          ASSERT_EQ(std::memcmp(loaded->data[t], file.data() + info.offset, info.size), 0)
+              << info.name;
+        }
+        EXPECT_EQ(loaded->bytes_read, Bytes(groups[g]));
+        seen[g] = *loaded;
+        if (g == 0 || g == 2) {  // a dense part: its layer routes, then its slice is decided
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          decided[g + 1] = std::chrono::steady_clock::now();
+          (*loader)->Decide(g + 1, {true});
+        }
+        (*loader)->Release(g);
+      }
+      // The second dense part began reading before the first slice was
+      // decided with prefetch; without, only once acquired.
+      EXPECT_EQ(seen[2].read_began < decided[1], prefetch);
+      EXPECT_GE(seen[1].read_began, decided[1]);
+      EXPECT_GE(seen[3].read_began, decided[3]);
+    }
+  }
+}
+
+// A quantized projection's parts each sit in a region of their own
+// (QuantizedTensor::part_offsets) though they lie side by side in the file:
+// the loader reads them, and the tensors around them, as one run (a page two
+// parts share through a bounce page). Every part and tensor arrives byte for
+// byte, whatever the read size, O_DIRECT or not.
+TEST(LayerLoaderTest, QuantizedPartsReadTogetherLandInTheirRegions) {
+  for (const char* fixture : {"awq-int4", "gptq-int4", "ct-fp8-channel", "fp8-block"}) {
+    checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(fixture));
+    std::vector<std::string> files;
+    for (const checkpoint::FileInfo& f : ckpt.files) files.push_back(ReadFileBytes(f.path));
+    const std::vector<TensorList> groups = Groups(ckpt);
+    for (uint64_t chunk : {uint64_t{4096}, uint64_t{20000}, kDefaultReadChunkBytes}) {
+      for (bool direct : {true, false}) {
+        SCOPED_TRACE(std::string(fixture) + ", chunk " + std::to_string(chunk) +
+                     (direct ? ", O_DIRECT" : ", buffered"));
+        LayerLoaderOptions options = Small(false, true, 1, direct);
+        options.chunk_bytes = chunk;
+        StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
+        ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+        int quantized = 0;
+        for (size_t g = 0; g < groups.size(); ++g) {
+          StatusOr<LoadedGroup> loaded = (*loader)->Acquire(g);
+          ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+          for (size_t t = 0; t < groups[g].size(); ++t) {
+            const checkpoint::TensorInfo& info = *groups[g][t];
+            if (info.quant == nullptr) {
+              const std::string& file = files[static_cast<size_t>(info.file)];
+              ASSERT_EQ(std::memcmp(loaded->data[t], file.data() + info.offset, info.size), 0)
+                  << info.name;
+              continue;
+            }
+            ++quantized;
+            const checkpoint::QuantizedTensor& q = *info.quant;
+            for (size_t k = 0; k < q.parts.size(); ++k) {
+              const checkpoint::TensorInfo& part = q.parts[k];
+              const std::string& file = files[static_cast<size_t>(part.file)];
+              ASSERT_EQ(std::memcmp(loaded->data[t] + q.part_offsets[k],
+                                    file.data() + part.offset, part.size),
+                        0)
+                  << info.name << " part " << k;
+            }
+          }
+          (*loader)->Release(g);
+        }
+        EXPECT_GT(quantized, 0);
+      }
     }
   }
 }
