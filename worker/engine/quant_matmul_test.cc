@@ -41,6 +41,11 @@ std::vector<Case> Cases() {
   QuantWeightSpec awq_bf16 = awq;
   awq_bf16.scale_dtype = DType::kBF16;
   cases.push_back({"awq_bf16_scales", awq_bf16});
+  // float32 scales: z s is not always exact, so AVX-512 cannot fuse the
+  // decode's subtraction and product into one rounding there.
+  QuantWeightSpec awq_f32 = awq;
+  awq_f32.scale_dtype = DType::kF32;
+  cases.push_back({"awq_f32_scales", awq_f32});
   QuantWeightSpec gptq = spec(QuantFormat::kGptq, 136, 200);  // 200 = 3 groups of 64 and 8
   gptq.group_size = 64;
   cases.push_back({"gptq", gptq});
