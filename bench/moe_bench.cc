@@ -9,17 +9,29 @@
 // the experts it read. Prints, per row count, the medians beside what uniform
 // routing predicts (planner::ExpectedExpertsTouched: E (1 - (1 - k/E)^B) of
 // each layer's E experts) and the pass's time against the fastest cold read
-// of the bytes it streamed. With the CPU model and the load. Prints figures,
-// never pass/fail; not a test. Needs root (drop_caches).
+// of the bytes it streamed. That read is of 128 MB pieces in file order, and
+// this disk reads small pieces far slower (a routed pass reads each expert
+// alone: 9.4 MB here), so beside it the bench times a cold read of exactly
+// the byte ranges the pass read, piece by piece as the loader cuts them (a
+// layer's dense part, each expert read, the LM head), the faster of one
+// read in flight and four: the pass against that too. With the CPU model
+// and the load. Prints figures, never pass/fail; not a test. Needs root
+// (drop_caches).
 //
 //   moe_bench [--work-dir DIR] [--runs 3] [--layers 4] [--stream-run PATH]
+#include <fcntl.h>
 #include <sys/sysinfo.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "bench/stream_bench.h"
-#include "common/disk_bench.h"
 #include "common/command_line.h"
+#include "common/disk_bench.h"
+#include "common/read_buffer.h"
 #include "planner/model_facts.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/generator/generator.h"
@@ -88,13 +100,131 @@ StatusOr<Shape> Generate(const std::string& dir, int64_t layers) {
   return shape;
 }
 
+// A piece of a file the loader reads as one (before cutting it into reads of
+// at most 128 MB).
+struct Piece {
+  int file = 0;
+  uint64_t offset = 0, bytes = 0;
+};
+
+// The checkpoint's pieces: per layer its dense part and each expert (the
+// adjacent tensors of each merged), then the LM head's group.
+struct Pieces {
+  std::vector<std::vector<Piece>> dense;                // per layer
+  std::vector<std::vector<std::vector<Piece>>> expert;  // per layer, per expert
+  std::vector<Piece> head;
+};
+
+void AddTensor(std::vector<Piece>& pieces, const checkpoint::TensorInfo& t) {
+  if (!pieces.empty() && pieces.back().file == t.file &&
+      pieces.back().offset + pieces.back().bytes == t.offset) {
+    pieces.back().bytes += t.size;
+  } else {
+    pieces.push_back({t.file, t.offset, t.size});
+  }
+}
+
+Pieces PiecesOf(const checkpoint::Checkpoint& ckpt) {
+  Pieces out;
+  auto sorted = [&ckpt](std::vector<int> tensors) {
+    std::sort(tensors.begin(), tensors.end(), [&ckpt](int a, int b) {
+      const checkpoint::TensorInfo &x = ckpt.tensors[static_cast<size_t>(a)],
+                                   &y = ckpt.tensors[static_cast<size_t>(b)];
+      return std::make_pair(x.file, x.offset) < std::make_pair(y.file, y.offset);
+    });
+    return tensors;
+  };
+  for (const checkpoint::TensorGroup& layer : ckpt.layers) {
+    out.dense.emplace_back();
+    out.expert.emplace_back(kExperts);
+    for (int t : sorted(layer.tensors)) {
+      const checkpoint::TensorInfo& info = ckpt.tensors[static_cast<size_t>(t)];
+      const int e = checkpoint::ExpertIndex(info.name);
+      AddTensor(e < 0 ? out.dense.back() : out.expert.back()[static_cast<size_t>(e)], info);
+    }
+  }
+  for (int t : sorted(ckpt.head.tensors)) AddTensor(out.head, ckpt.tensors[static_cast<size_t>(t)]);
+  return out;
+}
+
+// The pieces a pass read: every dense part and the head, and each layer's
+// experts `routed` lists (every expert when the pass read them all ahead).
+std::vector<Piece> PassPieces(const Pieces& all, const nlohmann::json& pass) {
+  const bool every = pass.value("experts_read", 0) >= pass.value("experts_total", 0);
+  std::vector<Piece> out;
+  for (size_t layer = 0; layer < all.dense.size(); ++layer) {
+    out.insert(out.end(), all.dense[layer].begin(), all.dense[layer].end());
+    std::vector<int64_t> experts;
+    if (every) {
+      for (int64_t e = 0; e < kExperts; ++e) experts.push_back(e);
+    } else if (pass.contains("routed_experts") && layer < pass["routed_experts"].size()) {
+      experts = pass["routed_experts"][layer].get<std::vector<int64_t>>();
+    }
+    for (int64_t e : experts) {
+      const std::vector<Piece>& p = all.expert[layer][static_cast<size_t>(e)];
+      out.insert(out.end(), p.begin(), p.end());
+    }
+  }
+  out.insert(out.end(), all.head.begin(), all.head.end());
+  return out;
+}
+
+// Seconds to read `pieces` cold with O_DIRECT, each cut into reads of at
+// most 128 MB (page-aligned), `streams` reads in flight; negative on failure.
+double ColdReadSeconds(const checkpoint::Checkpoint& ckpt, const std::vector<Piece>& pieces,
+                       int streams) {
+  constexpr uint64_t kAlign = 4096, kChunk = kDefaultReadChunkBytes;
+  struct Read {
+    int file;
+    uint64_t offset, bytes;
+  };
+  std::vector<Read> reads;
+  for (const Piece& p : pieces) {
+    const uint64_t begin = p.offset / kAlign * kAlign;
+    const uint64_t end = (p.offset + p.bytes + kAlign - 1) / kAlign * kAlign;
+    for (uint64_t at = begin; at < end; at += kChunk) {
+      reads.push_back({p.file, at, std::min(kChunk, end - at)});
+    }
+  }
+  std::vector<int> fds;
+  for (const checkpoint::FileInfo& f : ckpt.files) {
+    fds.push_back(open(f.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+    if (fds.back() < 0) return -1;
+  }
+  DropCaches();
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> readers;
+  for (int s = 0; s < streams; ++s) {
+    readers.emplace_back([&] {
+      auto* buffer = static_cast<unsigned char*>(AllocateReadBuffer(kChunk));
+      for (size_t i = next++; i < reads.size(); i = next++) {
+        const Read& r = reads[i];
+        // A short read at the end of a file is the file's end.
+        if (pread(fds[static_cast<size_t>(r.file)], buffer, r.bytes, static_cast<off_t>(r.offset)) <
+            0) {
+          failed = true;
+        }
+      }
+      std::free(buffer);
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int fd : fds) close(fd);
+  return failed ? -1 : seconds;
+}
+
 int Main(int argc, char** argv) {
   std::string work_dir = "/tmp/nightshift-moe-bench", stream_run;
   int64_t runs = 3, layers = 4;
-  CommandLine flags("moe_bench [flags]",
-                "A generated Qwen3-MoE (64 experts of 768, top 8, BF16) streamed at 1-256 rows: "
-                "bytes and experts read per pass beside uniform routing's prediction, and the "
-                "pass against the fastest cold read of its bytes.");
+  CommandLine flags(
+      "moe_bench [flags]",
+      "A generated Qwen3-MoE (64 experts of 768, top 8, BF16) streamed at 1-256 rows: "
+      "bytes and experts read per pass beside uniform routing's prediction, and the "
+      "pass against the fastest cold read of its bytes.");
   flags.String("work-dir", &work_dir, "where the generated checkpoint is kept", "DIR");
   flags.String("stream-run", &stream_run, "engine-stream-run (default: <build>/bin/)", "PATH");
   flags.Int("runs", &runs, "rounds; medians are reported");
@@ -113,7 +243,13 @@ int Main(int argc, char** argv) {
   }
   const std::vector<int64_t> rows = {1, 4, 16, 64, 256};
   std::map<int64_t, std::vector<Measured>> results;
-  std::map<int64_t, std::vector<double>> experts_read;
+  std::map<int64_t, std::vector<double>> experts_read, ranges_read;
+  StatusOr<checkpoint::Checkpoint> ckpt = checkpoint::ReadCheckpoint(dir);
+  if (!ckpt.ok()) {
+    std::cerr << "moe_bench: " << ckpt.status().ToString() << "\n";
+    return 1;
+  }
+  const Pieces pieces = PiecesOf(*ckpt);
   std::vector<double> best_gbs, loads;
   printf(
       "CPU: %s, %d cores; checkpoint %.2f GB: dense part %.0f MB, %lld sparse layers of %lld "
@@ -145,10 +281,19 @@ int Main(int argc, char** argv) {
       if (!bench.Run(c, &m)) return 1;
       const nlohmann::json& pass = m.last_pass;
       experts_read[b].push_back(pass.value("experts_read", 0.0));
-      printf("  %3lld rows: pass %.3f s (compute %.3f)  read %.0f MB, %lld of %lld experts\n",
-             static_cast<long long>(b), m.pass_seconds, m.compute_seconds, m.pass_bytes / 1e6,
-             static_cast<long long>(pass.value("experts_read", 0)),
-             static_cast<long long>(pass.value("experts_total", 0)));
+      const std::vector<Piece> read = PassPieces(pieces, pass);
+      const double one = ColdReadSeconds(*ckpt, read, 1), four = ColdReadSeconds(*ckpt, read, 4);
+      if (one < 0 || four < 0) {
+        std::cerr << "moe_bench: could not read the pass's pieces with O_DIRECT\n";
+        return 1;
+      }
+      ranges_read[b].push_back(std::min(one, four));
+      printf(
+          "  %3lld rows: pass %.3f s (compute %.3f)  read %.0f MB, %lld of %lld experts; "
+          "those pieces read cold in %.3f s\n",
+          static_cast<long long>(b), m.pass_seconds, m.compute_seconds, m.pass_bytes / 1e6,
+          static_cast<long long>(pass.value("experts_read", 0)),
+          static_cast<long long>(pass.value("experts_total", 0)), ranges_read[b].back());
       fflush(stdout);
       results[b].push_back(m);
     }
@@ -159,8 +304,8 @@ int Main(int argc, char** argv) {
       "cold read %.2f GB/s\n",
       static_cast<long long>(runs), Median(loads), *std::max_element(loads.begin(), loads.end()),
       gbs);
-  printf("%5s %9s %9s %9s %9s %8s %8s %7s %9s\n", "rows", "experts", "uniform", "MB/pass",
-         "uniform", "pass s", "read s", "/ read", "compute s");
+  printf("%5s %9s %9s %9s %9s %8s %8s %7s %9s %7s %9s\n", "rows", "experts", "uniform", "MB/pass",
+         "uniform", "pass s", "read s", "/ read", "pieces s", "/ them", "compute s");
   const double total = static_cast<double>(kExperts * shape->sparse_layers);
   for (int64_t b : rows) {
     std::vector<double> pass, compute, bytes;
@@ -174,14 +319,18 @@ int Main(int argc, char** argv) {
     const double uniform_bytes = static_cast<double>(shape->dense_bytes) +
                                  touched * static_cast<double>(shape->expert_bytes);
     const double read = Median(bytes) / (gbs * 1e9);
-    printf("%5lld %4.0f/%-4.0f %9.1f %9.0f %9.0f %8.3f %8.3f %7.2f %9.3f\n",
+    const double pieces_read = Median(ranges_read[b]);
+    printf("%5lld %4.0f/%-4.0f %9.1f %9.0f %9.0f %8.3f %8.3f %7.2f %9.3f %7.2f %9.3f\n",
            static_cast<long long>(b), Median(experts_read[b]), total, touched, Median(bytes) / 1e6,
-           uniform_bytes / 1e6, Median(pass), read, Median(pass) / read, Median(compute));
+           uniform_bytes / 1e6, Median(pass), read, Median(pass) / read, pieces_read,
+           Median(pass) / pieces_read, Median(compute));
   }
   printf(
       "(experts: read per decode pass over all there are; uniform: what uniform top-%lld "
       "routing touches; MB/pass beside the uniform prediction (dense part + touched experts; "
-      "the embedding rows aside); / read: the pass over the fastest cold read of its bytes)\n",
+      "the embedding rows aside); / read: the pass over the fastest cold read of its bytes; "
+      "pieces s: a cold read of the very pieces the pass read, the faster of 1 and 4 in "
+      "flight; / them: the pass over that)\n",
       static_cast<long long>(kTopK));
   return 0;
 }

@@ -10,7 +10,7 @@
 //                "compute_seconds", "sequences", "tokens", "kv_bytes", "pinned_bytes",
 //                "host_pinned_bytes", "compute_dtype", "projection_kernels",
 //                "projection_flops", "experts_total", "experts_routed",
-//                "experts_read", "experts_pinned"}...],
+//                "experts_read", "experts_pinned", "routed_experts"}...],
 //    "micro_batch_rows", "pinned_bytes", "host_pinned_bytes", "rss_after_open_bytes",
 //    "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds",
 //    "compute": {"requested", "dtype", "plan", "cached", "rows": [...],
@@ -83,7 +83,8 @@ nlohmann::json PassJson(const PassStats& p) {
           {"experts_total", p.experts_total},
           {"experts_routed", p.experts_routed},
           {"experts_read", p.experts_read},
-          {"experts_pinned", p.experts_pinned}};
+          {"experts_pinned", p.experts_pinned},
+          {"routed_experts", p.routed_experts}};
 }
 
 // The compute choice and, when measured, every kernel's rate per row bucket.
@@ -122,7 +123,7 @@ int Run(int argc, char** argv) {
   bool prefetch = true, batch_invariant = true, logits = false, accelerator_path = false,
        adaptive_split = false, stagger = false;
   CommandLine flags("engine-stream-run --model-dir DIR [flags]",
-                "Runs one batched generation and prints its passes and memory as JSON.");
+                    "Runs one batched generation and prints its passes and memory as JSON.");
   flags.String("model-dir", &dir, "checkpoint directory", "DIR");
   flags.String("warm-up-dir", &warm_up_dir,
                "a small checkpoint of the same family to run first (not measured)", "DIR");
