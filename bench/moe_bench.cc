@@ -9,14 +9,15 @@
 // the experts it read. Prints, per row count, the medians beside what uniform
 // routing predicts (planner::ExpectedExpertsTouched: E (1 - (1 - k/E)^B) of
 // each layer's E experts) and the pass's time against the fastest cold read
-// of the bytes it streamed. That read is of 128 MB pieces in file order, and
-// this disk reads small pieces far slower (a routed pass reads each expert
-// alone: 9.4 MB here), so beside it the bench times a cold read of exactly
-// the byte ranges the pass read, piece by piece as the loader cuts them (a
-// layer's dense part, each expert read, the LM head), the faster of one
-// read in flight and four: the pass against that too. With the CPU model
-// and the load. Prints figures, never pass/fail; not a test. Needs root
-// (drop_caches).
+// of the bytes it streamed. That read is of 128 MB pieces in file order,
+// while a routed pass reads each expert alone (9.4 MB here), and disks may
+// read small pieces slower (common/disk_bench.h: 1.45 GB/s with 16 MB reads
+// against 4.4-4.9 with 128 MB, this project's virtio disk on 2026-12-02).
+// So beside it the bench times a cold read of exactly the byte ranges the
+// pass read, piece by piece as the loader cuts them (a layer's dense part,
+// each expert read, the LM head), the faster of one read in flight and
+// four: the pass against that too. With the CPU model and the load. Prints
+// figures, never pass/fail; not a test. Needs root (drop_caches).
 //
 //   moe_bench [--work-dir DIR] [--runs 3] [--layers 4] [--stream-run PATH]
 #include <fcntl.h>
