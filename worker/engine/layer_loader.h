@@ -20,9 +20,9 @@
 // and reused pass after pass. A mixture of experts' loader also has two
 // look-ahead buffers, each sized to the largest dense part of a sparse layer
 // that follows another (planner::LookAheadGroups): such a part is read into
-// them, even while the expert slices before it wait for their routing. A pinned group (`pinned`, or every group when
-// `resident`) is read once into a buffer of its own and kept as stored, so
-// later passes read only the groups not pinned (partial residency).
+// them, even while the expert slices before it wait for their routing. A pinned group (`pinned`, or
+// every group when `resident`) is read once into a buffer of its own and kept as stored, so later
+// passes read only the groups not pinned (partial residency).
 //
 //   Acquire(0) ... compute ... Release(0); Acquire(1) ... Release(1); ...
 //
@@ -60,8 +60,8 @@ struct LayerLoaderOptions {
   // Per group (empty, or one flag per group): a pass decides as it runs
   // whether it reads the group, and which of its units (Decide): the
   // prefetch stops before such a group until then (but for the look-ahead
-  // group after it), and Acquire passes over one the pass does not read. A mixture-of-experts layer's expert slices,
-  // read once the pass's rows are routed.
+  // group after it), and Acquire passes over one the pass does not read. A mixture-of-experts
+  // layer's expert slices, read once the pass's rows are routed.
   std::vector<bool> deferred;
   // Per group (empty, or one list per group, each empty or one entry per
   // tensor): the unit each tensor belongs to (an expert). A read never spans

@@ -439,8 +439,8 @@ TEST(LayerLoaderTest, QuantizedPartsReadTogetherLandInTheirRegions) {
             for (size_t k = 0; k < q.parts.size(); ++k) {
               const checkpoint::TensorInfo& part = q.parts[k];
               const std::string& file = files[static_cast<size_t>(part.file)];
-              ASSERT_EQ(std::memcmp(loaded->data[t] + q.part_offsets[k],
-                                    file.data() + part.offset, part.size),
+              ASSERT_EQ(std::memcmp(loaded->data[t] + q.part_offsets[k], file.data() + part.offset,
+                                    part.size),
                         0)
                   << info.name << " part " << k;
             }
