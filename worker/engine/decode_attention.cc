@@ -43,15 +43,53 @@ inline __attribute__((always_inline)) float TreeSum(const typename Lanes<W>::typ
   }
 }
 
-// Where a row's j-th key sits among the cache's keys: at j (a causal row
-// over its cache), or at rows[j] (a trie row over its ancestors' positions,
-// DecodeAttentionShape::key_rows). The arithmetic is the same either way.
+// Where a row's j-th key (or value) of one KV head sits, as a pointer to
+// its `dim` floats: at j of the cache (a causal row over its cache), at
+// rows[j] (a trie row over its ancestors' positions,
+// DecodeAttentionShape::key_rows), or, for a cache that shares a prefix
+// (DecodeAttentionShape::shared), the first n at rows[j] of the shared
+// cache and the rest at j - n of its own. The arithmetic is the same
+// whichever it is; only the addresses differ.
 struct ContiguousKeys {
-  int64_t operator[](int64_t j) const { return j; }
+  const float* own;
+  int64_t stride;
+  const float* operator[](int64_t j) const { return own + j * stride; }
 };
 struct GatheredKeys {
+  const float* own;
   const int32_t* rows;
-  int64_t operator[](int64_t j) const { return rows[j]; }
+  int64_t stride;
+  const float* operator[](int64_t j) const { return own + rows[j] * stride; }
+};
+struct SharedThenOwnKeys {
+  const float* shared;
+  const int32_t* rows;
+  int64_t n;
+  const float* own;
+  int64_t stride;
+  const float* operator[](int64_t j) const {
+    return j < n ? shared + rows[j] * stride : own + (j - n) * stride;
+  }
+};
+
+// The three layouts: each makes a KV head's locator from that head's first
+// float in the cache and, when there is one, in the shared cache.
+struct InOrder {
+  int64_t stride;
+  ContiguousKeys operator()(const float* own, const float*) const { return {own, stride}; }
+};
+struct AtRows {
+  const int32_t* rows;
+  int64_t stride;
+  GatheredKeys operator()(const float* own, const float*) const { return {own, rows, stride}; }
+};
+struct AfterShared {
+  const int32_t* rows;
+  int64_t n;
+  int64_t stride;
+  SharedThenOwnKeys operator()(const float* own, const float* shared) const {
+    return {shared, rows, n, own, stride};
+  }
 };
 
 // Keys scored at once: a register tile of up to 4 query heads x kKeysAtOnce
@@ -153,10 +191,8 @@ inline __attribute__((always_inline)) void Softmax(float* s, int64_t n, int64_t 
 // heads share the tile. Each value chunk is loaded once for the tile.
 template <int W, int RT, int NH, typename Keys>
 inline __attribute__((always_inline)) void WeighValues(const float* const p[RT], int64_t group,
-                                                       const int64_t length[RT],
-                                                       const float* values, Keys at,
-                                                       int64_t key_stride, int64_t dim,
-                                                       float* const out[RT]) {
+                                                       const int64_t length[RT], Keys value,
+                                                       int64_t dim, float* const out[RT]) {
   using V = typename Lanes<W>::type;
   const int64_t whole = dim / W * W;
   const int64_t shortest = *std::min_element(length, length + RT);
@@ -165,7 +201,7 @@ inline __attribute__((always_inline)) void WeighValues(const float* const p[RT],
     V acc[RT][NH] = {};
     for (int64_t j = 0; j < shortest; ++j) {
       V vv;
-      Load(vv, values + at[j] * key_stride + i);
+      Load(vv, value[j] + i);
 #pragma GCC unroll 4
       for (int r = 0; r < RT; ++r) {
 #pragma GCC unroll 4
@@ -174,7 +210,7 @@ inline __attribute__((always_inline)) void WeighValues(const float* const p[RT],
     }
     for (int64_t j = shortest; j < longest; ++j) {
       V vv;
-      Load(vv, values + at[j] * key_stride + i);
+      Load(vv, value[j] + i);
 #pragma GCC unroll 4
       for (int r = 0; r < RT; ++r) {
         if (j >= length[r]) continue;
@@ -193,7 +229,7 @@ inline __attribute__((always_inline)) void WeighValues(const float* const p[RT],
       for (int h = 0; h < NH; ++h) {
         float sum = 0;
         for (int64_t j = 0; j < length[r]; ++j) {
-          sum += p[r][j * group + h] * values[at[j] * key_stride + i];
+          sum += p[r][j * group + h] * value[j][i];
         }
         out[r][h * dim + i] = sum;
       }
@@ -215,8 +251,7 @@ inline int HeadsAtOnce(int64_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1;
 template <int W, int NH, typename Keys>
 inline __attribute__((always_inline)) void ScoreHeads(int64_t h0, int64_t group, int64_t dim,
                                                       int64_t rows, const int64_t* lengths,
-                                                      const float* const* qs, int64_t g,
-                                                      const float* k, Keys at, int64_t key_stride,
+                                                      const float* const* qs, int64_t g, Keys k,
                                                       int64_t longest, float scale, float* scratch,
                                                       int64_t stride) {
   float tile[NH][kKeysAtOnce];
@@ -225,7 +260,7 @@ inline __attribute__((always_inline)) void ScoreHeads(int64_t h0, int64_t group,
     // (and are dropped), so nothing past the cache is read.
     const float* key[kKeysAtOnce];
     for (int64_t c = 0; c < kKeysAtOnce; ++c) {
-      key[c] = k + at[std::min(j0 + c, longest - 1)] * key_stride;
+      key[c] = k[std::min(j0 + c, longest - 1)];
     }
     for (int64_t r = 0; r < rows; ++r) {
       if (j0 >= lengths[r]) continue;
@@ -244,8 +279,7 @@ inline __attribute__((always_inline)) void ScoreHeads(int64_t h0, int64_t group,
 template <int W, int NH, typename Keys>
 inline __attribute__((always_inline)) void WeighHeads(int64_t h0, int64_t group, int64_t dim,
                                                       int64_t rows, const int64_t* lengths,
-                                                      int64_t g, const float* v, Keys at,
-                                                      int64_t key_stride, const float* scratch,
+                                                      int64_t g, Keys v, const float* scratch,
                                                       int64_t stride, float* const* outs) {
   constexpr int RT = kRowsPerValueTile<W>;
   for (int64_t r0 = 0; r0 < rows; r0 += RT) {
@@ -258,7 +292,7 @@ inline __attribute__((always_inline)) void WeighHeads(int64_t h0, int64_t group,
       p[t] = scratch + r * stride * group + h0;
       out[t] = outs[r] + (g * group + h0) * dim;
     }
-    WeighValues<W, RT, NH>(p, group, length, v, at, key_stride, dim, out);
+    WeighValues<W, RT, NH>(p, group, length, v, dim, out);
   }
 }
 
@@ -268,8 +302,8 @@ inline __attribute__((always_inline)) void WeighHeads(int64_t h0, int64_t group,
 // weighed, a tile of rows at a time. A row's arithmetic is the same
 // whatever rows share the call, so a row alone (a decode step) and the same
 // row among a prompt's give bitwise-equal outputs.
-template <int W, typename Keys>
-inline __attribute__((always_inline)) void AttendRowsOver(Keys at,
+template <int W, typename Layout>
+inline __attribute__((always_inline)) void AttendRowsOver(Layout at,
                                                           const DecodeAttentionShape& shape,
                                                           int64_t rows, const int64_t* lengths,
                                                           const float* const* qs, const float* keys,
@@ -280,19 +314,19 @@ inline __attribute__((always_inline)) void AttendRowsOver(Keys at,
   const int64_t longest = *std::max_element(lengths, lengths + rows);
   const int64_t stride = shape.length;  // keys of scratch per row
   for (int64_t g = 0; g < shape.kv_heads; ++g) {
-    const float* k = keys + g * shape.head_stride;
-    const float* v = values + g * shape.head_stride;
+    const bool shares = shape.shared > 0;
+    const auto k = at(keys + g * shape.head_stride,
+                      shares ? shape.shared_keys + g * shape.shared_head_stride : nullptr);
+    const auto v = at(values + g * shape.head_stride,
+                      shares ? shape.shared_values + g * shape.shared_head_stride : nullptr);
     for (int64_t h0 = 0; h0 < group;) {
       const int nh = HeadsAtOnce(group - h0);
       if (nh == 4) {
-        ScoreHeads<W, 4>(h0, group, dim, rows, lengths, qs, g, k, at, shape.key_stride, longest,
-                         scale, scratch, stride);
+        ScoreHeads<W, 4>(h0, group, dim, rows, lengths, qs, g, k, longest, scale, scratch, stride);
       } else if (nh == 2) {
-        ScoreHeads<W, 2>(h0, group, dim, rows, lengths, qs, g, k, at, shape.key_stride, longest,
-                         scale, scratch, stride);
+        ScoreHeads<W, 2>(h0, group, dim, rows, lengths, qs, g, k, longest, scale, scratch, stride);
       } else {
-        ScoreHeads<W, 1>(h0, group, dim, rows, lengths, qs, g, k, at, shape.key_stride, longest,
-                         scale, scratch, stride);
+        ScoreHeads<W, 1>(h0, group, dim, rows, lengths, qs, g, k, longest, scale, scratch, stride);
       }
       h0 += nh;
     }
@@ -303,14 +337,11 @@ inline __attribute__((always_inline)) void AttendRowsOver(Keys at,
     for (int64_t h0 = 0; h0 < group;) {
       const int nh = HeadsAtOnce(group - h0);
       if (nh == 4) {
-        WeighHeads<W, 4>(h0, group, dim, rows, lengths, g, v, at, shape.key_stride, scratch, stride,
-                         outs);
+        WeighHeads<W, 4>(h0, group, dim, rows, lengths, g, v, scratch, stride, outs);
       } else if (nh == 2) {
-        WeighHeads<W, 2>(h0, group, dim, rows, lengths, g, v, at, shape.key_stride, scratch, stride,
-                         outs);
+        WeighHeads<W, 2>(h0, group, dim, rows, lengths, g, v, scratch, stride, outs);
       } else {
-        WeighHeads<W, 1>(h0, group, dim, rows, lengths, g, v, at, shape.key_stride, scratch, stride,
-                         outs);
+        WeighHeads<W, 1>(h0, group, dim, rows, lengths, g, v, scratch, stride, outs);
       }
       h0 += nh;
     }
@@ -323,12 +354,15 @@ inline __attribute__((always_inline)) void AttendRows(const DecodeAttentionShape
                                                       const float* const* qs, const float* keys,
                                                       const float* values, float scale,
                                                       float* scratch, float* const* outs) {
-  if (shape.key_rows != nullptr) {
-    AttendRowsOver<W>(GatheredKeys{shape.key_rows}, shape, rows, lengths, qs, keys, values, scale,
-                      scratch, outs);
+  if (shape.shared > 0) {
+    AttendRowsOver<W>(AfterShared{shape.shared_rows, shape.shared, shape.key_stride}, shape, rows,
+                      lengths, qs, keys, values, scale, scratch, outs);
+  } else if (shape.key_rows != nullptr) {
+    AttendRowsOver<W>(AtRows{shape.key_rows, shape.key_stride}, shape, rows, lengths, qs, keys,
+                      values, scale, scratch, outs);
   } else {
-    AttendRowsOver<W>(ContiguousKeys{}, shape, rows, lengths, qs, keys, values, scale, scratch,
-                      outs);
+    AttendRowsOver<W>(InOrder{shape.key_stride}, shape, rows, lengths, qs, keys, values, scale,
+                      scratch, outs);
   }
 }
 

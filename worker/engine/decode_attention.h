@@ -40,6 +40,18 @@ struct DecodeAttentionShape {
   // row over gathered keys is bitwise the row over the same keys laid out
   // in order.
   const int32_t* key_rows = nullptr;
+  // A cache that shares its first keys with other sequences' (KVCache::
+  // Share: a prompt prefix kept once for all who hold it): the first
+  // `shared` keys are at shared_rows[j] of `shared_keys` / `shared_values`
+  // (shared_head_stride between KV heads, key_stride between keys), and key
+  // j >= shared at j - shared of `keys` / `values`. 0: none (key_rows, or
+  // in order). Each row's arithmetic is the same, so a row over a shared
+  // prefix is bitwise the row over the same keys held in one cache.
+  int64_t shared = 0;
+  const float* shared_keys = nullptr;
+  const float* shared_values = nullptr;
+  int64_t shared_head_stride = 0;
+  const int32_t* shared_rows = nullptr;
 };
 
 // Floats of scratch DecodeAttention needs.

@@ -264,5 +264,91 @@ TEST(DecodeAttentionTest, GatheredKeysEqualTheSameKeysLaidOutInOrderBitwise) {
   EXPECT_GE(checked_lanes, 1);
 }
 
+// Rows of a cache that shares its first keys with others (a prompt prefix
+// kept once, DecodeAttentionShape::shared: gathered from the shared cache,
+// the rest from its own) get bitwise what they get over the same keys in
+// one cache, on every lane width, whatever their lengths.
+TEST(DecodeAttentionTest, ASharedPrefixThenOwnKeysEqualTheSameKeysInOneCacheBitwise) {
+  int checked_lanes = 0;
+  for (int lanes : {4, 8, 16}) {
+    if (!DecodeAttentionLanesSupported(lanes)) continue;
+    ++checked_lanes;
+    const int64_t dim = 20, heads = 12, kv_heads = 2, stride = dim + 3;
+    // The shared cache holds 40 positions, the row's own 25: different head
+    // strides, to catch one taken for the other.
+    const int64_t shared_capacity = 40, own_capacity = 25;
+    auto fill = [](size_t n, float phase) {
+      std::vector<float> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = std::cos(static_cast<float>(i) * 0.17f + phase) * 2;
+      return v;
+    };
+    const std::vector<float> shared_keys = fill(kv_heads * shared_capacity * stride, 0.1f);
+    const std::vector<float> shared_values = fill(shared_keys.size(), 0.7f);
+    const std::vector<float> own_keys = fill(kv_heads * own_capacity * stride, 1.3f);
+    const std::vector<float> own_values = fill(own_keys.size(), 2.1f);
+    // A path through a trie's shared rows: the root's first 9, then a branch.
+    std::vector<int32_t> shared_rows = {0, 1, 2, 3, 4, 5, 6, 7, 8, 21, 22, 30};
+    const int64_t shared = static_cast<int64_t>(shared_rows.size()), own = 17;
+    const int64_t length = shared + own;
+    // The same keys copied into one cache in that order.
+    const DecodeAttentionShape in_order{heads, kv_heads, dim, length, length * stride, stride};
+    std::vector<float> ordered_keys(static_cast<size_t>(kv_heads * in_order.head_stride));
+    std::vector<float> ordered_values(ordered_keys.size());
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      for (int64_t j = 0; j < length; ++j) {
+        const bool in_shared = j < shared;
+        const size_t from = static_cast<size_t>(
+            in_shared ? g * shared_capacity * stride + shared_rows[static_cast<size_t>(j)] * stride
+                      : g * own_capacity * stride + (j - shared) * stride);
+        const size_t to = static_cast<size_t>(g * in_order.head_stride + j * stride);
+        std::copy_n((in_shared ? shared_keys : own_keys).begin() + from, dim,
+                    ordered_keys.begin() + to);
+        std::copy_n((in_shared ? shared_values : own_values).begin() + from, dim,
+                    ordered_values.begin() + to);
+      }
+    }
+    // Rows over all of it, over the shared keys only, one past them, fewer.
+    const std::vector<int64_t> lengths = {length, shared, shared + 1, 5, length - 2};
+    const int64_t rows = static_cast<int64_t>(lengths.size());
+    const size_t row = static_cast<size_t>(heads * dim);
+    std::vector<float> q(static_cast<size_t>(rows) * row);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(static_cast<float>(i) * 0.41f);
+    std::vector<const float*> qs;
+    std::vector<float> split(q.size(), -9.0f), ordered(q.size(), -7.0f);
+    std::vector<float*> split_outs, ordered_outs;
+    for (int64_t r = 0; r < rows; ++r) {
+      qs.push_back(q.data() + r * static_cast<int64_t>(row));
+      split_outs.push_back(split.data() + r * static_cast<int64_t>(row));
+      ordered_outs.push_back(ordered.data() + r * static_cast<int64_t>(row));
+    }
+    DecodeAttentionShape after_shared = in_order;
+    after_shared.head_stride = own_capacity * stride;
+    after_shared.shared = shared;
+    after_shared.shared_keys = shared_keys.data();
+    after_shared.shared_values = shared_values.data();
+    after_shared.shared_head_stride = shared_capacity * stride;
+    after_shared.shared_rows = shared_rows.data();
+    std::vector<float> scratch(static_cast<size_t>(DecodeAttentionRowsScratch(in_order, rows)));
+    const float scale = 0.2f;
+    DecodeAttentionRowsWithLanes(lanes, after_shared, rows, lengths.data(), qs.data(),
+                                 own_keys.data(), own_values.data(), scale, scratch.data(),
+                                 split_outs.data());
+    DecodeAttentionRowsWithLanes(lanes, in_order, rows, lengths.data(), qs.data(),
+                                 ordered_keys.data(), ordered_values.data(), scale, scratch.data(),
+                                 ordered_outs.data());
+    EXPECT_EQ(std::memcmp(split.data(), ordered.data(), q.size() * sizeof(float)), 0)
+        << lanes << " lanes";
+    EXPECT_NE(split[0], -9.0f);
+    // One row alone, through DecodeAttention, the same.
+    std::vector<float> alone(row, -5.0f);
+    after_shared.length = length;
+    DecodeAttentionWithLanes(lanes, after_shared, q.data(), own_keys.data(), own_values.data(),
+                             scale, scratch.data(), alone.data());
+    EXPECT_EQ(std::memcmp(alone.data(), ordered.data(), row * sizeof(float)), 0)
+        << lanes << " lanes";
+  }
+  EXPECT_GE(checked_lanes, 1);
+}
+
 }  // namespace
 }  // namespace nightshift::engine
