@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "planner/model_facts.h"
 
@@ -161,6 +162,15 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
     const int64_t first = lo - s.begin;
     const int64_t m = hi - lo;
     if (s.prefix != nullptr && first == 0) s.cache->CopyFrom(layer, *s.prefix, s.past);
+    if (s.cache->shared_positions() > 0 && s.chains.empty() && m == 1 && !rows.device &&
+        s.cache->dtype() == KvDType::kFloat32) {
+      // A decode row after a prefix it shares, read where it lies (Append
+      // would copy it out of the shared cache, as it does for the other
+      // dtypes and devices: the same numbers, a copy per layer and row).
+      s.cache->Write(layer, s.past, k.narrow(0, lo - a, m), p.v.narrow(0, lo - a, m));
+      decode_rows.push_back(s.cache->Attending(lo - a, layer, s.past + 1));
+      continue;
+    }
     auto [keys, values] =
         s.cache->Append(layer, s.past + first, k.narrow(0, lo - a, m), p.v.narrow(0, lo - a, m));
     if (rows.batch_invariant && !rows.device) {
@@ -218,35 +228,82 @@ KVCache::KVCache(const ModelConfig& config, int64_t capacity, KvDType dtype)
       values_(static_cast<size_t>(config.num_layers)) {}
 
 uint64_t KVCache::bytes() const {
-  return static_cast<uint64_t>(capacity_) *
+  return static_cast<uint64_t>(own_capacity()) *
          planner::KvBytesPerToken(static_cast<int64_t>(keys_.size()), kv_heads_, head_dim_,
                                   KvDTypeBytes(dtype_));
 }
 
-std::pair<at::Tensor, at::Tensor> KVCache::Append(int64_t layer, int64_t at, const at::Tensor& keys,
-                                                  const at::Tensor& values) {
+void KVCache::Share(std::shared_ptr<const KVCache> shared, std::vector<int32_t> rows) {
+  for (const at::Tensor& k : keys_) {
+    if (k.defined()) throw std::logic_error("KVCache::Share after a layer was written");
+  }
+  if (static_cast<int64_t>(rows.size()) > capacity_) {
+    throw std::invalid_argument("KVCache::Share: more shared positions than the capacity");
+  }
+  shared_ = std::move(shared);
+  shared_rows_ = std::move(rows);
+}
+
+void KVCache::Write(int64_t layer, int64_t at, const at::Tensor& keys, const at::Tensor& values) {
   at::Tensor& k = keys_[static_cast<size_t>(layer)];
   at::Tensor& v = values_[static_cast<size_t>(layer)];
   if (!k.defined()) {
     const at::ScalarType type = dtype_ == KvDType::kBFloat16 ? at::kBFloat16 : at::kFloat;
-    k = at::empty({kv_heads_, capacity_, head_dim_}, keys.options().dtype(type));
-    v = at::empty({kv_heads_, capacity_, head_dim_}, values.options().dtype(type));
+    k = at::empty({kv_heads_, own_capacity(), head_dim_}, keys.options().dtype(type));
+    v = at::empty({kv_heads_, own_capacity(), head_dim_}, values.options().dtype(type));
   }
   const int64_t rows = keys.size(0);
-  k.narrow(1, at, rows).copy_(keys.transpose(0, 1));
-  v.narrow(1, at, rows).copy_(values.transpose(0, 1));
-  at::Tensor cached_k = k.narrow(1, 0, at + rows), cached_v = v.narrow(1, 0, at + rows);
-  if (dtype_ == KvDType::kFloat32) return {cached_k, cached_v};
-  return {cached_k.to(keys.scalar_type()), cached_v.to(values.scalar_type())};
+  const int64_t own = at - shared_positions();
+  if (own < 0) throw std::invalid_argument("KVCache::Write into a shared position");
+  k.narrow(1, own, rows).copy_(keys.transpose(0, 1));
+  v.narrow(1, own, rows).copy_(values.transpose(0, 1));
+}
+
+std::pair<at::Tensor, at::Tensor> KVCache::Read(int64_t layer, int64_t length,
+                                                at::ScalarType type) const {
+  const int64_t n = shared_positions();
+  at::Tensor k = keys_[static_cast<size_t>(layer)].narrow(1, 0, length - n);
+  at::Tensor v = values_[static_cast<size_t>(layer)].narrow(1, 0, length - n);
+  if (n > 0) {
+    const at::Tensor index =
+        at::tensor(std::vector<int64_t>(shared_rows_.begin(), shared_rows_.end()),
+                   at::TensorOptions().dtype(at::kLong))
+            .to(k.device());
+    k = at::cat({shared_->keys_[static_cast<size_t>(layer)].index_select(1, index), k}, 1);
+    v = at::cat({shared_->values_[static_cast<size_t>(layer)].index_select(1, index), v}, 1);
+  }
+  if (k.scalar_type() == type) return {k, v};
+  return {k.to(type), v.to(type)};
+}
+
+std::pair<at::Tensor, at::Tensor> KVCache::Append(int64_t layer, int64_t at, const at::Tensor& keys,
+                                                  const at::Tensor& values) {
+  Write(layer, at, keys, values);
+  return Read(layer, at + keys.size(0), keys.scalar_type());
+}
+
+DecodeRow KVCache::Attending(int64_t row, int64_t layer, int64_t length) const {
+  const int64_t n = shared_positions();
+  DecodeRow r;
+  r.row = row;
+  r.keys = keys_[static_cast<size_t>(layer)].narrow(1, 0, length - n);
+  r.values = values_[static_cast<size_t>(layer)].narrow(1, 0, length - n);
+  if (n > 0) {
+    r.shared_keys = shared_->keys_[static_cast<size_t>(layer)];
+    r.shared_values = shared_->values_[static_cast<size_t>(layer)];
+    r.shared_rows = shared_rows_.data();
+    r.shared = n;
+  }
+  return r;
 }
 
 void KVCache::AllocateLike(int64_t layer, const KVCache& source) {
   at::Tensor& k = keys_[static_cast<size_t>(layer)];
   if (k.defined()) return;
-  k = at::empty({kv_heads_, capacity_, head_dim_},
+  k = at::empty({kv_heads_, own_capacity(), head_dim_},
                 source.keys_[static_cast<size_t>(layer)].options());
   values_[static_cast<size_t>(layer)] = at::empty(
-      {kv_heads_, capacity_, head_dim_}, source.values_[static_cast<size_t>(layer)].options());
+      {kv_heads_, own_capacity(), head_dim_}, source.values_[static_cast<size_t>(layer)].options());
 }
 
 void KVCache::CopyFrom(int64_t layer, const KVCache& source, const std::vector<int64_t>& rows) {
@@ -295,6 +352,7 @@ namespace {
 // feed's cache (SequenceRows::keeps), then the transient feeds' released.
 void FinishLayer(int64_t layer, const PassRows& rows) {
   for (const SequenceRows& s : rows.sequences) {
+    if (s.shared) s.shared->CopyFrom(layer, *s.cache, s.shared_rows);
     for (const SequenceRows::Keep& keep : s.keeps) keep.cache->CopyFrom(layer, *s.cache, keep.rows);
     if (s.transient) s.cache->Release(layer);
   }

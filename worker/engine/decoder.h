@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -33,32 +34,55 @@ namespace nightshift::engine {
 // One sequence's keys and values for every layer: [kv_heads, capacity,
 // head_dim] per layer in `dtype` (float32 by default, or BF16: half the
 // bytes; see EngineOptions::kv_dtype), allocated on the keys' device when a
-// layer first writes.
+// layer first writes. A cache may share its first positions with other
+// sequences' caches (Share: a prompt prefix they hold once); it then holds
+// only the positions after them.
 class KVCache {
  public:
   KVCache(const ModelConfig& config, int64_t capacity, KvDType dtype = KvDType::kFloat32);
 
   int64_t capacity() const { return capacity_; }
   KvDType dtype() const { return dtype_; }
-  // Bytes this cache will hold once every layer is allocated: capacity x
-  // planner::KvBytesPerToken of the config in its dtype.
+  // Bytes this cache will hold itself once every layer is allocated: the
+  // positions it does not share x planner::KvBytesPerToken of the config in
+  // its dtype.
   uint64_t bytes() const;
 
+  // Positions [0, rows.size()) are those at `rows` of `shared` (another
+  // cache, which holds them for every sequence that shares them, and lives
+  // while one does); this cache holds positions [rows.size(), capacity)
+  // itself. Before any layer is written.
+  void Share(std::shared_ptr<const KVCache> shared, std::vector<int32_t> rows);
+  // Positions held by the shared cache (0: none), and that cache.
+  int64_t shared_positions() const { return static_cast<int64_t>(shared_rows_.size()); }
+  const KVCache* shared() const { return shared_.get(); }
+
   // Writes `keys`/`values` [rows, kv_heads, head_dim] at positions
-  // [at, at + rows) of `layer` (rounded to the cache's dtype) and returns
-  // the cached keys and values of positions [0, at + rows) as float32 (a
-  // copy when the cache is BF16). at + rows must not exceed capacity().
+  // [at, at + rows) of `layer` (rounded to the cache's dtype); at must not
+  // be a shared position, at + rows must not exceed capacity().
+  void Write(int64_t layer, int64_t at, const at::Tensor& keys, const at::Tensor& values);
+  // The keys and values of positions [0, length) of `layer` as `type`: a
+  // view when the cache holds that type and shares nothing, else a copy.
+  std::pair<at::Tensor, at::Tensor> Read(int64_t layer, int64_t length, at::ScalarType type) const;
+  // Write, then Read of positions [0, at + rows) as the keys' type.
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer, int64_t at, const at::Tensor& keys,
                                            const at::Tensor& values);
+  // Row `row` of a pass attending to positions [0, length) of `layer`, as
+  // AttendDecodeRows takes it: the shared positions where they are, then
+  // this cache's own, read in place (no copy).
+  DecodeRow Attending(int64_t row, int64_t layer, int64_t length) const;
+
   // Writes the keys and values `source` holds at positions `rows` of
-  // `layer` (or at its first n) into positions [0, rows.size()) (or [0, n))
-  // of this cache's `layer`.
+  // `layer` (or at its first n) into the first rows.size() (or n) positions
+  // this cache holds itself (after the shared ones) of its `layer`.
   void CopyFrom(int64_t layer, const KVCache& source, const std::vector<int64_t>& rows);
   void CopyFrom(int64_t layer, const KVCache& source, int64_t n);
   // Frees `layer`'s keys and values (a later Append allocates them again).
   void Release(int64_t layer);
 
  private:
+  // Positions this cache holds itself.
+  int64_t own_capacity() const { return capacity_ - shared_positions(); }
   // Allocates `layer` as `source` holds it (dtype, device) when unallocated.
   void AllocateLike(int64_t layer, const KVCache& source);
 
@@ -68,6 +92,8 @@ class KVCache {
   KvDType dtype_;
   std::vector<at::Tensor> keys_;
   std::vector<at::Tensor> values_;
+  std::shared_ptr<const KVCache> shared_;
+  std::vector<int32_t> shared_rows_;
 };
 
 // One feed of a pass into one cache: a sequence's new tokens after those it
@@ -97,6 +123,12 @@ struct SequenceRows {
     std::vector<int64_t> rows;
   };
   std::vector<Keep> keeps;
+  // Rows two or more of those sequences share: once a layer has run, and
+  // before `keeps`, `shared` takes their keys and values (in this order)
+  // into its positions 0, 1, ..., holding them once for all of them
+  // (KVCache::Share; each Keep's rows then start after them).
+  std::shared_ptr<KVCache> shared;
+  std::vector<int64_t> shared_rows;
 };
 
 struct PassRows {

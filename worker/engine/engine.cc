@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <new>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -77,7 +79,6 @@ struct Sequence {
   // cache holds a layer's keys and values only while that layer runs, and it
   // reserves no KV budget.
   bool one_pass() const { return planner::EndsInFirstPass(request.max_new_tokens, LabelLengths()); }
-  uint64_t reserved_kv_bytes() const { return one_pass() ? 0 : cache.bytes(); }
 
   int64_t NextFeedSize() const {
     return cached > 0 ? 1
@@ -731,7 +732,11 @@ struct Engine::Impl {
   void RetireFinished();
   // The sequence `id` in flight, or null.
   Sequence* Find(SequenceId id) const;
-  uint64_t KvBytesInUse() const;
+  // KV bytes the sequences in flight reserve, with `joining` added when not
+  // null: each one's own positions, and each prompt position that two or
+  // more going-on sequences share once (ShareKeptPaths; for those still to
+  // run their first pass, as PassFeeds will group them).
+  uint64_t KvBytesInUse(const SequenceRequest* joining = nullptr) const;
   // Tokens the next pass computes; with `joining` added when not null.
   int64_t NextPassTokens(const SequenceRequest* joining = nullptr) const;
   // Sets up the accelerator path: the device and the stager's slots (two the size of the largest
@@ -1143,6 +1148,38 @@ void Engine::Impl::DropUnusedPrefixes(int64_t pass) {
                       kept_prefixes.end());
 }
 
+// The positions two or more of a feed's going-on sequences hold (a prefix
+// of each one's path: a trie row's holders hold its ancestors too) are kept
+// once, in a cache they share (SequenceRows::shared, KVCache::Share); each
+// sequence keeps only the rest of its path in its own.
+void ShareKeptPaths(const ModelConfig& config, KvDType dtype, SequenceRows& r) {
+  std::map<int64_t, int> holders;
+  for (const SequenceRows::Keep& keep : r.keeps) {
+    for (int64_t row : keep.rows) ++holders[row];
+  }
+  for (const auto& [row, n] : holders) {
+    if (n > 1) r.shared_rows.push_back(row);
+  }
+  if (r.shared_rows.empty()) return;
+  r.shared = std::make_shared<KVCache>(config, static_cast<int64_t>(r.shared_rows.size()), dtype);
+  for (SequenceRows::Keep& keep : r.keeps) {
+    std::vector<int32_t> at;
+    while (at.size() < keep.rows.size() && holders[keep.rows[at.size()]] > 1) {
+      const int64_t row = keep.rows[at.size()];
+      at.push_back(
+          static_cast<int32_t>(std::lower_bound(r.shared_rows.begin(), r.shared_rows.end(), row) -
+                               r.shared_rows.begin()));
+    }
+    if (at.empty()) continue;
+    keep.rows.erase(keep.rows.begin(), keep.rows.begin() + static_cast<ptrdiff_t>(at.size()));
+    keep.cache->Share(r.shared, std::move(at));
+  }
+  // A prompt all of whose positions are shared keeps nothing of its own yet.
+  r.keeps.erase(std::remove_if(r.keeps.begin(), r.keeps.end(),
+                               [](const SequenceRows::Keep& k) { return k.rows.empty(); }),
+                r.keeps.end());
+}
+
 // `rows` of a trie fed after `past` cached positions: at those positions.
 std::vector<int64_t> AfterPast(int64_t past, const std::vector<int64_t>& rows) {
   std::vector<int64_t> positions(static_cast<size_t>(past));
@@ -1230,6 +1267,7 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
         Sequence& s = *active[members[f]];
         if (!s.one_pass()) r.keeps.push_back({&s.cache, AfterPast(r.past, trie.prompt_rows[f])});
       }
+      ShareKeptPaths(config, options.kv_dtype, r);
       if (kept == nullptr) KeepSharedPrefix(members, trie, stats->index, r);
     }
     plan.rows.sequences.push_back(std::move(r));
@@ -1237,8 +1275,8 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
   for (size_t i = 0; i < active.size(); ++i) {
     plan.first_logit.push_back(static_cast<int64_t>(plan.logit_rows.size()));
     plan.logit_rows.insert(plan.logit_rows.end(), logit_rows[i].begin(), logit_rows[i].end());
-    stats->kv_bytes += active[i]->reserved_kv_bytes();
   }
+  stats->kv_bytes = KvBytesInUse();
   plan.rows.inv_freq = &inv_freq;
   plan.rows.device = device;
   plan.rows.micro_batch_rows = micro_batch_rows;
@@ -1466,9 +1504,40 @@ Sequence* Engine::Impl::Find(SequenceId id) const {
   return nullptr;
 }
 
-uint64_t Engine::Impl::KvBytesInUse() const {
+uint64_t Engine::Impl::KvBytesInUse(const SequenceRequest* joining) const {
+  const uint64_t per_token = planner::KvBytesPerToken(config, KvDTypeBytes(options.kv_dtype));
   uint64_t bytes = 0;
-  for (const std::unique_ptr<Sequence>& s : active) bytes += s->reserved_kv_bytes();
+  std::set<const KVCache*> shared;
+  // Those still to run their first pass: their whole caches, less what the
+  // going-on sequences of a feed will share (the trie of their prompts:
+  // one position per distinct prefix).
+  std::unordered_map<int64_t, std::vector<TrieFeed>> feeds;
+  auto add = [&](const SequenceRequest& r) {
+    bytes += static_cast<uint64_t>(CachePositions(r, max_context)) * per_token;
+    if (!options.share_prefixes) return;
+    int kept = -1;
+    int64_t past = 0;
+    feeds[FeedKey(r.prompt, &kept, &past)].push_back({r.prompt, {}});
+  };
+  for (const std::unique_ptr<Sequence>& s : active) {
+    if (s->one_pass()) continue;
+    if (s->cached == 0) {
+      add(s->request);
+      continue;
+    }
+    bytes += s->cache.bytes();
+    if (s->cache.shared() != nullptr) shared.insert(s->cache.shared());
+  }
+  if (joining != nullptr &&
+      !planner::EndsInFirstPass(joining->max_new_tokens, LabelTokenCounts(*joining))) {
+    add(*joining);
+  }
+  for (const KVCache* cache : shared) bytes += cache->bytes();
+  for (const auto& [key, group] : feeds) {
+    int64_t positions = 0;
+    for (const TrieFeed& f : group) positions += static_cast<int64_t>(f.prompt.size());
+    bytes -= static_cast<uint64_t>(positions - CountTrieRows(group)) * per_token;
+  }
   return bytes;
 }
 
@@ -1628,12 +1697,16 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
   if (!impl_->broken.ok()) return impl_->broken;
   NS_RETURN_IF_ERROR(impl_->Validate(request));
   const uint64_t budget = impl_->options.kv_budget_bytes;
-  const uint64_t need = KvBytesFor(request);
-  const uint64_t in_use = impl_->KvBytesInUse();
+  // What the request adds: its cache, less the prompt positions it will
+  // share with a sequence waiting for its first pass (KvBytesInUse).
+  uint64_t in_use = impl_->KvBytesInUse();
+  uint64_t need = impl_->KvBytesInUse(&request) - in_use;
   // Kept prefixes give their room to a sequence that needs it, oldest first.
   auto& kept = impl_->kept_prefixes;
   while (budget > 0 && !kept.empty() && in_use + impl_->KeptPrefixBytes() + need > budget) {
     kept.erase(kept.begin());
+    in_use = impl_->KvBytesInUse();  // feeds may group otherwise without it
+    need = impl_->KvBytesInUse(&request) - in_use;
   }
   if (budget > 0 && need > budget - std::min(budget, in_use)) {
     return ResourceExhausted("sequence needs " + std::to_string(need) + " KV bytes; " +

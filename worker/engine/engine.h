@@ -423,15 +423,17 @@ class Engine {
   // vocabulary, a negative max_new_tokens or bad sampling parameters; for a
   // classification sequence, an empty label, a label token outside the
   // vocabulary, or prompt + a label longer than the context.
-  // ResourceExhausted when its KV bytes (KvBytesFor) do not fit the KV budget
-  // left by the sequences in flight (kept prefixes give way first), or the
+  // ResourceExhausted when its KV bytes (KvBytesFor, less the prompt
+  // positions it will share with a going-on sequence waiting for its first
+  // pass: kv_bytes_in_use) do not fit the KV budget left by the sequences in
+  // flight (kept prefixes give way first), or the
   // tokens it adds to the next pass (its trie rows that no sequence waiting
   // for its first pass holds already) do not fit the pass-token budget left
   // by the next pass's other tokens (next_pass_tokens), unless there are
   // none.
   StatusOr<SequenceId> Add(SequenceRequest request);
 
-  // The KV cache bytes `request` reserves while in flight:
+  // The KV cache bytes `request` reserves while in flight, alone:
   // planner::KvPositions of its prompt, max_new_tokens and labels (a
   // generation's clamped to the context) x planner::KvBytesPerToken of the
   // config in float32 (planner/model_facts.h; the worker's advert and the
@@ -450,7 +452,11 @@ class Engine {
   // planner::kMinKeptPrefixTokens or more (short of its whole prompt)
   // computes only the rest.
   std::vector<std::vector<TokenId>> kept_prefixes() const;
-  // KV bytes reserved by the sequences in flight.
+  // KV bytes reserved by the sequences in flight. Going-on sequences whose
+  // prompts met in one first pass hold the positions two or more of them
+  // share once, in a cache they share (released with the last of them), so
+  // this is each one's own positions plus each shared prefix once; for
+  // those still to run their first pass, what that pass will leave.
   uint64_t kv_bytes_in_use() const;
 
   // The tokens sequence `id` generated so far. NotFound when it is not in

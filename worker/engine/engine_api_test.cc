@@ -286,23 +286,28 @@ TEST(EngineApiTest, AnAutoKvDtypeFollowsThePathAndTheWeights) {
 }
 
 TEST(EngineApiTest, TheKvBudgetRefusesWhatDoesNotFitAndFreesOnExit) {
+  // Two prompts that share no prefix (a shared one is held once:
+  // shared_prefix_test.cc).
   const SequenceRequest r = Request(std::vector<TokenId>(7, 5), 4);
+  const SequenceRequest other = Request(std::vector<TokenId>(7, 6), 4);
   EngineOptions options = Options();
   options.kv_budget_bytes = (7 + 3) * kKvPerPosition * 3 / 2;  // one fits, two do not
   std::unique_ptr<Engine> engine = OpenOrDie(options);
   StatusOr<SequenceId> first = engine->Add(r);
   ASSERT_TRUE(first.ok());
-  StatusOr<SequenceId> second = engine->Add(r);
+  StatusOr<SequenceId> second = engine->Add(other);
   EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(second.status().message(), HasSubstr("KV"));
   EXPECT_EQ(engine->active(), 1);
 
   // Cancelling frees the budget at once.
   ASSERT_TRUE(engine->Cancel(*first).ok());
-  ASSERT_TRUE(engine->Add(r).ok());
+  ASSERT_TRUE(engine->Add(other).ok());
   EXPECT_FALSE(engine->Add(r).ok());
   // So does finishing.
   EXPECT_EQ(Drain(*engine).size(), 1u);
+  EXPECT_TRUE(engine->Add(r).ok());
+  // The same prompt again holds only its own 3 new positions: it fits.
   EXPECT_TRUE(engine->Add(r).ok());
 }
 

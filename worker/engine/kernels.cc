@@ -536,9 +536,20 @@ bool DecodeReadable(const at::Tensor& t) {
 void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, double scale,
                       at::Tensor& out) {
   bool own = q.is_cpu() && q.scalar_type() == at::kFloat && out.is_cpu() && out.is_contiguous();
-  for (const DecodeRow& r : rows) own = own && DecodeReadable(r.keys) && DecodeReadable(r.values);
+  for (const DecodeRow& r : rows) {
+    own = own && DecodeReadable(r.keys) && DecodeReadable(r.values);
+    if (r.shared > 0 && !(DecodeReadable(r.shared_keys) && DecodeReadable(r.shared_values))) {
+      throw std::invalid_argument(
+          "AttendDecodeRows: shared keys are read in place only from float32 caches on the CPU");
+    }
+  }
   if (!own) {
     for (const DecodeRow& r : rows) {
+      if (r.shared > 0) {
+        throw std::invalid_argument(
+            "AttendDecodeRows: a row over shared keys needs float32 queries and outputs on the "
+            "CPU");
+      }
       at::Tensor keys = r.keys, values = r.values;
       if (r.key_rows != nullptr) {
         const at::Tensor index =
@@ -578,15 +589,27 @@ void AttendDecodeRows(const at::Tensor& q, const std::vector<DecodeRow>& rows, d
     if (r.values.stride(0) != s.head_stride || r.values.stride(1) != s.key_stride) {
       throw std::invalid_argument("AttendDecodeRows: keys and values laid out differently");
     }
+    if (r.shared > 0) {
+      s.length += r.shared;
+      s.shared = r.shared;
+      s.shared_keys = r.shared_keys.data_ptr<float>();
+      s.shared_values = r.shared_values.data_ptr<float>();
+      s.shared_head_stride = r.shared_keys.stride(0);
+      s.shared_rows = r.shared_rows;
+      if (r.shared_keys.stride(1) != s.key_stride || r.shared_values.stride(1) != s.key_stride ||
+          r.shared_values.stride(0) != s.shared_head_stride) {
+        throw std::invalid_argument("AttendDecodeRows: shared keys laid out differently");
+      }
+    }
     lengths.push_back(s.length);
     const DecodeRow* previous = i == 0 ? nullptr : &rows[i - 1];
-    const bool same_cache = previous != nullptr && blocks.back().count < kRowsAtOnce &&
-                            previous->keys.data_ptr() == r.keys.data_ptr() &&
-                            previous->values.data_ptr() == r.values.data_ptr() &&
-                            previous->key_rows == r.key_rows &&
-                            blocks.back().shape.kv_heads == s.kv_heads &&
-                            blocks.back().shape.head_stride == s.head_stride &&
-                            blocks.back().shape.key_stride == s.key_stride;
+    const bool same_cache =
+        previous != nullptr && blocks.back().count < kRowsAtOnce &&
+        previous->keys.data_ptr() == r.keys.data_ptr() &&
+        previous->values.data_ptr() == r.values.data_ptr() && previous->key_rows == r.key_rows &&
+        previous->shared_rows == r.shared_rows && blocks.back().shape.kv_heads == s.kv_heads &&
+        blocks.back().shape.head_stride == s.head_stride &&
+        blocks.back().shape.key_stride == s.key_stride;
     if (same_cache) {
       Block& b = blocks.back();
       b.shape.length = std::max(b.shape.length, s.length);

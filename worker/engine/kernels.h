@@ -168,6 +168,15 @@ struct DecodeRow {
   // key_rows[0..length) of them, in that order (a trie row's ancestors).
   const int32_t* key_rows = nullptr;
   int64_t length = 0;
+  // A cache that shares a prefix with others (KVCache::Share): the row
+  // first attends to the `shared` keys at shared_rows[0..shared) of
+  // shared_keys / shared_values [kv_heads, S, d], then to all L of `keys`
+  // (key_rows null). Float32 on the CPU only (read in place by the
+  // engine's loops; elsewhere std::invalid_argument).
+  at::Tensor shared_keys = {};
+  at::Tensor shared_values = {};
+  const int32_t* shared_rows = nullptr;
+  int64_t shared = 0;
 };
 
 // Attention(q.narrow(0, r.row, 1), r.keys, r.values, {}, scale) into row

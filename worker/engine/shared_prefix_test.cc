@@ -125,6 +125,31 @@ int64_t SharedPrefixes(const std::vector<SequenceRequest>& requests) {
   return shared;
 }
 
+// KV bytes of one cached position.
+uint64_t KvBytesPerPosition(const Engine& engine) {
+  return engine.KvBytesFor(testing::GreedyRequest({1, 2}, 2)) -
+         engine.KvBytesFor(testing::GreedyRequest({1}, 2));
+}
+
+// What the requests that go on past their first pass (generating) reserve
+// after it, sharing their prompts in one pass: their whole caches, less
+// each prompt position two or more of them hold counted once.
+uint64_t GoingOnKvBytes(const Engine& engine, const std::vector<SequenceRequest>& requests) {
+  std::vector<SequenceRequest> going_on;
+  uint64_t bytes = 0;
+  int64_t prompts = 0;
+  for (const SequenceRequest& r : requests) {
+    if (engine.KvBytesFor(r) == 0) continue;
+    bytes += engine.KvBytesFor(r);
+    prompts += static_cast<int64_t>(r.prompt.size());
+    SequenceRequest prompt_only;
+    prompt_only.prompt = r.prompt;
+    going_on.push_back(prompt_only);
+  }
+  return bytes -
+         static_cast<uint64_t>(prompts - DistinctPrefixes(going_on)) * KvBytesPerPosition(engine);
+}
+
 std::vector<SequenceResult> RunTogether(Engine& engine,
                                         const std::vector<SequenceRequest>& requests,
                                         std::vector<PassStats>* passes) {
@@ -182,6 +207,9 @@ TEST_P(SharedPrefixTest, EachSequenceGetsWhatItGetsAloneAndEveryPrefixIsComputed
       EXPECT_EQ(passes[0].fed_tokens, fed);
       EXPECT_EQ(passes[0].shared_tokens, SharedPrefixes(requests));
       EXPECT_GT(passes[0].shared_tokens, std::min<int64_t>(600, context - 40));
+      // The generating sequences hold each prompt position two or more of
+      // them share once.
+      EXPECT_EQ(passes[0].kv_bytes, GoingOnKvBytes(*engine, requests));
       for (size_t k = 0; k < requests.size(); ++k) {
         SCOPED_TRACE("request " + std::to_string(k));
         const SequenceResult& a = alone[k];
@@ -300,7 +328,9 @@ TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
   const std::vector<TokenId> instruction = RandomTokens(100, probe->config().vocab_size, rng);
   const std::vector<SequenceRequest> two = {testing::GreedyRequest(Join(instruction, {1, 2}), 3),
                                             testing::GreedyRequest(Join(instruction, {3}), 3)};
-  const uint64_t reserved = probe->KvBytesFor(two[0]) + probe->KvBytesFor(two[1]);
+  // The two hold the instruction once.
+  const uint64_t reserved =
+      probe->KvBytesFor(two[0]) + probe->KvBytesFor(two[1]) - 100 * KvBytesPerPosition(*probe);
   // 101 positions' worth: room for the 100 of the instruction.
   const uint64_t room = probe->KvBytesFor(testing::GreedyRequest(instruction, 2));
   for (uint64_t budget : {reserved, reserved + room}) {
@@ -309,7 +339,9 @@ TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
     std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), budgeted);
     ASSERT_NE(engine, nullptr);
     for (const SequenceRequest& r : two) ASSERT_TRUE(engine->Add(r).ok());
+    EXPECT_EQ(engine->kv_bytes_in_use(), reserved);
     ASSERT_TRUE(engine->Step().ok());
+    EXPECT_EQ(engine->kv_bytes_in_use(), reserved);
     // A classification joins (it reserves no KV).
     SequenceRequest scored;
     scored.prompt = Join(instruction, {4, 5});
@@ -318,6 +350,86 @@ TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
     StatusOr<PassStats> pass = engine->Step();
     ASSERT_TRUE(pass.ok());
     EXPECT_EQ(pass->kept_prefix_tokens, budget == reserved ? 0 : 100);
+  }
+}
+
+// Generating sequences whose prompts meet in one pass keep the prefix they
+// share once, referenced by each (KVCache::Share): a KV budget that holds
+// their caches only so admits them all, each decodes what it decodes alone
+// (bitwise, the default batch-invariant path) after the others end, and the
+// reservation falls as each ends, to nothing.
+TEST(SharedKvTest, GoingOnSequencesHoldTheirSharedPrefixOnce) {
+  const std::string fixture = "llama-gqa-sharded";
+  std::mt19937 rng(31);
+  const int64_t vocab = 384;  // the fixture's
+  const std::vector<TokenId> instruction = RandomTokens(200, vocab, rng);
+  const std::vector<TokenId> branch = RandomTokens(20, vocab, rng);
+  // Nested: two share the instruction and a branch, one the instruction
+  // only; they end after 2, 5 and 8 new tokens.
+  std::vector<SequenceRequest> requests = {
+      testing::GreedyRequest(Join(Join(instruction, branch), RandomTokens(3, vocab, rng)), 2),
+      testing::GreedyRequest(Join(instruction, RandomTokens(4, vocab, rng)), 5),
+      testing::GreedyRequest(Join(Join(instruction, branch), RandomTokens(6, vocab, rng)), 8)};
+  for (SequenceRequest& r : requests) r.ignore_eos = true;
+  // A float32 cache's shared keys are read in place; a BF16 one's copied
+  // out as its own are: either way what the sequence gets alone.
+  for (KvDType kv_dtype : {KvDType::kFloat32, KvDType::kBFloat16}) {
+    SCOPED_TRACE(KvDTypeName(kv_dtype));
+    EngineOptions probe_options;
+    probe_options.kv_dtype = kv_dtype;
+    std::unique_ptr<Engine> probe = testing::OpenEngine(FixtureDir(fixture), probe_options);
+    ASSERT_NE(probe, nullptr);
+    ASSERT_EQ(probe->config().vocab_size, vocab);
+    uint64_t alone_bytes = 0;
+    for (const SequenceRequest& r : requests) alone_bytes += probe->KvBytesFor(r);
+    const uint64_t shared_bytes = GoingOnKvBytes(*probe, requests);
+    // The instruction twice more and the branch once more are not held.
+    ASSERT_EQ(alone_bytes - shared_bytes, (2 * 200 + 20) * KvBytesPerPosition(*probe));
+    std::vector<SequenceResult> alone;
+    for (const SequenceRequest& r : requests) {
+      std::vector<SequenceResult> one = RunTogether(*probe, {r}, nullptr);
+      ASSERT_EQ(one.size(), 1u);
+      alone.push_back(std::move(one[0]));
+    }
+    for (Residency residency : {Residency::kStream, Residency::kResident}) {
+      SCOPED_TRACE(ResidencyName(residency));
+      EngineOptions options = probe_options;
+      options.residency = residency;
+      options.kv_budget_bytes = shared_bytes;  // short of alone_bytes
+      std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), options);
+      ASSERT_NE(engine, nullptr);
+      for (const SequenceRequest& r : requests) {
+        StatusOr<SequenceId> id = engine->Add(r);
+        ASSERT_TRUE(id.ok()) << id.status().ToString();
+      }
+      EXPECT_EQ(engine->kv_bytes_in_use(), shared_bytes);
+      // A fourth sharing nothing has no room.
+      EXPECT_EQ(engine->Add(testing::GreedyRequest({3, 4, 5}, 2)).status().code(),
+                StatusCode::kResourceExhausted);
+      std::vector<SequenceResult> together;
+      std::vector<uint64_t> reserved;
+      while (together.size() < requests.size()) {
+        StatusOr<PassStats> pass = engine->Step();
+        ASSERT_TRUE(pass.ok()) << pass.status().ToString();
+        for (SequenceResult& r : engine->TakeFinished()) together.push_back(std::move(r));
+        reserved.push_back(engine->kv_bytes_in_use());
+      }
+      std::sort(together.begin(), together.end(),
+                [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
+      for (size_t k = 0; k < requests.size(); ++k) {
+        SCOPED_TRACE("request " + std::to_string(k));
+        EXPECT_EQ(together[k].generated, alone[k].generated);
+        EXPECT_EQ(together[k].last_logits, alone[k].last_logits);
+      }
+      // Passes 1 and 2 end the first (2 tokens), 5 the second, 8 the third.
+      ASSERT_EQ(reserved.size(), 8u);
+      EXPECT_EQ(reserved[0], shared_bytes);
+      // Without the first: the other two hold the instruction once, their
+      // own positions after it.
+      EXPECT_EQ(reserved[1], GoingOnKvBytes(*probe, {requests[1], requests[2]}));
+      EXPECT_EQ(reserved[4], probe->KvBytesFor(requests[2]));
+      EXPECT_EQ(reserved[7], 0u);
+    }
   }
 }
 
