@@ -239,9 +239,9 @@ class Player {
       for (size_t k = 0; k < a.job_ids.size(); ++k) {
         const QueuedJob& q = *queue_[index_.at(a.job_ids[k])];
         MarkTaken(q.id);
-        // Its share of the pass: a prefix it shares with a job before it is
-        // computed once.
-        jobs.push_back({q.id, q.submission_id, q.reserved_kv_tokens(), a.job_pass_tokens[k],
+        // Its share of the pass and of the KV: a prefix it shares with a job
+        // before it is computed (and, between jobs holding KV, held) once.
+        jobs.push_back({q.id, q.submission_id, a.job_kv_tokens[k], a.job_pass_tokens[k],
                         ExpectedPasses(std::max<int64_t>(1, q.passes), Hazard(q.submission_id)),
                         false, true});
       }

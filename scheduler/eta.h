@@ -92,7 +92,9 @@ int64_t ExpectedPasses(int64_t passes_left, double hazard);
 struct EtaJob {
   int64_t id = 0;
   int64_t submission_id = 0;
-  int64_t kv_tokens = 0;    // reserved (QueuedJob::reserved_kv_tokens)
+  // Reserved (QueuedJob::reserved_kv_tokens; taken by the forecast, less a
+  // prompt prefix held once with a job before it: Assignment::job_kv_tokens).
+  int64_t kv_tokens = 0;
   int64_t pass_tokens = 0;  // fed in its first pass (QueuedJob::pass_tokens)
   int64_t passes_left = 1;  // including the pass in flight when it rides it
   bool started = false;     // has ridden a pass (feeds one token per pass from then)

@@ -28,6 +28,9 @@ struct Budget {
   // The jobs this plan put in it, as positions in the PrefixIndex: the
   // prefixes its next pass computes once more jobs join.
   std::set<size_t> members;
+  // Those of them that hold KV across passes: the prompt prefixes the
+  // worker's engine keeps once for the jobs that share them.
+  std::set<size_t> kv_members;
 };
 
 bool DispatchOrder(const QueuedJob& a, const QueuedJob& b) {
@@ -179,6 +182,17 @@ int64_t PassTokensJoining(const Budget& b, const QueuedJob& job, size_t rank,
   return job.pass_tokens() - std::max<int64_t>(0, shared);
 }
 
+// KV positions the job of `rank` adds to `b`: those it reserves less the
+// prefix of its prompt it shares with a job this plan put there that holds
+// KV too (the engine keeps the positions going-on sequences that meet in
+// one first pass share once: KVCache::Share), when at least min_shared long.
+int64_t KvPositionsJoining(const Budget& b, const QueuedJob& job, size_t rank,
+                           const PrefixIndex& prefixes) {
+  const int64_t positions = job.reserved_kv_tokens();
+  if (positions == 0) return 0;
+  return positions - std::min(prefixes.SharedWith(rank, b.kv_members), positions);
+}
+
 // A model's pass-token budget on `worker`, kNoLimit when it has none.
 int64_t PassTokenBudget(const WorkerSlot& worker, const std::string& model) {
   const ModelOffer* offer = FindModel(worker.info, model);
@@ -199,12 +213,12 @@ std::vector<Budget> OpenBudgets(const std::vector<WorkerSlot>& workers) {
   for (const WorkerSlot& w : workers) {
     if (!TakesJobs(w)) continue;
     if (w.batch_id == 0) {
-      budgets.push_back({&w, w.info.kv_budget_bytes, JobLimit(w), kNoLimit, true, "", -1, {}});
+      budgets.push_back({&w, w.info.kv_budget_bytes, JobLimit(w), kNoLimit, true, "", -1, {}, {}});
     } else {
       const int64_t tokens_left =
           PassTokenBudget(w, w.batch_model) == kNoLimit ? kNoLimit : w.free_pass_tokens;
       budgets.push_back(
-          {&w, w.free_kv_bytes, JobsLeft(w), tokens_left, false, w.batch_model, -1, {}});
+          {&w, w.free_kv_bytes, JobsLeft(w), tokens_left, false, w.batch_model, -1, {}, {}});
     }
   }
   return budgets;
@@ -258,7 +272,8 @@ Budget* Place(const QueuedJob& job, size_t rank, std::vector<Budget>& budgets,
   for (Budget& b : budgets) {
     const ModelOffer* offer = FindModel(b.worker->info, job.model);
     if (offer == nullptr || offer->kv_bytes_per_token <= 0 || b.jobs_left <= 0) continue;
-    if (KvBytes(job, *offer) > b.kv_bytes_left) continue;
+    if (KvPositionsJoining(b, job, rank, prefixes) * offer->kv_bytes_per_token > b.kv_bytes_left)
+      continue;
     if (!b.fresh && PassTokensJoining(b, job, rank, prefixes) > b.pass_tokens_left) continue;
     if (b.model == job.model) return &b;
     if (b.model.empty() && (idle == nullptr || BetterIdle(*idle, b, job.model))) idle = &b;
@@ -302,18 +317,22 @@ Plan Schedule(const Snapshot& snapshot) {
       budget->model = job.model;
       budget->assignment = static_cast<int>(plan.assignments.size());
       plan.assignments.push_back(
-          {budget->worker->info.id, job.model, budget->worker->batch_id, {}, 0, 0, {}});
+          {budget->worker->info.id, job.model, budget->worker->batch_id, {}, 0, 0, {}, {}});
     }
-    const int64_t bytes = KvBytes(job, *FindModel(budget->worker->info, job.model));
+    const int64_t positions = KvPositionsJoining(*budget, job, rank, prefixes);
+    const int64_t bytes =
+        positions * FindModel(budget->worker->info, job.model)->kv_bytes_per_token;
     const int64_t tokens = PassTokensJoining(*budget, job, rank, prefixes);
     Assignment& assignment = plan.assignments[budget->assignment];
     assignment.job_ids.push_back(job.id);
     assignment.kv_bytes += bytes;
+    assignment.job_kv_tokens.push_back(positions);
     assignment.pass_tokens += tokens;
     assignment.job_pass_tokens.push_back(tokens);
     budget->kv_bytes_left -= bytes;
     budget->pass_tokens_left -= std::min(budget->pass_tokens_left, tokens);
     budget->members.insert(prefixes.position(rank));
+    if (job.reserved_kv_tokens() > 0) budget->kv_members.insert(prefixes.position(rank));
     budget->fresh = false;
     --budget->jobs_left;
   }

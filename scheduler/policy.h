@@ -23,8 +23,12 @@
 //     assignment is not counted again, when it is at least
 //     min_shared_prefix_tokens long. The engine shares every common prefix
 //     (also shorter ones, labels, and jobs of the running batch not yet run),
-//     so it never computes more than this. KV is not discounted: the engine
-//     keeps each sequence's own cache.
+//     so it never computes more than this. KV likewise: a job that holds KV
+//     joining an assignment is charged its positions less the longest prompt
+//     prefix (min_shared_prefix_tokens or more) it shares with a job this
+//     plan put there that holds KV too, since the engine keeps the positions
+//     going-on sequences of one first pass share once (KVCache::Share); the
+//     sum is never less than what the engine holds.
 //   - A job joins a batch already chosen for its model (a top-up of a running
 //     batch at a pass boundary, or a new batch opened earlier in this plan)
 //     while that worker's KV budget left, the next pass's tokens left and the
@@ -91,6 +95,10 @@ struct Assignment {
   // What each job adds to pass_tokens, in job_ids order: its pass_tokens()
   // less the prefix it shares with a job before it in this assignment.
   std::vector<int64_t> job_pass_tokens;
+  // What each job adds to kv_bytes, in KV positions (x the worker's KV bytes
+  // per token): its reserved_kv_tokens() less the prompt prefix it shares
+  // with a job before it in this assignment that holds KV too.
+  std::vector<int64_t> job_kv_tokens;
 };
 
 struct Rejection {

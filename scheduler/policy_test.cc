@@ -344,21 +344,37 @@ TEST(SharedPrefixTest, APassTokenBudgetHoldsMoreJobsThatShare) {
   EXPECT_EQ(plan.assignments[0].pass_tokens, 84);
 }
 
-TEST(SharedPrefixTest, KvIsNotDiscounted) {
-  // Generations of 5 tokens: 40-token prompts sharing 36, 44 positions each.
+TEST(SharedPrefixTest, APromptPrefixThatJobsHoldingKvShareIsChargedOnce) {
+  // Generations of 5 tokens: 40-token prompts sharing 36, 44 positions each;
+  // the engine holds the 36 once for the three: 44 + 8 + 8.
   Snapshot snapshot;
   WorkerSlot w = Idle("w");
-  w.info.kv_budget_bytes = 100;  // two jobs' 88 positions, not three
+  w.info.kv_budget_bytes = 100;  // two jobs' 88 positions, not three unshared
   snapshot.workers = {w};
   const auto shared = Prefix(36, 1000);
   for (int64_t id = 1; id <= 3; ++id) {
     snapshot.queue.push_back({id, 1, "m", 0, 44, 5, Ids(shared, 40, 10 * id)});
   }
-  const Plan plan = Schedule(snapshot);
+  Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(plan.assignments[0].kv_bytes, 60);
+  EXPECT_EQ(plan.assignments[0].job_kv_tokens, (std::vector<int64_t>{44, 8, 8}));
+  EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{40, 4, 4}));
+  // Sharing less than the minimum: every position counted.
+  snapshot.min_shared_prefix_tokens = 37;
+  plan = Schedule(snapshot);
   ASSERT_EQ(plan.assignments.size(), 1u);
   EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(plan.assignments[0].kv_bytes, 88);
-  EXPECT_EQ(plan.assignments[0].job_pass_tokens, (std::vector<int64_t>{40, 4}));
+  // A classification holds no KV across passes, so a generation sharing
+  // its prompt with one still holds all of its own.
+  snapshot.min_shared_prefix_tokens = kDefaultMinSharedPrefixTokens;
+  snapshot.queue = {Classify(1, Ids(shared, 40, 10)), {2, 1, "m", 0, 44, 5, Ids(shared, 40, 20)}};
+  plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(plan.assignments[0].kv_bytes, 44);
 }
 
 TEST(SharedPrefixTest, AWholePromptSharedCostsOnlyItsLabels) {
@@ -478,6 +494,74 @@ int64_t EngineRows(const std::vector<const QueuedJob*>& jobs) {
     labels += job->pass_tokens() - static_cast<int64_t>(job->prompt_ids.size());
   }
   return static_cast<int64_t>(prefixes.size()) + labels;
+}
+
+// KV positions the engine holds for `jobs` after their first pass together:
+// each prompt position that two or more of those holding KV share once
+// (KVCache::Share), their own positions after the prompt.
+int64_t EngineKvPositions(const std::vector<const QueuedJob*>& jobs) {
+  std::vector<const QueuedJob*> going_on;
+  int64_t after_prompts = 0;
+  for (const QueuedJob* job : jobs) {
+    if (job->reserved_kv_tokens() == 0) continue;
+    going_on.push_back(job);
+    after_prompts += job->reserved_kv_tokens() - static_cast<int64_t>(job->prompt_ids.size());
+  }
+  std::set<std::vector<int32_t>> prefixes;
+  for (const QueuedJob* job : going_on) {
+    for (size_t n = 1; n <= job->prompt_ids.size(); ++n) {
+      prefixes.insert(std::vector<int32_t>(job->prompt_ids.begin(), job->prompt_ids.begin() + n));
+    }
+  }
+  return static_cast<int64_t>(prefixes.size()) + after_prompts;
+}
+
+TEST(SharedPrefixTest, NeverChargesLessKvThanTheEngineHolds) {
+  std::mt19937 random(11);
+  for (int round = 0; round < 20; ++round) {
+    Snapshot snapshot;
+    snapshot.min_shared_prefix_tokens = 1 + round % 8;
+    WorkerSlot small = Idle("w1");
+    small.info.kv_budget_bytes = 400;
+    snapshot.workers = {small, Idle("w2", 12, 0)};
+    std::vector<std::vector<int32_t>> stems;
+    for (int s = 0; s < 3; ++s) stems.push_back(Prefix(24, 1000 * (s + 1)));
+    for (int64_t id = 1; id <= 60; ++id) {
+      const auto& stem = stems[random() % stems.size()];
+      std::vector<int32_t> prompt(stem.begin(), stem.begin() + random() % (stem.size() + 1));
+      const int extra = static_cast<int>(random() % 12) + (prompt.empty() ? 1 : 0);
+      for (int k = 0; k < extra; ++k) prompt.push_back(static_cast<int32_t>(random() % 3));
+      if (random() % 3 == 0) {
+        snapshot.queue.push_back(Classify(id, prompt, 2));
+      } else {  // a generation of 2 to 9 tokens
+        const int64_t n = static_cast<int64_t>(random() % 8) + 2;
+        const int64_t positions = static_cast<int64_t>(prompt.size()) + n - 1;
+        snapshot.queue.push_back({id, 1, "m", 0, positions, n, prompt});
+      }
+    }
+    const Plan plan = Schedule(snapshot);
+    ASSERT_FALSE(plan.assignments.empty());
+    for (const Assignment& assignment : plan.assignments) {
+      std::vector<const QueuedJob*> jobs;
+      int64_t whole = 0;
+      for (int64_t id : assignment.job_ids) {
+        jobs.push_back(&snapshot.queue[id - 1]);
+        whole += snapshot.queue[id - 1].reserved_kv_tokens();
+      }
+      EXPECT_GE(assignment.kv_bytes, EngineKvPositions(jobs)) << "round " << round;
+      EXPECT_LE(assignment.kv_bytes, whole);
+      int64_t sum = 0;  // at one byte per position
+      for (int64_t positions : assignment.job_kv_tokens) sum += positions;
+      EXPECT_EQ(sum, assignment.kv_bytes);
+      if (assignment.worker_id == "w1") {
+        EXPECT_LE(assignment.kv_bytes, 400);
+      }
+      // At the minimum of one token, exactly what the engine holds.
+      if (snapshot.min_shared_prefix_tokens == 1) {
+        EXPECT_EQ(assignment.kv_bytes, EngineKvPositions(jobs)) << "round " << round;
+      }
+    }
+  }
 }
 
 TEST(SharedPrefixTest, NeverCountsFewerTokensThanTheEngineComputes) {
