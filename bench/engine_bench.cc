@@ -57,8 +57,8 @@
 
 #include "bench/cpu_peak.h"
 #include "bench/stream_bench.h"
-#include "common/disk_bench.h"
 #include "common/command_line.h"
+#include "common/disk_bench.h"
 #include "planner/checkpoint_shape.h"
 #include "planner/exact.h"
 #include "planner/model_facts.h"

@@ -29,8 +29,8 @@
 
 #include "bench/cpu_peak.h"
 #include "bench/stream_bench.h"
-#include "common/disk_bench.h"
 #include "common/command_line.h"
+#include "common/disk_bench.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/generator/generator.h"
 
@@ -84,10 +84,11 @@ int Main(int argc, char** argv) {
   std::string work_dir = "/tmp/nightshift-quant-bench", stream_run;
   int64_t runs = 3;
   double cap_fraction = 1.0 / 3;
-  CommandLine flags("quant_bench [flags]",
-                "bench-1.7b as BF16, FP8, AWQ int4 and GPTQ int4: pass time against the fastest "
-                "cold read of the bytes each streams, speed-up over BF16, compute-only seconds "
-                "and their rate against the CPU's peak.");
+  CommandLine flags(
+      "quant_bench [flags]",
+      "bench-1.7b as BF16, FP8, AWQ int4 and GPTQ int4: pass time against the fastest "
+      "cold read of the bytes each streams, speed-up over BF16, compute-only seconds "
+      "and their rate against the CPU's peak.");
   flags.String("work-dir", &work_dir, "where the generated checkpoints are kept", "DIR");
   flags.String("stream-run", &stream_run, "engine-stream-run (default: <build>/bin/)", "PATH");
   flags.Int("runs", &runs, "rounds; medians are reported");

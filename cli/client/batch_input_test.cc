@@ -201,7 +201,8 @@ TEST(BatchInputTest, ServerErrorsNameTheLines) {
 TEST(BadLineReportTest, LocalAndCheckedLinesAreMergedInLineOrderAndCountedAll) {
   BadLineReport report;
   EXPECT_TRUE(report.empty());
-  report.AddLocal({{2, "not valid JSON"}, {7, "temperature 3 is out of range [0, 2]"},
+  report.AddLocal({{2, "not valid JSON"},
+                   {7, "temperature 3 is out of range [0, 2]"},
                    {7, "top_k -1 is negative"}});
   // A chunk of the good lines 1, 3, 4, 5: the scheduler names jobs 1 and 2
   // and counts 3 bad jobs (one it did not list).

@@ -92,7 +92,8 @@ std::string ConfigPath() {
   return "";
 }
 
-StatusOr<api::ConnectOptions> ResolveConnection(const CommandLine& flags, const ConnectionFlags& given,
+StatusOr<api::ConnectOptions> ResolveConnection(const CommandLine& flags,
+                                                const ConnectionFlags& given,
                                                 const std::string& config_path) {
   std::map<std::string, std::string> config;
   std::ifstream file(config_path);

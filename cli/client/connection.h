@@ -47,7 +47,8 @@ std::string ConfigPath();
 // Resolves the connection options from the parsed flags (and which of them
 // were given), the environment and the config file at `config_path`.
 // InvalidArgument for a malformed config file or tls value.
-StatusOr<api::ConnectOptions> ResolveConnection(const CommandLine& flags, const ConnectionFlags& given,
+StatusOr<api::ConnectOptions> ResolveConnection(const CommandLine& flags,
+                                                const ConnectionFlags& given,
                                                 const std::string& config_path);
 
 // A connected client: the stub and the token to put on each call.

@@ -19,9 +19,9 @@ int RunCancel(int argc, char** argv) {
   int64_t job_id = 0;
   bool json = false;
   CommandLine flags("nightshift cancel (SUBMISSION | --job ID) [--json]",
-                std::string("Cancels a submission's unfinished jobs, or one job. Finished jobs "
-                            "keep their results.\n") +
-                    kSubmissionHelp + kConnectionHelp);
+                    std::string("Cancels a submission's unfinished jobs, or one job. Finished jobs "
+                                "keep their results.\n") +
+                        kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &connection);
   flags.Int("job", &job_id, "cancel this job only", "ID");
   flags.Bool("json", &json, "print the resulting Submission or Job as JSON");

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "common/disk_bench.h"
 #include "common/command_line.h"
+#include "common/disk_bench.h"
 
 namespace nightshift::cli {
 namespace {

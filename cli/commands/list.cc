@@ -49,8 +49,9 @@ void PrintRow(const v1::Job& job) {
 
 int RunList(int argc, char** argv) {
   ListFlags f;
-  CommandLine flags("nightshift list [--submission ID] [--state S] [--model M] [--limit N] [--json]",
-                std::string("Lists jobs, oldest first.\n") + kConnectionHelp);
+  CommandLine flags(
+      "nightshift list [--submission ID] [--state S] [--model M] [--limit N] [--json]",
+      std::string("Lists jobs, oldest first.\n") + kConnectionHelp);
   AddConnectionFlags(flags, &f.connection);
   std::string submission;
   flags.String("submission", &submission, "only this submission's jobs (7 or batch_7)", "ID");

@@ -52,33 +52,34 @@ int RunMakeCheckpoint(int argc, char** argv) {
       "[--[no-]norm-topk-prob]] [--dtype bf16|f16|f32] "
       "[--quantize awq|gptq|fp8|fp8-block [--group-size G]] "
       "[--shards N] [--tie-embeddings] [--tokenizer DIR] --seed S --out DIR";
-  CommandLine flags(usage,
-                "Writes a HuggingFace-format checkpoint with random weights: config.json,\n"
-                "generation_config.json, model.safetensors or N shards with\n"
-                "model.safetensors.index.json, and with --tokenizer a copy of tokenizer.json and\n"
-                "tokenizer_config.json (the vocabulary size and BOS/EOS ids then come from it).\n"
-                "Tensors are exactly those the engine expects for the architecture; values\n"
-                "depend only on --seed and each tensor's name. Random weights produce noise,\n"
-                "not language: these checkpoints are for benchmarks, demos and tests.\n"
-                "--quantize stores every decoder projection in a published format, rounded to\n"
-                "nearest from the same float weights (embeddings, norms, biases and the LM head\n"
-                "stay in --dtype): awq = AutoAWQ GEMM int4 with zero points, gptq = GPTQ v1 int4\n"
-                "(asymmetric, g_idx), both in groups of --group-size input rows (default 128);\n"
-                "fp8 = compressed-tensors float-quantized E4M3 with one --dtype scale per output\n"
-                "row; fp8-block = E4M3 with F32 scales per 128x128 block (DeepSeek-V3 layout).\n"
-                "Mixtures of experts (mixtral, qwen2_moe, qwen3_moe) take --experts and --top-k:\n"
-                "each sparse layer gets a router and that many gated experts of\n"
-                "--moe-intermediate (default --intermediate; Mixtral's are --intermediate), and\n"
-                "for qwen2_moe a shared expert of --shared-expert-intermediate (default\n"
-                "--intermediate; 0: none) with its sigmoid gate. Qwen layers are sparse when\n"
-                "(i + 1) % --decoder-sparse-step == 0 and i is not in --mlp-only-layers; the\n"
-                "others get a dense MLP of --intermediate. --quantize covers the experts; the\n"
-                "router stays in --dtype.\n"
-                "Presets: " +
-                    PresetList() +
-                    ".\n"
-                    "Progress goes to stderr; the summary (with --json, one object: out, files,\n"
-                    "tensors, bytes, seconds, mb_per_s) to stdout.");
+  CommandLine flags(
+      usage,
+      "Writes a HuggingFace-format checkpoint with random weights: config.json,\n"
+      "generation_config.json, model.safetensors or N shards with\n"
+      "model.safetensors.index.json, and with --tokenizer a copy of tokenizer.json and\n"
+      "tokenizer_config.json (the vocabulary size and BOS/EOS ids then come from it).\n"
+      "Tensors are exactly those the engine expects for the architecture; values\n"
+      "depend only on --seed and each tensor's name. Random weights produce noise,\n"
+      "not language: these checkpoints are for benchmarks, demos and tests.\n"
+      "--quantize stores every decoder projection in a published format, rounded to\n"
+      "nearest from the same float weights (embeddings, norms, biases and the LM head\n"
+      "stay in --dtype): awq = AutoAWQ GEMM int4 with zero points, gptq = GPTQ v1 int4\n"
+      "(asymmetric, g_idx), both in groups of --group-size input rows (default 128);\n"
+      "fp8 = compressed-tensors float-quantized E4M3 with one --dtype scale per output\n"
+      "row; fp8-block = E4M3 with F32 scales per 128x128 block (DeepSeek-V3 layout).\n"
+      "Mixtures of experts (mixtral, qwen2_moe, qwen3_moe) take --experts and --top-k:\n"
+      "each sparse layer gets a router and that many gated experts of\n"
+      "--moe-intermediate (default --intermediate; Mixtral's are --intermediate), and\n"
+      "for qwen2_moe a shared expert of --shared-expert-intermediate (default\n"
+      "--intermediate; 0: none) with its sigmoid gate. Qwen layers are sparse when\n"
+      "(i + 1) % --decoder-sparse-step == 0 and i is not in --mlp-only-layers; the\n"
+      "others get a dense MLP of --intermediate. --quantize covers the experts; the\n"
+      "router stays in --dtype.\n"
+      "Presets: " +
+          PresetList() +
+          ".\n"
+          "Progress goes to stderr; the summary (with --json, one object: out, files,\n"
+          "tensors, bytes, seconds, mb_per_s) to stdout.");
   flags.String("arch", &arch, "model_type: " + FamilyList(", ") + " (implied by --preset)", "ARCH");
   flags.String("preset", &preset, "a real model's shape: " + PresetList(), "NAME");
   flags.Int("hidden", &hidden, "hidden size", "H");

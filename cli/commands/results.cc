@@ -62,13 +62,13 @@ std::vector<char*> WithShortOutput(int argc, char** argv) {
 int RunResults(int argc, char** argv) {
   ResultsFlags f;
   CommandLine flags("nightshift results SUBMISSION [-o FILE] [--partial]",
-                std::string("Writes a submission's results as an OpenAI Batch output file "
-                            "(JSONL, input order): {id, custom_id, response: {status_code, "
-                            "request_id, body}, error}. Failed jobs are in the same file with "
-                            "status_code 500 and error {code: job_failed, message}; cancelled "
-                            "ones with 409 and job_cancelled. Refuses an unfinished submission "
-                            "unless --partial.\n") +
-                    kSubmissionHelp + kConnectionHelp);
+                    std::string("Writes a submission's results as an OpenAI Batch output file "
+                                "(JSONL, input order): {id, custom_id, response: {status_code, "
+                                "request_id, body}, error}. Failed jobs are in the same file with "
+                                "status_code 500 and error {code: job_failed, message}; cancelled "
+                                "ones with 409 and job_cancelled. Refuses an unfinished submission "
+                                "unless --partial.\n") +
+                        kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &f.connection);
   flags.String("output", &f.output, "the output file, also -o (default: standard output)", "FILE");
   flags.Bool("partial", &f.partial, "write the jobs finished so far of an unfinished submission");

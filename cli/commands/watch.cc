@@ -77,11 +77,12 @@ grpc::Status Follow(const Client& client, int64_t id, const WatchFlags& f, bool 
 
 int RunWatch(int argc, char** argv) {
   WatchFlags f;
-  CommandLine flags("nightshift watch SUBMISSION [--json] [--plain] [--utc]",
-                std::string("Follows a submission until every job has finished: a live progress "
-                            "bar on a terminal, one line per change otherwise. Exits 0 when every "
-                            "job succeeded, 1 when some failed or were cancelled.\n") +
-                    kSubmissionHelp + kConnectionHelp);
+  CommandLine flags(
+      "nightshift watch SUBMISSION [--json] [--plain] [--utc]",
+      std::string("Follows a submission until every job has finished: a live progress "
+                  "bar on a terminal, one line per change otherwise. Exits 0 when every "
+                  "job succeeded, 1 when some failed or were cancelled.\n") +
+          kSubmissionHelp + kConnectionHelp);
   AddConnectionFlags(flags, &f.connection);
   flags.Bool("json", &f.json, "print each event (a Submission snapshot and its changes) as JSON");
   flags.Bool("plain", &f.plain, "plain lines even on a terminal");

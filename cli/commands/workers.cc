@@ -41,10 +41,10 @@ int RunWorkers(int argc, char** argv) {
   ConnectionFlags connection;
   bool json = false;
   CommandLine flags("nightshift workers [--json]",
-                std::string("Lists the workers: state, device, KV budget, models (marked "
-                            "(unhealthy) while a worker cannot read one's checkpoint), running "
-                            "batch.\n") +
-                    kConnectionHelp);
+                    std::string("Lists the workers: state, device, KV budget, models (marked "
+                                "(unhealthy) while a worker cannot read one's checkpoint), running "
+                                "batch.\n") +
+                        kConnectionHelp);
   AddConnectionFlags(flags, &connection);
   flags.Bool("json", &json, "print the ListWorkersResponse as JSON");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
