@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <unordered_map>
+
+#include "planner/model_facts.h"
 
 namespace nightshift::scheduler {
 
@@ -115,6 +118,16 @@ struct Sim {
   double at = 0;         // the next event: the end of the pass in flight, or when it is free
   bool in_pass = false;  // at is the end of a pass (else it is idle from `at`)
   bool stuck = false;    // idle and nothing queued fits it
+  // The prompt prefixes its engine keeps for the next pass (Engine::
+  // kept_prefixes), each with the last pass a joining job used it in, and
+  // the passes its batch ran: Take shows them to Schedule as the worker
+  // reports them, so a top-up that agrees with one is priced without it.
+  struct Kept {
+    std::vector<int32_t> ids;
+    int64_t used = 0;
+  };
+  std::vector<Kept> kept;
+  int64_t passes = 0;
 };
 
 int64_t PassTokensOf(const std::vector<EtaJob>& batch) {
@@ -141,6 +154,7 @@ class Player {
       sim.worker = &w;
       sim.offer = FindModel(w.info, s.model);
       sim.batch = w.batch;
+      for (const std::vector<int32_t>& ids : w.kept_prefixes) sim.kept.push_back({ids, 0});
       for (EtaJob& j : sim.batch) {
         j.passes_left = ExpectedPasses(j.passes_left, Hazard(j.submission_id));
         forecast_.jobs[j.id] = std::nullopt;
@@ -215,7 +229,9 @@ class Player {
       slot.wants_top_up = false;
     }
     WorkerSlot& slot = snapshot.workers[me];
+    slot.kept_prefixes.clear();
     if (!sim.batch.empty()) {
+      for (const Sim::Kept& k : sim.kept) slot.kept_prefixes.push_back(k.ids);
       int64_t kv = 0;
       for (const EtaJob& j : sim.batch) kv += j.kv_tokens;
       slot.free_kv_bytes = std::max<int64_t>(
@@ -257,6 +273,39 @@ class Player {
     while (head_ < queue_.size() && taken_[head_]) ++head_;
   }
 
+  // What the engine keeps after `joining` start (Engine::Impl::
+  // KeepSharedPrefix, less its check for KV room): a kept prefix they agree
+  // with is used again; those agreeing with none that begin alike form one
+  // trie, whose prompt prefix all of them share is kept when
+  // planner::kMinKeptPrefixTokens or longer.
+  void Keep(Sim& sim, const std::vector<EtaJob>& joining) {
+    std::map<int32_t, std::vector<const std::vector<int32_t>*>> tries;  // by first token
+    for (const EtaJob& j : joining) {
+      const std::vector<int32_t>& prompt = queue_[index_.at(j.id)]->prompt_ids;
+      if (prompt.empty()) continue;
+      bool agrees = false;
+      for (Sim::Kept& k : sim.kept) {
+        if (KeptAgreement({k.ids}, prompt) > 0) {
+          k.used = sim.passes;
+          agrees = true;
+        }
+      }
+      if (!agrees) tries[prompt.front()].push_back(&prompt);
+    }
+    for (const auto& [first, prompts] : tries) {
+      if (prompts.size() < 2) continue;
+      int64_t shared = static_cast<int64_t>(prompts[0]->size());
+      for (const std::vector<int32_t>* p : prompts) {
+        shared = std::min(shared, CommonPrefix(*prompts[0], *p));
+      }
+      if (shared < planner::kMinKeptPrefixTokens) continue;
+      std::vector<int32_t> ids(prompts[0]->begin(), prompts[0]->begin() + shared);
+      const bool known = std::any_of(sim.kept.begin(), sim.kept.end(),
+                                     [&](const Sim::Kept& k) { return k.ids == ids; });
+      if (!known) sim.kept.push_back({std::move(ids), sim.passes});
+    }
+  }
+
   // An idle worker opens a batch.
   void Open(Sim& sim) {
     std::vector<EtaJob> jobs = Take(sim, sim.at);
@@ -264,6 +313,9 @@ class Player {
       sim.stuck = true;  // nothing queued fits its whole budget now, nor will later
       return;
     }
+    sim.kept.clear();
+    sim.passes = 0;
+    Keep(sim, jobs);
     sim.batch = std::move(jobs);
     sim.in_pass = true;
     sim.at += sim.worker->cost.Seconds(PassTokensOf(sim.batch));
@@ -292,8 +344,15 @@ class Player {
       if (!sim.worker->takes_work) sim.at = kNever;
       return;
     }
+    // The engine drops a kept prefix after two passes that did not use it.
+    ++sim.passes;
+    sim.kept.erase(std::remove_if(sim.kept.begin(), sim.kept.end(),
+                                  [&](const Sim::Kept& k) { return k.used < sim.passes - 2; }),
+                   sim.kept.end());
     if (sim.worker->takes_work && queued_left_ > 0) {
-      for (EtaJob& j : Take(sim, now)) {
+      std::vector<EtaJob> top_up = Take(sim, now);
+      Keep(sim, top_up);
+      for (EtaJob& j : top_up) {
         j.in_pass = !s_.top_ups_join_late;
         sim.batch.push_back(j);
       }

@@ -109,6 +109,9 @@ struct EtaWorker {
   double start_at = 0;        // seconds from now it can open a batch of the model
   double pass_left = 0;       // seconds left of its pass in flight (with a running batch)
   std::vector<EtaJob> batch;  // its running batch of the model; empty: idle
+  // The prompt prefixes it keeps for its running batch's next pass, as it
+  // reported them (LiveBatch::kept_prefixes).
+  std::vector<std::vector<int32_t>> kept_prefixes;
 };
 
 struct EtaSnapshot {

@@ -264,6 +264,45 @@ TEST(ForecastTest, APassIsPricedWithItsSharedPrefixOnce) {
   EXPECT_NEAR(*Forecast(snapshot).jobs.at(3), 1.0 + 0.01 * 62, 1e-9);
 }
 
+// A top-up that agrees with a prefix the worker keeps feeds only the rest of
+// its prompt, as Schedule charges it (KeptAgreement): the forecast keeps
+// prefixes as the engine does, and starts from those a running batch's
+// worker reported.
+TEST(ForecastTest, ATopUpThatAgreesWithAKeptPrefixIsPricedWithoutIt) {
+  // An instruction of 40 tokens; a generation of 10 tokens keeps the batch
+  // running while classifications (43-token prompts, 2 label tokens) ride
+  // one at a time beside it (two jobs a batch).
+  std::vector<int32_t> instruction;
+  for (int32_t t = 0; t < 40; ++t) instruction.push_back(t);
+  auto job = [&](int64_t id, int64_t own, int64_t passes, int64_t labels) {
+    QueuedJob q = Q(id, 40 + own + (passes > 1 ? 0 : labels), passes);
+    q.prompt_ids = instruction;
+    for (int64_t t = 0; t < own; ++t) q.prompt_ids.push_back(static_cast<int32_t>(100 * id + t));
+    return q;
+  };
+  EtaSnapshot snapshot;
+  snapshot.model = "m";
+  snapshot.top_ups_join_late = false;
+  snapshot.workers = {W("w", 1.0, 1000, 2, 0, 0.01)};
+  snapshot.queue = {job(1, 2, 10, 0), job(2, 3, 1, 2), job(3, 3, 1, 2), job(4, 3, 1, 2)};
+  // Pass 1: 42 + 5 tokens (job 2 shares the instruction with job 1); the
+  // engine keeps the 40 they share, so jobs 3 and 4 each feed 5 beside job
+  // 1's one decoded token.
+  EtaForecast forecast = Forecast(snapshot);
+  EXPECT_NEAR(*forecast.jobs.at(2), 1.47, 1e-9);
+  EXPECT_NEAR(*forecast.jobs.at(3), 1.47 + 1.06, 1e-9);
+  EXPECT_NEAR(*forecast.jobs.at(4), 1.47 + 2 * 1.06, 1e-9);
+  // A running batch whose worker reported the instruction kept: a joining
+  // classification is priced 5 tokens, not 45.
+  EtaJob running = {1, 1, 51, 42, 9, true, true};
+  snapshot.queue = {job(5, 3, 1, 2)};
+  snapshot.workers = {Busy(W("w", 1.0, 1000, 2, 0, 0.01), 0.5, {running})};
+  snapshot.workers[0].kept_prefixes = {instruction};
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(5), 0.5 + 1.06, 1e-9);
+  snapshot.workers[0].kept_prefixes.clear();
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(5), 0.5 + 1.46, 1e-9);
+}
+
 TEST(ForecastTest, EarlyStopsShortenTheJobsOfTheirSubmission) {
   EtaSnapshot snapshot;
   snapshot.model = "m";

@@ -41,6 +41,7 @@ StatusOr<EtaSnapshot> ModelSnapshot(const Fleet& fleet, Store& store, const std:
         if (job.passes_needed > 1) stops[job.submission_id].tokens += job.generated;
         worker.batch.push_back(j);
       }
+      worker.kept_prefixes = batch->kept_prefixes;
       const double elapsed =
           static_cast<double>(std::max<int64_t>(0, context.now_ms - batch->pass_started_ms)) / 1e3;
       worker.pass_left = std::max(0.0, worker.cost.Seconds(tokens) - elapsed);

@@ -10,6 +10,30 @@
 #include "planner/model_facts.h"
 
 namespace nightshift::scheduler {
+
+int64_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  // Whole blocks compared with memcmp first: jobs of one group share
+  // hundreds of tokens.
+  constexpr size_t kBlock = 32;
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i + kBlock <= n && std::memcmp(&a[i], &b[i], kBlock * sizeof(int32_t)) == 0) i += kBlock;
+  while (i < n && a[i] == b[i]) ++i;
+  return static_cast<int64_t>(i);
+}
+
+int64_t KeptAgreement(const std::vector<std::vector<int32_t>>& kept_prefixes,
+                      const std::vector<int32_t>& prompt) {
+  if (prompt.empty()) return 0;
+  int64_t best = 0;
+  for (const std::vector<int32_t>& kept : kept_prefixes) {
+    const int64_t agree =
+        std::min<int64_t>(CommonPrefix(kept, prompt), static_cast<int64_t>(prompt.size()) - 1);
+    if (agree >= planner::kMinKeptPrefixTokens) best = std::max(best, agree);
+  }
+  return best;
+}
+
 namespace {
 
 constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
@@ -36,17 +60,6 @@ struct Budget {
 bool DispatchOrder(const QueuedJob& a, const QueuedJob& b) {
   return std::make_tuple(-static_cast<int64_t>(a.priority), a.submission_id, a.id) <
          std::make_tuple(-static_cast<int64_t>(b.priority), b.submission_id, b.id);
-}
-
-// Tokens `a` and `b` begin with alike. Whole blocks are compared with
-// memcmp first: jobs of one group share hundreds of tokens.
-int64_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  constexpr size_t kBlock = 32;
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i + kBlock <= n && std::memcmp(&a[i], &b[i], kBlock * sizeof(int32_t)) == 0) i += kBlock;
-  while (i < n && a[i] == b[i]) ++i;
-  return static_cast<int64_t>(i);
 }
 
 // An order of prompts in which those that begin alike are adjacent (memcmp's
@@ -154,21 +167,6 @@ class PrefixIndex {
   std::vector<int64_t> next_shared_;  // by index i: what sorted_[i] shares with sorted_[i + 1]
 };
 
-// The part of `job`'s prompt its worker's next pass starts it after: the
-// longest agreement with a prefix the worker keeps (WorkerSlot::
-// kept_prefixes), planner::kMinKeptPrefixTokens or more and short of the
-// whole prompt, as the engine uses one; else 0.
-int64_t KeptAgreement(const WorkerSlot& worker, const QueuedJob& job) {
-  if (job.prompt_ids.empty()) return 0;
-  int64_t best = 0;
-  for (const std::vector<int32_t>& kept : worker.kept_prefixes) {
-    const int64_t agree = std::min<int64_t>(CommonPrefix(kept, job.prompt_ids),
-                                            static_cast<int64_t>(job.prompt_ids.size()) - 1);
-    if (agree >= planner::kMinKeptPrefixTokens) best = std::max(best, agree);
-  }
-  return best;
-}
-
 // What the job of `rank` adds to the next pass of `b`: its first pass's
 // tokens less the prefix it shares with the jobs this plan put there, or
 // the longer part of a prefix the worker keeps that it agrees with (the
@@ -176,9 +174,9 @@ int64_t KeptAgreement(const WorkerSlot& worker, const QueuedJob& job) {
 // the engine groups them together after it).
 int64_t PassTokensJoining(const Budget& b, const QueuedJob& job, size_t rank,
                           const PrefixIndex& prefixes) {
-  const int64_t shared =
-      std::min(std::max(prefixes.SharedWith(rank, b.members), KeptAgreement(*b.worker, job)),
-               job.pass_tokens());
+  const int64_t shared = std::min(std::max(prefixes.SharedWith(rank, b.members),
+                                           KeptAgreement(b.worker->kept_prefixes, job.prompt_ids)),
+                                  job.pass_tokens());
   return job.pass_tokens() - std::max<int64_t>(0, shared);
 }
 

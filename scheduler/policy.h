@@ -121,4 +121,14 @@ bool TakesJobs(const WorkerSlot& worker);
 // KV bytes `job` takes on a worker offering `model`.
 int64_t KvBytes(const QueuedJob& job, const ModelOffer& model);
 
+// Tokens `a` and `b` begin with alike.
+int64_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+// The part of `prompt` a worker's next pass starts it after: its longest
+// agreement with one of the prefixes the worker keeps (WorkerSlot::
+// kept_prefixes), planner::kMinKeptPrefixTokens or more and short of the
+// whole prompt, as the engine uses one; else 0.
+int64_t KeptAgreement(const std::vector<std::vector<int32_t>>& kept_prefixes,
+                      const std::vector<int32_t>& prompt);
+
 }  // namespace nightshift::scheduler
