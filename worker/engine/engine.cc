@@ -605,10 +605,13 @@ struct Engine::Impl {
   // and values for every layer. A later sequence whose prompt goes on past
   // one starts its first pass after it instead of computing it. Each is kept
   // only where KV room allows (PrefixRoom), dropped after two passes that did
-  // not use it, and whenever a sequence joining needs its KV room.
+  // not use it, and whenever a sequence joining needs its KV room (unless
+  // a sequence uses it: KeptInUse). The going-on sequences that start after
+  // one hold its positions in its cache itself (ShareKept), which so lives
+  // while one of them does, kept or not.
   struct KeptPrefix {
     std::vector<TokenId> ids;
-    std::unique_ptr<KVCache> cache;
+    std::shared_ptr<KVCache> cache;
     int64_t pass = 0;  // the pass that made it or last used it
   };
   std::vector<KeptPrefix> kept_prefixes;
@@ -697,7 +700,14 @@ struct Engine::Impl {
                         SequenceRows& rows);
   // Whether `bytes` more of kept prefixes fit beside the sequences' KV.
   bool PrefixRoom(int64_t tokens, uint64_t bytes) const;
+  // Bytes of the kept prefixes no sequence past its first pass holds (those
+  // that one holds are counted by KvBytesInUse).
   uint64_t KeptPrefixBytes() const;
+  // The caches sequences past their first pass share (KVCache::shared).
+  std::set<const KVCache*> SharedCaches() const;
+  // Whether kept prefix `k` is held by a sequence past its first pass, or
+  // will be by one waiting for it or by `joining` (FeedKey picks it).
+  bool KeptInUse(size_t k, const SequenceRequest* joining) const;
   // Drops the kept prefixes no feed of pass `pass` or the one before used or
   // made.
   void DropUnusedPrefixes(int64_t pass);
@@ -1098,9 +1108,35 @@ std::vector<Engine::Impl::PassFeed> Engine::Impl::PassFeeds() const {
 }
 
 uint64_t Engine::Impl::KeptPrefixBytes() const {
+  const std::set<const KVCache*> held = SharedCaches();
   uint64_t bytes = 0;
-  for (const KeptPrefix& k : kept_prefixes) bytes += k.cache->bytes();
+  for (const KeptPrefix& k : kept_prefixes) {
+    if (held.count(k.cache.get()) == 0) bytes += k.cache->bytes();
+  }
   return bytes;
+}
+
+std::set<const KVCache*> Engine::Impl::SharedCaches() const {
+  std::set<const KVCache*> shared;
+  for (const std::unique_ptr<Sequence>& s : active) {
+    if (s->cached > 0 && s->cache.shared() != nullptr) shared.insert(s->cache.shared());
+  }
+  return shared;
+}
+
+bool Engine::Impl::KeptInUse(size_t k, const SequenceRequest* joining) const {
+  if (SharedCaches().count(kept_prefixes[k].cache.get()) > 0) return true;
+  auto starts_after = [&](const SequenceRequest& r) {
+    int kept = -1;
+    int64_t past = 0;
+    FeedKey(r.prompt, &kept, &past);
+    return kept == static_cast<int>(k);
+  };
+  if (joining != nullptr && starts_after(*joining)) return true;
+  for (const std::unique_ptr<Sequence>& s : active) {
+    if (s->cached == 0 && options.share_prefixes && starts_after(s->request)) return true;
+  }
+  return false;
 }
 
 bool Engine::Impl::PrefixRoom(int64_t tokens, uint64_t bytes) const {
@@ -1132,7 +1168,7 @@ void Engine::Impl::KeepSharedPrefix(const std::vector<size_t>& members, const Pa
   for (const KeptPrefix& k : kept_prefixes) {
     if (k.ids == ids) return;
   }
-  auto cache = std::make_unique<KVCache>(config, static_cast<int64_t>(shared), options.kv_dtype);
+  auto cache = std::make_shared<KVCache>(config, static_cast<int64_t>(shared), options.kv_dtype);
   if (!PrefixRoom(static_cast<int64_t>(shared), cache->bytes())) return;
   rows.keeps.push_back(
       {cache.get(),
@@ -1180,6 +1216,21 @@ void ShareKeptPaths(const ModelConfig& config, KvDType dtype, SequenceRows& r) {
                 r.keeps.end());
 }
 
+// Going-on sequences of a feed that starts after a kept prefix hold its
+// `past` positions in the kept prefix's cache itself (KVCache::Share),
+// whatever pass they join in; each keeps only the rest of its path.
+void ShareKept(const std::shared_ptr<KVCache>& kept, int64_t past, SequenceRows& r) {
+  std::vector<int32_t> rows(static_cast<size_t>(past));
+  std::iota(rows.begin(), rows.end(), 0);
+  for (SequenceRows::Keep& keep : r.keeps) {
+    keep.rows.erase(keep.rows.begin(), keep.rows.begin() + past);
+    keep.cache->Share(kept, rows);
+  }
+  r.keeps.erase(std::remove_if(r.keeps.begin(), r.keeps.end(),
+                               [](const SequenceRows::Keep& k) { return k.rows.empty(); }),
+                r.keeps.end());
+}
+
 // `rows` of a trie fed after `past` cached positions: at those positions.
 std::vector<int64_t> AfterPast(int64_t past, const std::vector<int64_t>& rows) {
   std::vector<int64_t> positions(static_cast<size_t>(past));
@@ -1190,6 +1241,8 @@ std::vector<int64_t> AfterPast(int64_t past, const std::vector<int64_t>& rows) {
 
 Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
   PassPlan plan;
+  // As the feeds below group the sequences (before this pass keeps a prefix).
+  stats->kv_bytes = KvBytesInUse();
   std::vector<std::vector<int64_t>> logit_rows(active.size());
   plan.fed.resize(active.size());
   for (const PassFeed& feed : PassFeeds()) {
@@ -1211,10 +1264,12 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
     }
     // The trie of their feeds, after the kept prefix they start from.
     KVCache* kept = nullptr;
+    std::shared_ptr<KVCache> kept_cache;
     if (feed.kept >= 0) {
       KeptPrefix& k = kept_prefixes[static_cast<size_t>(feed.kept)];
       k.pass = stats->index;
-      kept = k.cache.get();
+      kept_cache = k.cache;
+      kept = kept_cache.get();
       r.past = feed.past;
     }
     std::vector<TrieFeed> feeds;
@@ -1267,8 +1322,12 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
         Sequence& s = *active[members[f]];
         if (!s.one_pass()) r.keeps.push_back({&s.cache, AfterPast(r.past, trie.prompt_rows[f])});
       }
-      ShareKeptPaths(config, options.kv_dtype, r);
-      if (kept == nullptr) KeepSharedPrefix(members, trie, stats->index, r);
+      if (kept != nullptr) {
+        ShareKept(kept_cache, r.past, r);
+      } else {
+        ShareKeptPaths(config, options.kv_dtype, r);
+        KeepSharedPrefix(members, trie, stats->index, r);
+      }
     }
     plan.rows.sequences.push_back(std::move(r));
   }
@@ -1276,7 +1335,6 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
     plan.first_logit.push_back(static_cast<int64_t>(plan.logit_rows.size()));
     plan.logit_rows.insert(plan.logit_rows.end(), logit_rows[i].begin(), logit_rows[i].end());
   }
-  stats->kv_bytes = KvBytesInUse();
   plan.rows.inv_freq = &inv_freq;
   plan.rows.device = device;
   plan.rows.micro_batch_rows = micro_batch_rows;
@@ -1507,32 +1565,37 @@ Sequence* Engine::Impl::Find(SequenceId id) const {
 uint64_t Engine::Impl::KvBytesInUse(const SequenceRequest* joining) const {
   const uint64_t per_token = planner::KvBytesPerToken(config, KvDTypeBytes(options.kv_dtype));
   uint64_t bytes = 0;
-  std::set<const KVCache*> shared;
-  // Those still to run their first pass: their whole caches, less what the
-  // going-on sequences of a feed will share (the trie of their prompts:
-  // one position per distinct prefix).
+  // Those still to run their first pass: their whole caches, less the
+  // positions of a kept prefix they start after (held in its cache:
+  // ShareKept; KeptPrefixBytes counts it) or, in a feed of their own, what
+  // its going-on sequences will share (the trie of their prompts: one
+  // position per distinct prefix).
   std::unordered_map<int64_t, std::vector<TrieFeed>> feeds;
   auto add = [&](const SequenceRequest& r) {
     bytes += static_cast<uint64_t>(CachePositions(r, max_context)) * per_token;
     if (!options.share_prefixes) return;
     int kept = -1;
     int64_t past = 0;
-    feeds[FeedKey(r.prompt, &kept, &past)].push_back({r.prompt, {}});
+    const int64_t key = FeedKey(r.prompt, &kept, &past);
+    if (kept >= 0) {
+      bytes -= static_cast<uint64_t>(past) * per_token;
+    } else {
+      feeds[key].push_back({r.prompt, {}});
+    }
   };
   for (const std::unique_ptr<Sequence>& s : active) {
     if (s->one_pass()) continue;
     if (s->cached == 0) {
       add(s->request);
-      continue;
+    } else {
+      bytes += s->cache.bytes();
     }
-    bytes += s->cache.bytes();
-    if (s->cache.shared() != nullptr) shared.insert(s->cache.shared());
   }
   if (joining != nullptr &&
       !planner::EndsInFirstPass(joining->max_new_tokens, LabelTokenCounts(*joining))) {
     add(*joining);
   }
-  for (const KVCache* cache : shared) bytes += cache->bytes();
+  for (const KVCache* cache : SharedCaches()) bytes += cache->bytes();
   for (const auto& [key, group] : feeds) {
     int64_t positions = 0;
     for (const TrieFeed& f : group) positions += static_cast<int64_t>(f.prompt.size());
@@ -1701,14 +1764,18 @@ StatusOr<SequenceId> Engine::Add(SequenceRequest request) {
   // share with a sequence waiting for its first pass (KvBytesInUse).
   uint64_t in_use = impl_->KvBytesInUse();
   uint64_t need = impl_->KvBytesInUse(&request) - in_use;
-  // Kept prefixes give their room to a sequence that needs it, oldest first.
+  // Kept prefixes give their room to a sequence that needs it, oldest first,
+  // but for those a sequence holds or will hold (KeptInUse).
   auto& kept = impl_->kept_prefixes;
-  while (budget > 0 && !kept.empty() && in_use + impl_->KeptPrefixBytes() + need > budget) {
-    kept.erase(kept.begin());
+  while (budget > 0 && in_use + impl_->KeptPrefixBytes() + need > budget) {
+    size_t k = 0;
+    while (k < kept.size() && impl_->KeptInUse(k, &request)) ++k;
+    if (k == kept.size()) break;
+    kept.erase(kept.begin() + static_cast<ptrdiff_t>(k));
     in_use = impl_->KvBytesInUse();  // feeds may group otherwise without it
     need = impl_->KvBytesInUse(&request) - in_use;
   }
-  if (budget > 0 && need > budget - std::min(budget, in_use)) {
+  if (budget > 0 && in_use + impl_->KeptPrefixBytes() + need > budget) {
     return ResourceExhausted("sequence needs " + std::to_string(need) + " KV bytes; " +
                              std::to_string(in_use) + " of the budget of " +
                              std::to_string(budget) + " are in use");

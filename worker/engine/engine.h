@@ -454,9 +454,11 @@ class Engine {
   std::vector<std::vector<TokenId>> kept_prefixes() const;
   // KV bytes reserved by the sequences in flight. Going-on sequences whose
   // prompts met in one first pass hold the positions two or more of them
-  // share once, in a cache they share (released with the last of them), so
-  // this is each one's own positions plus each shared prefix once; for
-  // those still to run their first pass, what that pass will leave.
+  // share once, in a cache they share (released with the last of them), and
+  // those that started after a kept prefix hold it in its cache; so this is
+  // each one's own positions plus each cache they share once; for those
+  // still to run their first pass, what that pass will leave (a kept
+  // prefix they will hold is counted as kept until then).
   uint64_t kv_bytes_in_use() const;
 
   // The tokens sequence `id` generated so far. NotFound when it is not in

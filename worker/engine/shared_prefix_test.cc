@@ -433,6 +433,76 @@ TEST(SharedKvTest, GoingOnSequencesHoldTheirSharedPrefixOnce) {
   }
 }
 
+// Generating sequences that join after a prefix was kept hold its positions
+// in the kept prefix's cache itself, pass after pass: a night of top-ups
+// with one instruction holds it once more in all, not once per job, and
+// each decodes what it decodes alone, also after the kept prefix is no
+// longer kept.
+TEST(SharedKvTest, SequencesJoiningAfterAKeptPrefixHoldItOnce) {
+  const std::string fixture = "llama-gqa-sharded";
+  std::unique_ptr<Engine> probe = testing::OpenEngine(FixtureDir(fixture), {});
+  ASSERT_NE(probe, nullptr);
+  std::mt19937 rng(41);
+  const int64_t vocab = probe->config().vocab_size;
+  const std::vector<TokenId> instruction = RandomTokens(100, vocab, rng);
+  // Items whose first tokens differ, so the instruction is all they share.
+  auto item = [&](TokenId first, size_t n, int64_t new_tokens) {
+    std::vector<TokenId> own = RandomTokens(n, vocab, rng);
+    own[0] = first;
+    SequenceRequest r = testing::GreedyRequest(Join(instruction, own), new_tokens);
+    r.ignore_eos = true;
+    return r;
+  };
+  // Two open the batch (and the instruction is kept), then one joins at
+  // each of the next two passes.
+  const std::vector<SequenceRequest> requests = {item(1, 3, 8), item(2, 4, 8), item(3, 5, 8),
+                                                 item(4, 2, 8)};
+  std::vector<SequenceResult> alone;
+  for (const SequenceRequest& r : requests) {
+    std::vector<SequenceResult> one = RunTogether(*probe, {r}, nullptr);
+    ASSERT_EQ(one.size(), 1u);
+    alone.push_back(std::move(one[0]));
+  }
+  const uint64_t position = KvBytesPerPosition(*probe);
+  std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), {});
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(engine->Add(requests[0]).ok());
+  ASSERT_TRUE(engine->Add(requests[1]).ok());
+  ASSERT_TRUE(engine->Step().ok());
+  ASSERT_EQ(engine->kept_prefixes(), (std::vector<std::vector<TokenId>>{instruction}));
+  uint64_t caches = probe->KvBytesFor(requests[0]) + probe->KvBytesFor(requests[1]);
+  // The first two hold the instruction once between them.
+  EXPECT_EQ(engine->kv_bytes_in_use(), caches - 100 * position);
+  for (size_t k = 2; k < requests.size(); ++k) {
+    SCOPED_TRACE("request " + std::to_string(k));
+    ASSERT_TRUE(engine->Add(requests[k]).ok());
+    caches += probe->KvBytesFor(requests[k]);
+    // Every joiner holds all but the instruction; the instruction is held
+    // once for all of them, in the kept prefix's cache, which counts among
+    // the sequences' KV once one holds it (before, as a kept prefix).
+    const uint64_t own = caches - 100 * position - 100 * (k - 1) * position;
+    EXPECT_EQ(engine->kv_bytes_in_use(), own + (k == 2 ? 0 : 100 * position));
+    StatusOr<PassStats> pass = engine->Step();
+    ASSERT_TRUE(pass.ok()) << pass.status().ToString();
+    EXPECT_EQ(pass->kept_prefix_tokens, 100);
+    EXPECT_EQ(engine->kv_bytes_in_use(), own + 100 * position);
+  }
+  std::vector<SequenceResult> together = testing::Drain(*engine);
+  for (SequenceResult& r : engine->TakeFinished()) together.push_back(std::move(r));
+  ASSERT_EQ(together.size(), requests.size());
+  std::sort(together.begin(), together.end(),
+            [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
+  for (size_t k = 0; k < requests.size(); ++k) {
+    SCOPED_TRACE("request " + std::to_string(k));
+    EXPECT_EQ(together[k].generated, alone[k].generated);
+    EXPECT_EQ(together[k].last_logits, alone[k].last_logits);
+  }
+  // The passes after the last join did not use it: no longer kept, yet
+  // held by the joiners until they ended.
+  EXPECT_TRUE(engine->kept_prefixes().empty());
+  EXPECT_EQ(engine->kv_bytes_in_use(), 0u);
+}
+
 // Without sharing every sequence computes its whole feed (its labels still
 // share their common start, as they always did within one sequence).
 TEST(SharedPrefixOffTest, EverySequenceComputesItsWholeFeed) {
