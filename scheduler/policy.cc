@@ -181,14 +181,19 @@ int64_t PassTokensJoining(const Budget& b, const QueuedJob& job, size_t rank,
 }
 
 // KV positions the job of `rank` adds to `b`: those it reserves less the
-// prefix of its prompt it shares with a job this plan put there that holds
-// KV too (the engine keeps the positions going-on sequences that meet in
-// one first pass share once: KVCache::Share), when at least min_shared long.
+// prompt prefix the engine holds once for it and others (KVCache::Share):
+// that of a prefix the worker keeps when it agrees with one (its first pass
+// starts after it, and it holds those positions in the kept prefix's
+// cache), else the longest it shares with a job this plan put there that
+// holds KV too (going-on sequences that meet in one first pass), when at
+// least min_shared long.
 int64_t KvPositionsJoining(const Budget& b, const QueuedJob& job, size_t rank,
                            const PrefixIndex& prefixes) {
   const int64_t positions = job.reserved_kv_tokens();
   if (positions == 0) return 0;
-  return positions - std::min(prefixes.SharedWith(rank, b.kv_members), positions);
+  const int64_t kept = KeptAgreement(b.worker->kept_prefixes, job.prompt_ids);
+  const int64_t shared = kept > 0 ? kept : prefixes.SharedWith(rank, b.kv_members);
+  return positions - std::min(shared, positions);
 }
 
 // A model's pass-token budget on `worker`, kNoLimit when it has none.

@@ -482,6 +482,33 @@ TEST(SharedPrefixTest, ATopUpThatAgreesWithAKeptPrefixCostsOnlyTheRest) {
   EXPECT_EQ(plan.assignments[0].job_pass_tokens.front(), 52);
 }
 
+TEST(SharedPrefixTest, ATopUpHoldingKvThatAgreesWithAKeptPrefixIsChargedOnlyItsOwnPositions) {
+  // The worker keeps a 40-token instruction; generations of 6 new tokens
+  // after it and 8 tokens of their own hold 40 + 8 + 5 positions, 13 their
+  // own: the engine holds the instruction in the kept prefix's cache.
+  WorkerSlot busy = Busy(1000);
+  busy.free_kv_bytes = 40;
+  const auto instruction = Prefix(40, 1000);
+  busy.kept_prefixes = {instruction};
+  Snapshot snapshot;
+  snapshot.workers = {busy};
+  for (int64_t id = 1; id <= 4; ++id) {
+    snapshot.queue.push_back({id, 1, "m", 0, 53, 6, Ids(instruction, 48, 10 * id)});
+  }
+  Plan plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  EXPECT_EQ(plan.assignments[0].job_ids, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(plan.assignments[0].job_kv_tokens, (std::vector<int64_t>{13, 13, 13}));
+  EXPECT_EQ(plan.assignments[0].kv_bytes, 39);
+  // Without it kept, the first holds the instruction too; the next share it
+  // with the first (they meet in one first pass): 53 positions do not fit.
+  snapshot.workers[0].kept_prefixes.clear();
+  snapshot.workers[0].free_kv_bytes = 80;
+  plan = Schedule(snapshot);
+  ASSERT_EQ(plan.assignments.size(), 1u);
+  EXPECT_EQ(plan.assignments[0].job_kv_tokens, (std::vector<int64_t>{53, 13, 13}));
+}
+
 // Rows the engine computes for `jobs` in one pass at most (every distinct
 // prefix of their prompts once, labels whole; pass_trie.h shares labels too).
 int64_t EngineRows(const std::vector<const QueuedJob*>& jobs) {
