@@ -743,9 +743,10 @@ struct Engine::Impl {
   // The sequence `id` in flight, or null.
   Sequence* Find(SequenceId id) const;
   // KV bytes the sequences in flight reserve, with `joining` added when not
-  // null: each one's own positions, and each prompt position that two or
-  // more going-on sequences share once (ShareKeptPaths; for those still to
-  // run their first pass, as PassFeeds will group them).
+  // null: each one's own positions, and each cache they share once (the
+  // prompt positions two or more going-on sequences of a first pass hold,
+  // ShareKeptPaths; a kept prefix they started after, ShareKept); for those
+  // still to run their first pass, as PassFeeds will group them.
   uint64_t KvBytesInUse(const SequenceRequest* joining = nullptr) const;
   // Tokens the next pass computes; with `joining` added when not null.
   int64_t NextPassTokens(const SequenceRequest* joining = nullptr) const;
