@@ -509,6 +509,29 @@ TEST(SharedPrefixTest, ATopUpHoldingKvThatAgreesWithAKeptPrefixIsChargedOnlyItsO
   EXPECT_EQ(plan.assignments[0].job_kv_tokens, (std::vector<int64_t>{53, 13, 13}));
 }
 
+// The jobs of `a`, from a snapshot whose job ids are 1, 2, ... in order.
+std::vector<const QueuedJob*> JobsOf(const Assignment& a, const Snapshot& snapshot) {
+  std::vector<const QueuedJob*> jobs;
+  for (int64_t id : a.job_ids) jobs.push_back(&snapshot.queue[static_cast<size_t>(id - 1)]);
+  return jobs;
+}
+
+int64_t Sum(const std::vector<int64_t>& values) {
+  int64_t sum = 0;
+  for (int64_t v : values) sum += v;
+  return sum;
+}
+
+// A prompt that branches off one of three 24-token stems at a random depth,
+// then 1 to 11 tokens of 3 values.
+std::vector<int32_t> StemPrompt(std::mt19937& random) {
+  const std::vector<int32_t> stem = Prefix(24, 1000 * static_cast<int32_t>(random() % 3 + 1));
+  std::vector<int32_t> prompt(stem.begin(), stem.begin() + random() % (stem.size() + 1));
+  const int extra = static_cast<int>(random() % 12) + (prompt.empty() ? 1 : 0);
+  for (int k = 0; k < extra; ++k) prompt.push_back(static_cast<int32_t>(random() % 3));
+  return prompt;
+}
+
 // Rows the engine computes for `jobs` in one pass at most (every distinct
 // prefix of their prompts once, labels whole; pass_trie.h shares labels too).
 int64_t EngineRows(const std::vector<const QueuedJob*>& jobs) {
@@ -551,13 +574,8 @@ TEST(SharedPrefixTest, NeverChargesLessKvThanTheEngineHolds) {
     WorkerSlot small = Idle("w1");
     small.info.kv_budget_bytes = 400;
     snapshot.workers = {small, Idle("w2", 12, 0)};
-    std::vector<std::vector<int32_t>> stems;
-    for (int s = 0; s < 3; ++s) stems.push_back(Prefix(24, 1000 * (s + 1)));
     for (int64_t id = 1; id <= 60; ++id) {
-      const auto& stem = stems[random() % stems.size()];
-      std::vector<int32_t> prompt(stem.begin(), stem.begin() + random() % (stem.size() + 1));
-      const int extra = static_cast<int>(random() % 12) + (prompt.empty() ? 1 : 0);
-      for (int k = 0; k < extra; ++k) prompt.push_back(static_cast<int32_t>(random() % 3));
+      const std::vector<int32_t> prompt = StemPrompt(random);
       if (random() % 3 == 0) {
         snapshot.queue.push_back(Classify(id, prompt, 2));
       } else {  // a generation of 2 to 9 tokens
@@ -569,17 +587,12 @@ TEST(SharedPrefixTest, NeverChargesLessKvThanTheEngineHolds) {
     const Plan plan = Schedule(snapshot);
     ASSERT_FALSE(plan.assignments.empty());
     for (const Assignment& assignment : plan.assignments) {
-      std::vector<const QueuedJob*> jobs;
+      const std::vector<const QueuedJob*> jobs = JobsOf(assignment, snapshot);
       int64_t whole = 0;
-      for (int64_t id : assignment.job_ids) {
-        jobs.push_back(&snapshot.queue[id - 1]);
-        whole += snapshot.queue[id - 1].reserved_kv_tokens();
-      }
+      for (const QueuedJob* job : jobs) whole += job->reserved_kv_tokens();
       EXPECT_GE(assignment.kv_bytes, EngineKvPositions(jobs)) << "round " << round;
       EXPECT_LE(assignment.kv_bytes, whole);
-      int64_t sum = 0;  // at one byte per position
-      for (int64_t positions : assignment.job_kv_tokens) sum += positions;
-      EXPECT_EQ(sum, assignment.kv_bytes);
+      EXPECT_EQ(Sum(assignment.job_kv_tokens), assignment.kv_bytes);  // one byte a position
       if (assignment.worker_id == "w1") {
         EXPECT_LE(assignment.kv_bytes, 400);
       }
@@ -597,30 +610,19 @@ TEST(SharedPrefixTest, NeverCountsFewerTokensThanTheEngineComputes) {
     Snapshot snapshot;
     snapshot.min_shared_prefix_tokens = 1 + round % 8;
     snapshot.workers = {Idle("w1", 0, 300), Idle("w2", 12, 0)};
-    // Prompts that branch off a few stems at random depths.
-    std::vector<std::vector<int32_t>> stems;
-    for (int s = 0; s < 3; ++s) stems.push_back(Prefix(24, 1000 * (s + 1)));
     for (int64_t id = 1; id <= 60; ++id) {
-      const auto& stem = stems[random() % stems.size()];
-      std::vector<int32_t> prompt(stem.begin(), stem.begin() + random() % (stem.size() + 1));
-      const int extra = static_cast<int>(random() % 12) + (prompt.empty() ? 1 : 0);
-      for (int k = 0; k < extra; ++k) prompt.push_back(static_cast<int32_t>(random() % 3));
+      const std::vector<int32_t> prompt = StemPrompt(random);
       snapshot.queue.push_back(Classify(id, prompt, static_cast<int64_t>(random() % 3 + 1)));
     }
     const Plan plan = Schedule(snapshot);
     ASSERT_FALSE(plan.assignments.empty());
     for (const Assignment& assignment : plan.assignments) {
-      std::vector<const QueuedJob*> jobs;
+      const std::vector<const QueuedJob*> jobs = JobsOf(assignment, snapshot);
       int64_t whole = 0;
-      for (int64_t id : assignment.job_ids) {
-        jobs.push_back(&snapshot.queue[id - 1]);
-        whole += snapshot.queue[id - 1].pass_tokens();
-      }
+      for (const QueuedJob* job : jobs) whole += job->pass_tokens();
       EXPECT_GE(assignment.pass_tokens, EngineRows(jobs)) << "round " << round;
       EXPECT_LE(assignment.pass_tokens, whole);
-      int64_t sum = 0;
-      for (int64_t tokens : assignment.job_pass_tokens) sum += tokens;
-      EXPECT_EQ(sum, assignment.pass_tokens);
+      EXPECT_EQ(Sum(assignment.job_pass_tokens), assignment.pass_tokens);
       if (assignment.worker_id == "w1") {
         EXPECT_LE(assignment.pass_tokens, 300);
       }

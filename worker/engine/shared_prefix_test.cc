@@ -160,6 +160,31 @@ std::vector<SequenceResult> RunTogether(Engine& engine,
   return testing::Drain(engine, passes);
 }
 
+// Each request run alone on `engine`, in order.
+std::vector<SequenceResult> EachAlone(Engine& engine,
+                                      const std::vector<SequenceRequest>& requests) {
+  std::vector<SequenceResult> alone;
+  for (const SequenceRequest& r : requests) {
+    std::vector<SequenceResult> one = RunTogether(engine, {r}, nullptr);
+    EXPECT_EQ(one.size(), 1u);
+    if (!one.empty()) alone.push_back(std::move(one[0]));
+  }
+  return alone;
+}
+
+// `together` (in any order; ids in the order added) is bitwise `alone`.
+void ExpectBitwiseAlone(std::vector<SequenceResult> together,
+                        const std::vector<SequenceResult>& alone) {
+  ASSERT_EQ(together.size(), alone.size());
+  std::sort(together.begin(), together.end(),
+            [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
+  for (size_t k = 0; k < alone.size(); ++k) {
+    SCOPED_TRACE("request " + std::to_string(k));
+    EXPECT_EQ(together[k].generated, alone[k].generated);
+    EXPECT_EQ(together[k].last_logits, alone[k].last_logits);
+  }
+}
+
 class SharedPrefixTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SharedPrefixTest, EachSequenceGetsWhatItGetsAloneAndEveryPrefixIsComputedOnce) {
@@ -182,12 +207,8 @@ TEST_P(SharedPrefixTest, EachSequenceGetsWhatItGetsAloneAndEveryPrefixIsComputed
     const std::vector<SequenceRequest> requests =
         Requests(SharingPrompts(alone_engine->config().vocab_size,
                                 static_cast<size_t>(std::min<int64_t>(600, context - 40)), rng));
-    std::vector<SequenceResult> alone;
-    for (const SequenceRequest& r : requests) {
-      std::vector<SequenceResult> one = RunTogether(*alone_engine, {r}, nullptr);
-      ASSERT_EQ(one.size(), 1u);
-      alone.push_back(std::move(one[0]));
-    }
+    const std::vector<SequenceResult> alone = EachAlone(*alone_engine, requests);
+    ASSERT_EQ(alone.size(), requests.size());
     const bool bitwise = mode.batch_invariant && !mode.accelerator_path;
     // Within the fixture's tolerance, whichever way it computes.
     const double atol = mode.accelerator_path ? testing::Bf16ProjectionAtol(golden) : golden.atol;
@@ -385,12 +406,7 @@ TEST(SharedKvTest, GoingOnSequencesHoldTheirSharedPrefixOnce) {
     const uint64_t shared_bytes = GoingOnKvBytes(*probe, requests);
     // The instruction twice more and the branch once more are not held.
     ASSERT_EQ(alone_bytes - shared_bytes, (2 * 200 + 20) * KvBytesPerPosition(*probe));
-    std::vector<SequenceResult> alone;
-    for (const SequenceRequest& r : requests) {
-      std::vector<SequenceResult> one = RunTogether(*probe, {r}, nullptr);
-      ASSERT_EQ(one.size(), 1u);
-      alone.push_back(std::move(one[0]));
-    }
+    const std::vector<SequenceResult> alone = EachAlone(*probe, requests);
     for (Residency residency : {Residency::kStream, Residency::kResident}) {
       SCOPED_TRACE(ResidencyName(residency));
       EngineOptions options = probe_options;
@@ -414,13 +430,7 @@ TEST(SharedKvTest, GoingOnSequencesHoldTheirSharedPrefixOnce) {
         for (SequenceResult& r : engine->TakeFinished()) together.push_back(std::move(r));
         reserved.push_back(engine->kv_bytes_in_use());
       }
-      std::sort(together.begin(), together.end(),
-                [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
-      for (size_t k = 0; k < requests.size(); ++k) {
-        SCOPED_TRACE("request " + std::to_string(k));
-        EXPECT_EQ(together[k].generated, alone[k].generated);
-        EXPECT_EQ(together[k].last_logits, alone[k].last_logits);
-      }
+      ExpectBitwiseAlone(together, alone);
       // Passes 1 and 2 end the first (2 tokens), 5 the second, 8 the third.
       ASSERT_EQ(reserved.size(), 8u);
       EXPECT_EQ(reserved[0], shared_bytes);
@@ -457,12 +467,7 @@ TEST(SharedKvTest, SequencesJoiningAfterAKeptPrefixHoldItOnce) {
   // each of the next two passes.
   const std::vector<SequenceRequest> requests = {item(1, 3, 8), item(2, 4, 8), item(3, 5, 8),
                                                  item(4, 2, 8)};
-  std::vector<SequenceResult> alone;
-  for (const SequenceRequest& r : requests) {
-    std::vector<SequenceResult> one = RunTogether(*probe, {r}, nullptr);
-    ASSERT_EQ(one.size(), 1u);
-    alone.push_back(std::move(one[0]));
-  }
+  const std::vector<SequenceResult> alone = EachAlone(*probe, requests);
   const uint64_t position = KvBytesPerPosition(*probe);
   std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), {});
   ASSERT_NE(engine, nullptr);
@@ -489,14 +494,7 @@ TEST(SharedKvTest, SequencesJoiningAfterAKeptPrefixHoldItOnce) {
   }
   std::vector<SequenceResult> together = testing::Drain(*engine);
   for (SequenceResult& r : engine->TakeFinished()) together.push_back(std::move(r));
-  ASSERT_EQ(together.size(), requests.size());
-  std::sort(together.begin(), together.end(),
-            [](const SequenceResult& a, const SequenceResult& b) { return a.id < b.id; });
-  for (size_t k = 0; k < requests.size(); ++k) {
-    SCOPED_TRACE("request " + std::to_string(k));
-    EXPECT_EQ(together[k].generated, alone[k].generated);
-    EXPECT_EQ(together[k].last_logits, alone[k].last_logits);
-  }
+  ExpectBitwiseAlone(together, alone);
   // The passes after the last join did not use it: no longer kept, yet
   // held by the joiners until they ended.
   EXPECT_TRUE(engine->kept_prefixes().empty());
