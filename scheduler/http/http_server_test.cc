@@ -96,9 +96,11 @@ class HttpServerTest : public ::testing::Test {
   }
 
   asio::io_context io_;
-  std::unique_ptr<HttpServer> server_;
+  // Before server_, so they outlive it: its reaper thread may report a
+  // timeout (on_timeout) until the server is destroyed.
   std::mutex mu_;
   std::vector<std::string> timeouts_;
+  std::unique_ptr<HttpServer> server_;
 };
 
 bhttp::request<bhttp::string_body> Request(bhttp::verb verb, const std::string& target,
