@@ -34,17 +34,27 @@
 // prefix kept from the pass before ("kept"), prompts/s, seconds and MB per
 // pass against the fastest cold read, and compute seconds per pass.
 //
+// With --max-new-tokens G as well, the prompts generate G greedy tokens each
+// instead of being classified, under a KV budget of --shared-kv-budget-mb
+// (default 256): with sharing on, the going-on sequences hold the
+// instruction once (KVCache::Share), so many more of them fit the budget
+// at once than with it off, where each holds its own copy. Adds the most
+// sequences one pass ran and generated tokens per second.
+//
 //   classify_bench [--prompts 256] [--prompt-tokens 500] [--labels 4]
 //                  [--kv-budget-mb 64] [--hidden 128] [--layers 4]
 //                  [--memory-budget-mb 0]
 //   classify_bench --shared-prefix-tokens 1500 [--item-tokens 50]
 //                  [--prompts 256] [--unshared-prompts 16]
 //                  [--pass-token-budget 0] [--layers 16]
+//                  [--max-new-tokens 0 [--shared-kv-budget-mb 256]]
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <string>
 
 #include "common/command_line.h"
 #include "common/disk_bench.h"
@@ -68,6 +78,7 @@ struct Outcome {
   uint64_t bytes_read = 0;
   double io_seconds = 0;
   double compute_seconds = 0;
+  int64_t most_sequences = 0;  // in one pass
 };
 
 // Runs passes until every request finished, adding before each pass the next
@@ -92,6 +103,7 @@ StatusOr<Outcome> Drain(Engine& engine, const std::vector<SequenceRequest>& requ
     out.compute_seconds += stats.compute_seconds;
     out.bytes_read += stats.bytes_read;
     out.io_seconds += stats.io_seconds;
+    out.most_sequences = std::max(out.most_sequences, stats.sequences);
     engine.TakeFinished();
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -177,6 +189,8 @@ struct SharedPrefixFlags {
   int64_t unshared_prompts = 16;
   int64_t pass_token_budget = 0;
   int64_t layers = 16;
+  int64_t max_new_tokens = 0;  // 0: classify
+  int64_t kv_budget_mb = 256;  // with max_new_tokens
 };
 
 // The shared-prefix comparison (see the top of the file), on a checkpoint
@@ -190,7 +204,7 @@ Status SharedPrefixBench(const SharedPrefixFlags& f, const std::string& dir) {
   spec.kv_heads = 8;
   spec.intermediate = 2816;
   spec.vocab = 32000;
-  spec.max_position = f.shared_tokens + f.item_tokens + 64;
+  spec.max_position = f.shared_tokens + f.item_tokens + f.max_new_tokens + 64;
   spec.seed = 3;
   NS_ASSIGN_OR_RETURN(generator::WriteReport written, generator::WriteCheckpoint(spec, dir));
   std::mt19937 rng(11);
@@ -202,7 +216,12 @@ Status SharedPrefixBench(const SharedPrefixFlags& f, const std::string& dir) {
     SequenceRequest r;
     r.prompt = instruction;
     for (int64_t k = 0; k < f.item_tokens; ++k) r.prompt.push_back(token(rng));
-    r.labels = {{101}, {202}, {303}};
+    if (f.max_new_tokens > 0) {
+      r.max_new_tokens = f.max_new_tokens;
+      r.ignore_eos = true;
+    } else {
+      r.labels = {{101}, {202}, {303}};
+    }
     requests.push_back(std::move(r));
   }
   struct Mode {
@@ -221,33 +240,41 @@ Status SharedPrefixBench(const SharedPrefixFlags& f, const std::string& dir) {
     options.compute_dtype = engine::ComputeDType::kAuto;
     options.pass_token_budget = f.pass_token_budget;
     options.share_prefixes = mode.share;
+    if (f.max_new_tokens > 0) options.kv_budget_bytes = static_cast<uint64_t>(f.kv_budget_mb) << 20;
     NS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(dir, options));
     NS_ASSIGN_OR_RETURN(Outcome o, RunByPassTokens(*engine, mode.requests));
     outcomes.push_back(o);
   }
   NS_ASSIGN_OR_RETURN(DiskBenchResult disk, RunDiskBench(dir));
+  const std::string task = f.max_new_tokens > 0
+                               ? std::to_string(f.max_new_tokens) + " new tokens each, KV budget " +
+                                     std::to_string(f.kv_budget_mb) + " MiB"
+                               : std::string("3 one-token labels");
   std::printf(
       "model: llama hidden %lld, %lld layers, BF16, %.1f MB; %lld prompts = %lld shared + %lld "
-      "item tokens, 3 one-token labels; pass-token budget %lld; fastest cold read %.2f GB/s\n",
+      "item tokens, %s; pass-token budget %lld; fastest cold read %.2f GB/s\n",
       static_cast<long long>(spec.hidden), static_cast<long long>(spec.layers),
       static_cast<double>(written.tensor_bytes) / 1e6, static_cast<long long>(f.prompts),
-      static_cast<long long>(f.shared_tokens), static_cast<long long>(f.item_tokens),
+      static_cast<long long>(f.shared_tokens), static_cast<long long>(f.item_tokens), task.c_str(),
       static_cast<long long>(f.pass_token_budget), disk.FastestGbs());
-  std::printf("%-9s %8s %7s %10s %8s %6s %9s %10s %8s %9s %8s %10s\n", "mode", "prompts", "passes",
-              "tokens", "shared", "kept", "seconds", "prompts/s", "s/pass", "MB/pass", "compute",
-              "pass/read");
+  std::printf("%-9s %8s %7s %10s %8s %6s %9s %10s %8s %9s %8s %10s %9s %10s\n", "mode", "prompts",
+              "passes", "tokens", "shared", "kept", "seconds", "prompts/s", "s/pass", "MB/pass",
+              "compute", "pass/read", "most seq", "gen tok/s");
   for (size_t m = 0; m < modes.size(); ++m) {
     const Outcome& o = outcomes[m];
     const double passes = static_cast<double>(o.passes);
     const double bytes_per_pass = static_cast<double>(o.bytes_read) / passes;
     const double read_seconds = bytes_per_pass / (disk.FastestGbs() * 1e9);
-    std::printf("%-9s %8zu %7lld %10lld %8lld %6lld %9.2f %10.2f %8.2f %9.1f %8.2f %10.2f\n",
-                modes[m].name, modes[m].requests.size(), static_cast<long long>(o.passes),
-                static_cast<long long>(o.tokens), static_cast<long long>(o.shared_tokens),
-                static_cast<long long>(o.kept_tokens), o.seconds,
-                static_cast<double>(modes[m].requests.size()) / o.seconds, o.seconds / passes,
-                bytes_per_pass / 1e6, o.compute_seconds / passes,
-                o.seconds / passes / read_seconds);
+    const double generated =
+        static_cast<double>(modes[m].requests.size()) * static_cast<double>(f.max_new_tokens);
+    std::printf(
+        "%-9s %8zu %7lld %10lld %8lld %6lld %9.2f %10.2f %8.2f %9.1f %8.2f %10.2f %9lld %10.2f\n",
+        modes[m].name, modes[m].requests.size(), static_cast<long long>(o.passes),
+        static_cast<long long>(o.tokens), static_cast<long long>(o.shared_tokens),
+        static_cast<long long>(o.kept_tokens), o.seconds,
+        static_cast<double>(modes[m].requests.size()) / o.seconds, o.seconds / passes,
+        bytes_per_pass / 1e6, o.compute_seconds / passes, o.seconds / passes / read_seconds,
+        static_cast<long long>(o.most_sequences), generated / o.seconds);
   }
   const double shared_rate = static_cast<double>(modes[0].requests.size()) / outcomes[0].seconds;
   const double unshared_rate = static_cast<double>(modes[1].requests.size()) / outcomes[1].seconds;
@@ -283,6 +310,11 @@ int Main(int argc, char** argv) {
             "with --shared-prefix-tokens: prompts the sharing-off run classifies (default 16)");
   flags.Int("pass-token-budget", &shared.pass_token_budget,
             "with --shared-prefix-tokens: tokens a pass may compute (default 0: no limit)");
+  flags.Int("max-new-tokens", &shared.max_new_tokens,
+            "with --shared-prefix-tokens: generate this many tokens per prompt instead of "
+            "classifying (default 0)");
+  flags.Int("shared-kv-budget-mb", &shared.kv_budget_mb,
+            "with --max-new-tokens: the engine's KV budget in MiB (default 256)");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested() || !parsed.ok()) {
     std::fprintf(parsed.ok() ? stdout : stderr, "%s%s\n",
