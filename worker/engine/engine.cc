@@ -604,11 +604,14 @@ struct Engine::Impl {
   // the longest prompt prefix every sequence of a trie shared, with its keys
   // and values for every layer. A later sequence whose prompt goes on past
   // one starts its first pass after it instead of computing it. Each is kept
-  // only where KV room allows (PrefixRoom), dropped after two passes that did
-  // not use it, and whenever a sequence joining needs its KV room (unless
-  // a sequence uses it: KeptInUse). The going-on sequences that start after
-  // one hold its positions in its cache itself (ShareKept), which so lives
-  // while one of them does, kept or not.
+  // only where KV room allows (PrefixRoom), dropped after two passes that
+  // neither used it nor had a decoding sequence hold it, and whenever a
+  // sequence joining needs its KV room (unless a sequence uses it:
+  // KeptInUse). Its cache is the one its pass's going-on sequences share
+  // (ShareKeptPaths: its positions first), so keeping it costs nothing
+  // while they decode; the going-on sequences that start after one hold its
+  // positions in that cache too (ShareKept), which so lives while one of
+  // them does, kept or not.
   struct KeptPrefix {
     std::vector<TokenId> ids;
     std::shared_ptr<KVCache> cache;
@@ -692,12 +695,13 @@ struct Engine::Impl {
   // and short of its whole prompt (*kept, *past; keyed by both), else its
   // first token.
   int64_t FeedKey(const std::vector<TokenId>& prompt, int* kept, int64_t* past) const;
-  // After the trie of `members` (laid out as `trie`, fed as `rows`): keeps
-  // the prompt prefix they all share for the next passes, when it is long
-  // enough and PrefixRoom allows (its keys and values copied after each
-  // layer, SequenceRows::keeps).
-  void KeepSharedPrefix(const std::vector<size_t>& members, const PassTrie& trie, int64_t pass,
-                        SequenceRows& rows);
+  // The positions of the prompt prefix the trie of `members` (laid out as
+  // `trie`) all share that this pass keeps for the next ones: when it is
+  // long enough, not kept already, and PrefixRoom allows (nothing more when
+  // a member goes on past its first pass: it holds those positions anyway).
+  // 0: none. They are the trie's first rows, which the feed's shared cache
+  // then holds (ShareKeptPaths), and the kept prefix is that cache.
+  int64_t PrefixToKeep(const std::vector<size_t>& members, const PassTrie& trie) const;
   // Whether `bytes` more of kept prefixes fit beside the sequences' KV.
   bool PrefixRoom(int64_t tokens, uint64_t bytes) const;
   // Bytes of the kept prefixes no sequence past its first pass holds (those
@@ -709,7 +713,7 @@ struct Engine::Impl {
   // will be by one waiting for it or by `joining` (FeedKey picks it).
   bool KeptInUse(size_t k, const SequenceRequest* joining) const;
   // Drops the kept prefixes no feed of pass `pass` or the one before used or
-  // made.
+  // made, and no sequence decoding in them held.
   void DropUnusedPrefixes(int64_t pass);
 
   Status Validate(const SequenceRequest& r) const;
@@ -1152,9 +1156,8 @@ bool Engine::Impl::PrefixRoom(int64_t tokens, uint64_t bytes) const {
   return options.memory_budget_bytes == 0;
 }
 
-void Engine::Impl::KeepSharedPrefix(const std::vector<size_t>& members, const PassTrie& trie,
-                                    int64_t pass, SequenceRows& rows) {
-  if (members.size() < 2) return;
+int64_t Engine::Impl::PrefixToKeep(const std::vector<size_t>& members, const PassTrie& trie) const {
+  if (members.size() < 2) return 0;
   // Trie rows are distinct prefixes: the prompts agree while their rows do.
   const std::vector<int64_t>& first = trie.prompt_rows[0];
   size_t shared = first.size();
@@ -1163,45 +1166,55 @@ void Engine::Impl::KeepSharedPrefix(const std::vector<size_t>& members, const Pa
     while (k < std::min(shared, prompt.size()) && prompt[k] == first[k]) ++k;
     shared = k;
   }
-  if (static_cast<int64_t>(shared) < kMinKeptPrefixTokens) return;
-  const std::vector<TokenId>& prompt = active[members[0]]->request.prompt;
-  std::vector<TokenId> ids(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(shared));
-  for (const KeptPrefix& k : kept_prefixes) {
-    if (k.ids == ids) return;
+  if (static_cast<int64_t>(shared) < kMinKeptPrefixTokens) return 0;
+  for (size_t k = 0; k < shared; ++k) {
+    if (first[k] != static_cast<int64_t>(k)) return 0;  // laid out depth first: never
   }
-  auto cache = std::make_shared<KVCache>(config, static_cast<int64_t>(shared), options.kv_dtype);
-  if (!PrefixRoom(static_cast<int64_t>(shared), cache->bytes())) return;
-  rows.keeps.push_back(
-      {cache.get(),
-       std::vector<int64_t>(first.begin(), first.begin() + static_cast<ptrdiff_t>(shared))});
-  kept_prefixes.push_back({std::move(ids), std::move(cache), pass});
+  const std::vector<TokenId>& prompt = active[members[0]]->request.prompt;
+  const std::vector<TokenId> ids(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(shared));
+  for (const KeptPrefix& k : kept_prefixes) {
+    if (k.ids == ids) return 0;
+  }
+  const bool held =
+      std::any_of(members.begin(), members.end(), [&](size_t i) { return !active[i]->one_pass(); });
+  const uint64_t bytes = held
+                             ? 0
+                             : static_cast<uint64_t>(shared) *
+                                   planner::KvBytesPerToken(config, KvDTypeBytes(options.kv_dtype));
+  return PrefixRoom(static_cast<int64_t>(shared), bytes) ? static_cast<int64_t>(shared) : 0;
 }
 
 void Engine::Impl::DropUnusedPrefixes(int64_t pass) {
   // Unused in this pass and the one before: jobs a scheduler sends after
   // seeing a kept prefix join a boundary late, so one idle pass is spared.
+  // (A prefix decoding sequences hold costs nothing more while they do:
+  // PlanPass marks it used.)
   kept_prefixes.erase(std::remove_if(kept_prefixes.begin(), kept_prefixes.end(),
                                      [pass](const KeptPrefix& k) { return k.pass < pass - 1; }),
                       kept_prefixes.end());
 }
 
 // The positions two or more of a feed's going-on sequences hold (a prefix
-// of each one's path: a trie row's holders hold its ancestors too) are kept
-// once, in a cache they share (SequenceRows::shared, KVCache::Share); each
-// sequence keeps only the rest of its path in its own.
-void ShareKeptPaths(const ModelConfig& config, KvDType dtype, SequenceRows& r) {
+// of each one's path: a trie row's holders hold its ancestors too), and
+// the feed's first `kept` rows (a prefix kept for later passes: PrefixToKeep),
+// are kept once, in a cache they share (SequenceRows::shared,
+// KVCache::Share), in row order; each sequence keeps only the rest of its
+// path in its own.
+void ShareKeptPaths(const ModelConfig& config, KvDType dtype, int64_t kept, SequenceRows& r) {
   std::map<int64_t, int> holders;
   for (const SequenceRows::Keep& keep : r.keeps) {
     for (int64_t row : keep.rows) ++holders[row];
   }
+  auto shared = [&](int64_t row) { return row < kept || holders[row] > 1; };
+  for (int64_t row = 0; row < kept; ++row) r.shared_rows.push_back(row);
   for (const auto& [row, n] : holders) {
-    if (n > 1) r.shared_rows.push_back(row);
+    if (row >= kept && n > 1) r.shared_rows.push_back(row);
   }
   if (r.shared_rows.empty()) return;
   r.shared = std::make_shared<KVCache>(config, static_cast<int64_t>(r.shared_rows.size()), dtype);
   for (SequenceRows::Keep& keep : r.keeps) {
     std::vector<int32_t> at;
-    while (at.size() < keep.rows.size() && holders[keep.rows[at.size()]] > 1) {
+    while (at.size() < keep.rows.size() && shared(keep.rows[at.size()])) {
       const int64_t row = keep.rows[at.size()];
       at.push_back(
           static_cast<int32_t>(std::lower_bound(r.shared_rows.begin(), r.shared_rows.end(), row) -
@@ -1244,6 +1257,10 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
   PassPlan plan;
   // As the feeds below group the sequences (before this pass keeps a prefix).
   stats->kv_bytes = KvBytesInUse();
+  const std::set<const KVCache*> held = SharedCaches();
+  for (KeptPrefix& k : kept_prefixes) {
+    if (held.count(k.cache.get()) > 0) k.pass = stats->index;  // decoding sequences use it
+  }
   std::vector<std::vector<int64_t>> logit_rows(active.size());
   plan.fed.resize(active.size());
   for (const PassFeed& feed : PassFeeds()) {
@@ -1326,8 +1343,13 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
       if (kept != nullptr) {
         ShareKept(kept_cache, r.past, r);
       } else {
-        ShareKeptPaths(config, options.kv_dtype, r);
-        KeepSharedPrefix(members, trie, stats->index, r);
+        const int64_t keep = PrefixToKeep(members, trie);
+        ShareKeptPaths(config, options.kv_dtype, keep, r);
+        if (keep > 0) {
+          const std::vector<TokenId>& prompt = first.request.prompt;
+          kept_prefixes.push_back({std::vector<TokenId>(prompt.begin(), prompt.begin() + keep),
+                                   r.shared, stats->index});
+        }
       }
     }
     plan.rows.sequences.push_back(std::move(r));

@@ -317,8 +317,14 @@ TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
     std::vector<SequenceRequest> all = first;
     all.insert(all.end(), later.begin(), later.end());
     ASSERT_EQ(results.size(), all.size());
-    // Passes that used no kept prefix dropped it: a new sequence computes
-    // the instruction again.
+    // Kept while decoding sequences held it, and for one pass more.
+    EXPECT_EQ(engine->kept_prefixes(), (std::vector<std::vector<TokenId>>{Join(instruction, {7})}));
+    // Two passes that neither used nor held it dropped it: a new sequence
+    // computes the instruction again.
+    SequenceRequest other = testing::GreedyRequest(RandomTokens(5, vocab, rng), 2);
+    other.ignore_eos = true;
+    RunTogether(*engine, {other}, nullptr);
+    EXPECT_TRUE(engine->kept_prefixes().empty());
     const SequenceRequest again = Requests({item(2)})[0];
     ASSERT_TRUE(engine->Add(again).ok());
     EXPECT_EQ(engine->next_pass_tokens(), static_cast<int64_t>(again.prompt.size()));
@@ -340,37 +346,58 @@ TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
       }
     }
   }
-  // A KV budget keeps the prefix only where it has room beside the
-  // sequences' reservations.
+  // Generating sequences that share the prefix hold it anyway, so keeping
+  // it takes no more KV room: it is kept under a budget that holds just
+  // their reservations.
   EngineOptions budgeted;
   std::unique_ptr<Engine> probe = testing::OpenEngine(FixtureDir(fixture), budgeted);
   ASSERT_NE(probe, nullptr);
   std::mt19937 rng(21);
-  const std::vector<TokenId> instruction = RandomTokens(100, probe->config().vocab_size, rng);
+  const int64_t vocab = probe->config().vocab_size;
+  const std::vector<TokenId> instruction = RandomTokens(100, vocab, rng);
   const std::vector<SequenceRequest> two = {testing::GreedyRequest(Join(instruction, {1, 2}), 3),
                                             testing::GreedyRequest(Join(instruction, {3}), 3)};
   // The two hold the instruction once.
   const uint64_t reserved =
       probe->KvBytesFor(two[0]) + probe->KvBytesFor(two[1]) - 100 * KvBytesPerPosition(*probe);
-  // 101 positions' worth: room for the 100 of the instruction.
-  const uint64_t room = probe->KvBytesFor(testing::GreedyRequest(instruction, 2));
-  for (uint64_t budget : {reserved, reserved + room}) {
-    SCOPED_TRACE("KV budget " + std::to_string(budget) + ", reserved " + std::to_string(reserved));
-    budgeted.kv_budget_bytes = budget;
+  budgeted.kv_budget_bytes = reserved;
+  {
     std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), budgeted);
     ASSERT_NE(engine, nullptr);
     for (const SequenceRequest& r : two) ASSERT_TRUE(engine->Add(r).ok());
     EXPECT_EQ(engine->kv_bytes_in_use(), reserved);
     ASSERT_TRUE(engine->Step().ok());
     EXPECT_EQ(engine->kv_bytes_in_use(), reserved);
-    // A classification joins (it reserves no KV).
+    EXPECT_EQ(engine->kept_prefixes(), (std::vector<std::vector<TokenId>>{instruction}));
+    // A classification joins (it reserves no KV) and starts after it.
     SequenceRequest scored;
     scored.prompt = Join(instruction, {4, 5});
     scored.labels = {{3}};
     ASSERT_TRUE(engine->Add(scored).ok());
     StatusOr<PassStats> pass = engine->Step();
     ASSERT_TRUE(pass.ok());
-    EXPECT_EQ(pass->kept_prefix_tokens, budget == reserved ? 0 : 100);
+    EXPECT_EQ(pass->kept_prefix_tokens, 100);
+  }
+  // Classifications alone hold nothing after their pass: their prefix is
+  // kept only where the budget has room for it beside the reservations.
+  std::vector<TokenId> unrelated = RandomTokens(20, vocab, rng);
+  if (unrelated[0] == instruction[0]) unrelated[0] = (unrelated[0] + 1) % vocab;
+  const SequenceRequest generating = testing::GreedyRequest(unrelated, 3);
+  std::vector<SequenceRequest> scored(2);
+  scored[0].prompt = Join(instruction, {4, 5});
+  scored[1].prompt = Join(instruction, {6});
+  for (SequenceRequest& r : scored) r.labels = {{3}};
+  // 101 positions' worth: room for the 100 of the instruction.
+  const uint64_t room = probe->KvBytesFor(testing::GreedyRequest(instruction, 2));
+  for (uint64_t budget : {probe->KvBytesFor(generating), probe->KvBytesFor(generating) + room}) {
+    SCOPED_TRACE("KV budget " + std::to_string(budget));
+    budgeted.kv_budget_bytes = budget;
+    std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), budgeted);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_TRUE(engine->Add(generating).ok());
+    for (const SequenceRequest& r : scored) ASSERT_TRUE(engine->Add(r).ok());
+    ASSERT_TRUE(engine->Step().ok());
+    EXPECT_EQ(engine->kept_prefixes().size(), budget > probe->KvBytesFor(generating) ? 1u : 0u);
   }
 }
 
@@ -444,10 +471,9 @@ TEST(SharedKvTest, GoingOnSequencesHoldTheirSharedPrefixOnce) {
 }
 
 // Generating sequences that join after a prefix was kept hold its positions
-// in the kept prefix's cache itself, pass after pass: a night of top-ups
-// with one instruction holds it once more in all, not once per job, and
-// each decodes what it decodes alone, also after the kept prefix is no
-// longer kept.
+// in the kept prefix's cache itself, which is the one the sequences of the
+// pass that kept it share: a night of top-ups with one instruction holds it
+// once in all, not once per job, and each decodes what it decodes alone.
 TEST(SharedKvTest, SequencesJoiningAfterAKeptPrefixHoldItOnce) {
   const std::string fixture = "llama-gqa-sharded";
   std::unique_ptr<Engine> probe = testing::OpenEngine(FixtureDir(fixture), {});
@@ -483,21 +509,21 @@ TEST(SharedKvTest, SequencesJoiningAfterAKeptPrefixHoldItOnce) {
     ASSERT_TRUE(engine->Add(requests[k]).ok());
     caches += probe->KvBytesFor(requests[k]);
     // Every joiner holds all but the instruction; the instruction is held
-    // once for all of them, in the kept prefix's cache, which counts among
-    // the sequences' KV once one holds it (before, as a kept prefix).
-    const uint64_t own = caches - 100 * position - 100 * (k - 1) * position;
-    EXPECT_EQ(engine->kv_bytes_in_use(), own + (k == 2 ? 0 : 100 * position));
+    // once for all of them, in the kept prefix's cache, which is the one
+    // the first two share.
+    const uint64_t own = caches - 100 * k * position;
+    EXPECT_EQ(engine->kv_bytes_in_use(), own);
     StatusOr<PassStats> pass = engine->Step();
     ASSERT_TRUE(pass.ok()) << pass.status().ToString();
     EXPECT_EQ(pass->kept_prefix_tokens, 100);
-    EXPECT_EQ(engine->kv_bytes_in_use(), own + 100 * position);
+    EXPECT_EQ(engine->kv_bytes_in_use(), own);
   }
   std::vector<SequenceResult> together = testing::Drain(*engine);
   for (SequenceResult& r : engine->TakeFinished()) together.push_back(std::move(r));
   ExpectBitwiseAlone(together, alone);
-  // The passes after the last join did not use it: no longer kept, yet
-  // held by the joiners until they ended.
-  EXPECT_TRUE(engine->kept_prefixes().empty());
+  // Kept while the sequences held it (their last pass), and so for the
+  // next pass too; no sequence holds KV now.
+  EXPECT_EQ(engine->kept_prefixes(), (std::vector<std::vector<TokenId>>{instruction}));
   EXPECT_EQ(engine->kv_bytes_in_use(), 0u);
 }
 
