@@ -125,6 +125,7 @@ struct Sim {
   struct Kept {
     std::vector<int32_t> ids;
     int64_t used = 0;
+    bool reported = false;  // by the worker, for the batch it runs now
   };
   std::vector<Kept> kept;
   int64_t passes = 0;
@@ -154,7 +155,7 @@ class Player {
       sim.worker = &w;
       sim.offer = FindModel(w.info, s.model);
       sim.batch = w.batch;
-      for (const std::vector<int32_t>& ids : w.kept_prefixes) sim.kept.push_back({ids, 0});
+      for (const std::vector<int32_t>& ids : w.kept_prefixes) sim.kept.push_back({ids, 0, true});
       for (EtaJob& j : sim.batch) {
         j.passes_left = ExpectedPasses(j.passes_left, Hazard(j.submission_id));
         forecast_.jobs[j.id] = std::nullopt;
@@ -274,7 +275,7 @@ class Player {
   }
 
   // What the engine keeps after `joining` start (Engine::Impl::
-  // KeepSharedPrefix, less its check for KV room): a kept prefix they agree
+  // PrefixToKeep, less its check for KV room): a kept prefix they agree
   // with is used again; those agreeing with none that begin alike form one
   // trie, whose prompt prefix all of them share is kept when
   // planner::kMinKeptPrefixTokens or longer.
@@ -304,6 +305,20 @@ class Player {
                                      [&](const Sim::Kept& k) { return k.ids == ids; });
       if (!known) sim.kept.push_back({std::move(ids), sim.passes});
     }
+  }
+
+  // Whether a job of `sim`'s batch that decodes holds kept prefix `k` (its
+  // prompt begins with it). A job of the batch running at the snapshot, whose
+  // prompt the forecast does not have, holds those its worker reported.
+  bool Held(const Sim& sim, const Sim::Kept& k) const {
+    return std::any_of(sim.batch.begin(), sim.batch.end(), [&](const EtaJob& j) {
+      if (!j.started || j.kv_tokens == 0) return false;
+      const auto at = index_.find(j.id);
+      if (at == index_.end()) return k.reported;
+      const std::vector<int32_t>& prompt = queue_[at->second]->prompt_ids;
+      return prompt.size() >= k.ids.size() &&
+             std::equal(k.ids.begin(), k.ids.end(), prompt.begin());
+    });
   }
 
   // An idle worker opens a batch.
@@ -344,8 +359,12 @@ class Player {
       if (!sim.worker->takes_work) sim.at = kNever;
       return;
     }
-    // The engine drops a kept prefix after two passes that did not use it.
+    // The engine drops a kept prefix after two passes that neither used it
+    // nor had a decoding job hold it.
     ++sim.passes;
+    for (Sim::Kept& k : sim.kept) {
+      if (Held(sim, k)) k.used = sim.passes;
+    }
     sim.kept.erase(std::remove_if(sim.kept.begin(), sim.kept.end(),
                                   [&](const Sim::Kept& k) { return k.used < sim.passes - 2; }),
                    sim.kept.end());

@@ -303,6 +303,30 @@ TEST(ForecastTest, ATopUpThatAgreesWithAKeptPrefixIsPricedWithoutIt) {
   EXPECT_NEAR(*Forecast(snapshot).jobs.at(5), 0.5 + 1.46, 1e-9);
 }
 
+// The engine keeps a prefix while jobs that decode hold it: a top-up that
+// joins long after the pass that kept it is still priced without it.
+TEST(ForecastTest, APrefixStaysKeptWhileADecodingJobHoldsIt) {
+  std::vector<int32_t> instruction;
+  for (int32_t t = 0; t < 40; ++t) instruction.push_back(t);
+  auto job = [&](int64_t id, const std::vector<int32_t>& prefix, int64_t passes) {
+    QueuedJob q = Q(id, static_cast<int64_t>(prefix.size()) + 3 + (passes > 1 ? 0 : 2), passes);
+    q.prompt_ids = prefix;
+    for (int32_t t = 0; t < 3; ++t) q.prompt_ids.push_back(static_cast<int32_t>(100 * id + t));
+    return q;
+  };
+  // Jobs 1 and 2 generate (10 and 5 passes) and open the batch: pass 1
+  // computes 40 + 3 + 3 tokens, 4 passes of 2 follow; job 3 classifies after
+  // the instruction when job 2 ends (two jobs a batch).
+  EtaSnapshot snapshot;
+  snapshot.model = "m";
+  snapshot.top_ups_join_late = false;
+  snapshot.workers = {W("w", 1.0, 1000, 2, 0, 0.01)};
+  snapshot.queue = {job(1, instruction, 10), job(2, instruction, 5), job(3, instruction, 1)};
+  // Job 1 holds the instruction, kept since pass 1: job 3 feeds 5 tokens
+  // beside job 1's one (computing the instruction again, 45, would add 0.4 s).
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(3), 1.46 + 4 * 1.02 + 1.06, 1e-9);
+}
+
 TEST(ForecastTest, EarlyStopsShortenTheJobsOfTheirSubmission) {
   EtaSnapshot snapshot;
   snapshot.model = "m";
