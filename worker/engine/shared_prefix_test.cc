@@ -287,10 +287,11 @@ TEST_P(SharedPrefixTest, APrefixKeptAcrossPassesIsNotComputedAgain) {
       return Join(instruction, own);
     };
     // The first pass's items all begin with token 7, so the prefix kept is
-    // the instruction and that token; the later items agree with its first
-    // 100 positions only, and use those.
+    // the instruction and that token; two of them, both going on, share the
+    // 1 after it too (held in the same cache, after the kept positions). The
+    // later items agree with its first 100 positions only, and use those.
     const std::vector<SequenceRequest> first = Requests(
-        {Join(instruction, {7, 1, 2}), Join(instruction, {7, 3, 4, 5}), Join(instruction, {7})});
+        {Join(instruction, {7, 1, 2}), Join(instruction, {7, 1, 4, 5}), Join(instruction, {7})});
     std::vector<SequenceRequest> later = Requests({item(4), item(1), item(6)});
     for (const SequenceRequest& r : first) ASSERT_TRUE(engine->Add(r).ok());
     StatusOr<PassStats> pass = engine->Step();
