@@ -301,6 +301,13 @@ TEST(ForecastTest, ATopUpThatAgreesWithAKeptPrefixIsPricedWithoutIt) {
   EXPECT_NEAR(*Forecast(snapshot).jobs.at(5), 0.5 + 1.06, 1e-9);
   snapshot.workers[0].kept_prefixes.clear();
   EXPECT_NEAR(*Forecast(snapshot).jobs.at(5), 0.5 + 1.46, 1e-9);
+  // The batch is full until job 7 ends, three passes after the one in
+  // flight: the reported prefix is still kept then, since job 1 (whose
+  // prompt the forecast does not have) decodes in it.
+  EtaJob ending = {7, 1, 51, 42, 4, true, true};
+  snapshot.workers = {Busy(W("w", 1.0, 1000, 2, 0, 0.01), 0.5, {running, ending})};
+  snapshot.workers[0].kept_prefixes = {instruction};
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(5), 0.5 + 3 * 1.02 + 1.06, 1e-9);
 }
 
 // The engine keeps a prefix while jobs that decode hold it: a top-up that
