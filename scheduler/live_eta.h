@@ -75,6 +75,9 @@ class ForecastCache {
   std::optional<double> Get(const std::string& key, int64_t now_ms,
                             const std::function<std::optional<double>()>& compute);
   void Forget(const std::string& key) { entries_.erase(key); }
+  // Every forecast: the fleet changed (a worker attached or left), which
+  // none of them saw.
+  void Clear() { entries_.clear(); }
 
  private:
   struct Entry {

@@ -43,6 +43,11 @@ TEST(ForecastCacheTest, ACostlyForecastIsReusedCountedDownUntilTwentyTimesItsCos
   cache.Forget("submission 1");
   EXPECT_EQ(cache.Get("submission 1", t0 + 60'000, costly), 100.0);
   EXPECT_EQ(computed, 4);
+  // Cleared (a worker attached): every key is computed again at once.
+  cache.Clear();
+  EXPECT_EQ(cache.Get("submission 1", t0 + 60'000, costly), 100.0);
+  EXPECT_EQ(cache.Get("submission 2", t0 + 60'000, costly), 100.0);
+  EXPECT_EQ(computed, 6);
 }
 
 TEST(ForecastCacheTest, AnUnknownCostlyForecastStaysUnknownWhileReused) {

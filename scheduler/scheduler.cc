@@ -401,6 +401,7 @@ StatusOr<int64_t> Scheduler::Attach(const WorkerHello& hello, WorkerLink* link) 
   // Only now, when nothing can fail any more, does the scheduler hold the link.
   worker.link = link;
   worker.info.connected = true;
+  forecasts_.Clear();  // none of them counted this worker
   WorkerCommand welcome;
   welcome.kind = WorkerCommand::Kind::kWelcome;
   welcome.session = session;
@@ -429,6 +430,7 @@ void Scheduler::Detach(const std::string& worker_id, int64_t session) {
   if (worker == nullptr || worker->info.session != session) return;
   worker->link = nullptr;
   worker->info.connected = false;
+  forecasts_.Clear();  // they counted this worker
   (void)store_->DetachWorker(worker_id, session);
 }
 
@@ -578,7 +580,10 @@ Status Scheduler::HandBack(const std::string& worker_id, int64_t session, int64_
                            const std::string& error) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(CheckSession(worker_id, session));
-  if (draining) fleet_.Worker(worker_id).draining = true;
+  if (draining && !fleet_.Worker(worker_id).draining) {
+    fleet_.Worker(worker_id).draining = true;
+    forecasts_.Clear();  // they counted on it taking more work
+  }
   // An idle worker announces its drain with an empty hand-back of batch 0.
   if (batch_id == 0 && job_ids.empty()) return Status::Ok();
   NS_ASSIGN_OR_RETURN(std::vector<JobChange> changes,
