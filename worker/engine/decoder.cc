@@ -161,7 +161,7 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
     if (lo >= hi) continue;
     const int64_t first = lo - s.begin;
     const int64_t m = hi - lo;
-    if (s.prefix != nullptr && first == 0) s.cache->CopyFrom(layer, *s.prefix, s.past);
+    if (s.prefix != nullptr && first == 0) s.cache->CopyFrom(layer, *s.prefix, s.prefix_rows);
     if (s.cache->shared_positions() > 0 && s.chains.empty() && m == 1 && !rows.device &&
         s.cache->dtype() == KvDType::kFloat32) {
       // A decode row after a prefix it shares, read where it lies (Append
@@ -315,14 +315,6 @@ void KVCache::CopyFrom(int64_t layer, const KVCache& source, const std::vector<i
   const int64_t n = static_cast<int64_t>(rows.size());
   keys_[static_cast<size_t>(layer)].narrow(1, 0, n).copy_(from_k.index_select(1, index));
   values_[static_cast<size_t>(layer)].narrow(1, 0, n).copy_(from_v.index_select(1, index));
-}
-
-void KVCache::CopyFrom(int64_t layer, const KVCache& source, int64_t n) {
-  AllocateLike(layer, source);
-  keys_[static_cast<size_t>(layer)].narrow(1, 0, n).copy_(
-      source.keys_[static_cast<size_t>(layer)].narrow(1, 0, n));
-  values_[static_cast<size_t>(layer)].narrow(1, 0, n).copy_(
-      source.values_[static_cast<size_t>(layer)].narrow(1, 0, n));
 }
 
 void KVCache::Release(int64_t layer) {

@@ -73,10 +73,9 @@ class KVCache {
   DecodeRow Attending(int64_t row, int64_t layer, int64_t length) const;
 
   // Writes the keys and values `source` holds at positions `rows` of
-  // `layer` (or at its first n) into the first rows.size() (or n) positions
-  // this cache holds itself (after the shared ones) of its `layer`.
+  // `layer` into the first rows.size() positions this cache holds itself
+  // (after the shared ones) of its `layer`.
   void CopyFrom(int64_t layer, const KVCache& source, const std::vector<int64_t>& rows);
-  void CopyFrom(int64_t layer, const KVCache& source, int64_t n);
   // Frees `layer`'s keys and values (a later Append allocates them again).
   void Release(int64_t layer);
 
@@ -109,9 +108,11 @@ struct SequenceRows {
   std::vector<TrieChain> chains;
   KVCache* cache = nullptr;
   // A prefix kept from an earlier pass: before this feed's first rows of a
-  // layer, its keys and values of that layer are copied into positions
-  // [0, past) of `cache` (null: the cache holds them already).
+  // layer, its keys and values of that layer at positions `prefix_rows` (of
+  // `prefix`) are copied into positions [0, past) of `cache` (null: the
+  // cache holds them already).
   const KVCache* prefix = nullptr;
+  std::vector<int64_t> prefix_rows;
   // The feed ends in this pass: its cache drops each layer's keys and
   // values once the layer has run (KVCache::Release).
   bool transient = false;

@@ -601,21 +601,24 @@ struct Engine::Impl {
 
   std::vector<std::unique_ptr<Sequence>> active;  // in the order added
   // Prefixes a pass kept for the next ones (EngineOptions::share_prefixes):
-  // the longest prompt prefix every sequence of a trie shared, with its keys
-  // and values for every layer. A later sequence whose prompt goes on past
-  // one starts its first pass after it instead of computing it. Each is kept
+  // of each set of a trie's sequences that agree on their first
+  // kMinKeptPrefixTokens tokens, the longest prompt prefix all of them
+  // share, with its keys and values for every layer. A later sequence whose
+  // prompt goes on past one starts its first pass after it instead of
+  // computing it. Each is kept
   // only where KV room allows (PrefixRoom), dropped after two passes that
   // neither used it nor had a decoding sequence hold it, and whenever a
   // sequence joining needs its KV room (unless a sequence uses it:
   // KeptInUse). Its cache is the one its pass's going-on sequences share
-  // (ShareKeptPaths: its positions first), so keeping it costs nothing
-  // while they decode; the going-on sequences that start after one hold its
-  // positions in that cache too (ShareKept), which so lives while one of
-  // them does, kept or not.
+  // (ShareKeptPaths), so keeping it costs nothing while they decode; the
+  // going-on sequences that start after one hold its positions in that
+  // cache too (ShareKept), which so lives while one of them does, kept or
+  // not. Prefixes of one pass's trie share that cache.
   struct KeptPrefix {
     std::vector<TokenId> ids;
     std::shared_ptr<KVCache> cache;
-    int64_t pass = 0;  // the pass that made it or last used it
+    std::vector<int64_t> rows;  // its positions in `cache`, one per token of `ids`
+    int64_t pass = 0;           // the pass that made it or last used it
   };
   std::vector<KeptPrefix> kept_prefixes;
   // The last pass's compute seconds per token computed and read bytes per
@@ -695,13 +698,20 @@ struct Engine::Impl {
   // and short of its whole prompt (*kept, *past; keyed by both), else its
   // first token.
   int64_t FeedKey(const std::vector<TokenId>& prompt, int* kept, int64_t* past) const;
-  // The positions of the prompt prefix the trie of `members` (laid out as
-  // `trie`) all share that this pass keeps for the next ones: when it is
-  // long enough, not kept already, and PrefixRoom allows (nothing more when
+  // A prompt prefix a pass keeps for the next ones: its tokens and its rows
+  // in the pass's trie, which the feed's shared cache then holds
+  // (ShareKeptPaths); the kept prefix is that cache.
+  struct Keeping {
+    std::vector<TokenId> ids;
+    std::vector<int64_t> rows;
+  };
+  // The prompt prefixes this pass keeps of the trie of `members` (laid out
+  // as `trie`): for each set of two or more members that agree on their
+  // first kMinKeptPrefixTokens tokens, the prefix all of them share, when
+  // not kept already and PrefixRoom allows (nothing more for a set of which
   // a member goes on past its first pass: it holds those positions anyway).
-  // 0: none. They are the trie's first rows, which the feed's shared cache
-  // then holds (ShareKeptPaths), and the kept prefix is that cache.
-  int64_t PrefixToKeep(const std::vector<size_t>& members, const PassTrie& trie) const;
+  std::vector<Keeping> PrefixesToKeep(const std::vector<size_t>& members,
+                                      const PassTrie& trie) const;
   // Whether `bytes` more of kept prefixes fit beside the sequences' KV.
   bool PrefixRoom(int64_t tokens, uint64_t bytes) const;
   // Bytes of the kept prefixes no sequence past its first pass holds (those
@@ -1113,10 +1123,10 @@ std::vector<Engine::Impl::PassFeed> Engine::Impl::PassFeeds() const {
 }
 
 uint64_t Engine::Impl::KeptPrefixBytes() const {
-  const std::set<const KVCache*> held = SharedCaches();
+  std::set<const KVCache*> counted = SharedCaches();  // held: counted by KvBytesInUse
   uint64_t bytes = 0;
   for (const KeptPrefix& k : kept_prefixes) {
-    if (held.count(k.cache.get()) == 0) bytes += k.cache->bytes();
+    if (counted.insert(k.cache.get()).second) bytes += k.cache->bytes();
   }
   return bytes;
 }
@@ -1156,32 +1166,46 @@ bool Engine::Impl::PrefixRoom(int64_t tokens, uint64_t bytes) const {
   return options.memory_budget_bytes == 0;
 }
 
-int64_t Engine::Impl::PrefixToKeep(const std::vector<size_t>& members, const PassTrie& trie) const {
-  if (members.size() < 2) return 0;
-  // Trie rows are distinct prefixes: the prompts agree while their rows do.
-  const std::vector<int64_t>& first = trie.prompt_rows[0];
-  size_t shared = first.size();
-  for (const std::vector<int64_t>& prompt : trie.prompt_rows) {
-    size_t k = 0;
-    while (k < std::min(shared, prompt.size()) && prompt[k] == first[k]) ++k;
-    shared = k;
+std::vector<Engine::Impl::Keeping> Engine::Impl::PrefixesToKeep(const std::vector<size_t>& members,
+                                                                const PassTrie& trie) const {
+  // Trie rows are distinct prefixes: prompts agree while their rows do, so
+  // the row at depth kMinKeptPrefixTokens - 1 names the set a prompt is in.
+  const size_t least = static_cast<size_t>(kMinKeptPrefixTokens);
+  std::map<int64_t, std::vector<size_t>> sets;  // of feeds (indices into members)
+  for (size_t f = 0; f < members.size(); ++f) {
+    const std::vector<int64_t>& rows = trie.prompt_rows[f];
+    if (rows.size() >= least) sets[rows[least - 1]].push_back(f);
   }
-  if (static_cast<int64_t>(shared) < kMinKeptPrefixTokens) return 0;
-  for (size_t k = 0; k < shared; ++k) {
-    if (first[k] != static_cast<int64_t>(k)) return 0;  // laid out depth first: never
+  const uint64_t per_token = planner::KvBytesPerToken(config, KvDTypeBytes(options.kv_dtype));
+  std::vector<Keeping> keeping;
+  std::set<int64_t> charged;  // rows whose KV the prefixes kept so far add
+  int64_t tokens = 0;
+  for (const auto& [row, set] : sets) {
+    if (set.size() < 2) continue;
+    const std::vector<int64_t>& first = trie.prompt_rows[set[0]];
+    size_t shared = first.size();
+    for (size_t f : set) {
+      const std::vector<int64_t>& prompt = trie.prompt_rows[f];
+      size_t k = least;
+      while (k < std::min(shared, prompt.size()) && prompt[k] == first[k]) ++k;
+      shared = k;
+    }
+    const std::vector<TokenId>& prompt = active[members[set[0]]]->request.prompt;
+    Keeping k{std::vector<TokenId>(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(shared)),
+              std::vector<int64_t>(first.begin(), first.begin() + static_cast<ptrdiff_t>(shared))};
+    const bool known = std::any_of(kept_prefixes.begin(), kept_prefixes.end(),
+                                   [&](const KeptPrefix& kept) { return kept.ids == k.ids; });
+    if (known) continue;
+    const bool held = std::any_of(set.begin(), set.end(),
+                                  [&](size_t f) { return !active[members[f]]->one_pass(); });
+    std::set<int64_t> more = charged;
+    if (!held) more.insert(k.rows.begin(), k.rows.end());
+    if (!PrefixRoom(tokens + static_cast<int64_t>(shared), more.size() * per_token)) continue;
+    charged = std::move(more);
+    tokens += static_cast<int64_t>(shared);
+    keeping.push_back(std::move(k));
   }
-  const std::vector<TokenId>& prompt = active[members[0]]->request.prompt;
-  const std::vector<TokenId> ids(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(shared));
-  for (const KeptPrefix& k : kept_prefixes) {
-    if (k.ids == ids) return 0;
-  }
-  const bool held =
-      std::any_of(members.begin(), members.end(), [&](size_t i) { return !active[i]->one_pass(); });
-  const uint64_t bytes = held
-                             ? 0
-                             : static_cast<uint64_t>(shared) *
-                                   planner::KvBytesPerToken(config, KvDTypeBytes(options.kv_dtype));
-  return PrefixRoom(static_cast<int64_t>(shared), bytes) ? static_cast<int64_t>(shared) : 0;
+  return keeping;
 }
 
 void Engine::Impl::DropUnusedPrefixes(int64_t pass) {
@@ -1196,20 +1220,22 @@ void Engine::Impl::DropUnusedPrefixes(int64_t pass) {
 
 // The positions two or more of a feed's going-on sequences hold (a prefix
 // of each one's path: a trie row's holders hold its ancestors too), and
-// the feed's first `kept` rows (a prefix kept for later passes: PrefixToKeep),
-// are kept once, in a cache they share (SequenceRows::shared,
-// KVCache::Share), in row order; each sequence keeps only the rest of its
-// path in its own.
-void ShareKeptPaths(const ModelConfig& config, KvDType dtype, int64_t kept, SequenceRows& r) {
+// the rows `kept` (prefixes kept for later passes: PrefixesToKeep, each a
+// prefix of its sequences' paths too), are kept once, in a cache they share
+// (SequenceRows::shared, KVCache::Share), in row order; each sequence keeps
+// only the rest of its path in its own.
+void ShareKeptPaths(const ModelConfig& config, KvDType dtype, const std::set<int64_t>& kept,
+                    SequenceRows& r) {
   std::map<int64_t, int> holders;
   for (const SequenceRows::Keep& keep : r.keeps) {
     for (int64_t row : keep.rows) ++holders[row];
   }
-  auto shared = [&](int64_t row) { return row < kept || holders[row] > 1; };
-  for (int64_t row = 0; row < kept; ++row) r.shared_rows.push_back(row);
+  auto shared = [&](int64_t row) { return kept.count(row) > 0 || holders[row] > 1; };
+  std::set<int64_t> rows = kept;
   for (const auto& [row, n] : holders) {
-    if (row >= kept && n > 1) r.shared_rows.push_back(row);
+    if (n > 1) rows.insert(row);
   }
+  r.shared_rows.assign(rows.begin(), rows.end());
   if (r.shared_rows.empty()) return;
   r.shared = std::make_shared<KVCache>(config, static_cast<int64_t>(r.shared_rows.size()), dtype);
   for (SequenceRows::Keep& keep : r.keeps) {
@@ -1231,11 +1257,13 @@ void ShareKeptPaths(const ModelConfig& config, KvDType dtype, int64_t kept, Sequ
 }
 
 // Going-on sequences of a feed that starts after a kept prefix hold its
-// `past` positions in the kept prefix's cache itself (KVCache::Share),
-// whatever pass they join in; each keeps only the rest of its path.
-void ShareKept(const std::shared_ptr<KVCache>& kept, int64_t past, SequenceRows& r) {
-  std::vector<int32_t> rows(static_cast<size_t>(past));
-  std::iota(rows.begin(), rows.end(), 0);
+// first `past` positions (`rows` of its cache) in the kept prefix's cache
+// itself (KVCache::Share), whatever pass they join in; each keeps only the
+// rest of its path.
+void ShareKept(const std::shared_ptr<KVCache>& kept, const std::vector<int64_t>& rows_of_kept,
+               int64_t past, SequenceRows& r) {
+  const std::vector<int32_t> rows(rows_of_kept.begin(),
+                                  rows_of_kept.begin() + static_cast<ptrdiff_t>(past));
   for (SequenceRows::Keep& keep : r.keeps) {
     keep.rows.erase(keep.rows.begin(), keep.rows.begin() + past);
     keep.cache->Share(kept, rows);
@@ -1283,12 +1311,14 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
     // The trie of their feeds, after the kept prefix they start from.
     KVCache* kept = nullptr;
     std::shared_ptr<KVCache> kept_cache;
+    std::vector<int64_t> kept_rows;
     if (feed.kept >= 0) {
       KeptPrefix& k = kept_prefixes[static_cast<size_t>(feed.kept)];
       k.pass = stats->index;
       kept_cache = k.cache;
       kept = kept_cache.get();
       r.past = feed.past;
+      kept_rows = k.rows;
     }
     std::vector<TrieFeed> feeds;
     for (size_t i : members) {
@@ -1336,19 +1366,25 @@ Engine::Impl::PassPlan Engine::Impl::PlanPass(PassStats* stats) {
               .get();
       r.transient = true;
       r.prefix = kept;
+      r.prefix_rows.assign(kept_rows.begin(), kept_rows.begin() + static_cast<ptrdiff_t>(r.past));
       for (size_t f = 0; f < members.size(); ++f) {
         Sequence& s = *active[members[f]];
         if (!s.one_pass()) r.keeps.push_back({&s.cache, AfterPast(r.past, trie.prompt_rows[f])});
       }
       if (kept != nullptr) {
-        ShareKept(kept_cache, r.past, r);
+        ShareKept(kept_cache, kept_rows, r.past, r);
       } else {
-        const int64_t keep = PrefixToKeep(members, trie);
-        ShareKeptPaths(config, options.kv_dtype, keep, r);
-        if (keep > 0) {
-          const std::vector<TokenId>& prompt = first.request.prompt;
-          kept_prefixes.push_back({std::vector<TokenId>(prompt.begin(), prompt.begin() + keep),
-                                   r.shared, stats->index});
+        std::vector<Keeping> keeping = PrefixesToKeep(members, trie);
+        std::set<int64_t> rows;
+        for (const Keeping& k : keeping) rows.insert(k.rows.begin(), k.rows.end());
+        ShareKeptPaths(config, options.kv_dtype, rows, r);
+        for (Keeping& k : keeping) {
+          std::vector<int64_t> at;  // its rows' positions in the shared cache
+          for (int64_t row : k.rows) {
+            at.push_back(std::lower_bound(r.shared_rows.begin(), r.shared_rows.end(), row) -
+                         r.shared_rows.begin());
+          }
+          kept_prefixes.push_back({std::move(k.ids), r.shared, std::move(at), stats->index});
         }
       }
     }

@@ -343,14 +343,16 @@ struct EngineOptions {
   // Sequences in their first pass that begin with the same token share one
   // trie (pass_trie.h): each distinct prefix of their prompts and labels is
   // computed once, and each sequence gets bitwise what it gets alone under
-  // batch_invariant (within the usual tolerance otherwise). The longest
-  // prompt prefix (32 tokens or more) all sequences of such a trie share is
-  // also kept for the next passes where the KV budget has room for it (with
-  // adaptive_split: where the compute it saves outweighs streaming its bytes
-  // more, planner::KeepPrefixFromPins), so that sequences joining later with
-  // the same instruction start after it; it is dropped after two passes
-  // that do not use it, or when a joining sequence needs the room. false: every
-  // sequence computes its whole feed (for comparisons).
+  // batch_invariant (within the usual tolerance otherwise). Of each set of
+  // two or more such sequences that agree on their first 32 prompt tokens,
+  // the prompt prefix all of them share is also kept for the next passes
+  // where the KV budget has room for it (with adaptive_split: where the
+  // compute it saves outweighs streaming its bytes more,
+  // planner::KeepPrefixFromPins), so that sequences joining later with the
+  // same instruction start after it; it is dropped after two passes that
+  // neither use it nor have a decoding sequence hold it, or when a joining
+  // sequence needs the room. false: every sequence computes its whole feed
+  // (for comparisons).
   bool share_prefixes = true;
   // Mixtures of experts: the most bytes of experts streamed as one group (a
   // slice of whole experts; planner::ExpertSlices). 0:

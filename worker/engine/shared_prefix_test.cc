@@ -528,6 +528,80 @@ TEST(SharedKvTest, SequencesJoiningAfterAKeptPrefixHoldItOnce) {
   EXPECT_EQ(engine->kv_bytes_in_use(), 0u);
 }
 
+// Two instructions behind one short header meet in a pass (they begin
+// alike: one trie). Each set of sequences that agree on their first 32
+// tokens keeps the prefix it shares, in the one cache the pass's going-on
+// sequences share, so later sequences of either instruction start after
+// theirs and get what they get alone. Classifications keep both where the
+// KV budget has room for the positions of both once.
+TEST(SharedKvTest, EachInstructionOfAPassIsKept) {
+  const std::string fixture = "llama-gqa-sharded";
+  std::unique_ptr<Engine> probe = testing::OpenEngine(FixtureDir(fixture), {});
+  ASSERT_NE(probe, nullptr);
+  std::mt19937 rng(57);
+  const int64_t vocab = probe->config().vocab_size;
+  const std::vector<TokenId> header = RandomTokens(10, vocab, rng);
+  std::vector<TokenId> a = Join(header, RandomTokens(40, vocab, rng));
+  std::vector<TokenId> b = Join(header, RandomTokens(50, vocab, rng));
+  if (b[10] == a[10]) b[10] = (a[10] + 1) % static_cast<TokenId>(vocab);
+  auto item = [&](const std::vector<TokenId>& instruction, TokenId first, size_t n) {
+    std::vector<TokenId> own = RandomTokens(n, vocab, rng);
+    own[0] = first;
+    SequenceRequest r = testing::GreedyRequest(Join(instruction, own), 4);
+    r.ignore_eos = true;
+    return r;
+  };
+  const std::vector<SequenceRequest> requests = {item(a, 1, 3), item(a, 2, 2), item(b, 1, 4),
+                                                 item(b, 2, 1), item(a, 3, 2), item(b, 3, 3)};
+  const std::vector<SequenceResult> alone = EachAlone(*probe, requests);
+  std::unique_ptr<Engine> engine = testing::OpenEngine(FixtureDir(fixture), {});
+  ASSERT_NE(engine, nullptr);
+  for (size_t k = 0; k < 4; ++k) ASSERT_TRUE(engine->Add(requests[k]).ok());
+  ASSERT_TRUE(engine->Step().ok());
+  std::vector<std::vector<TokenId>> kept = engine->kept_prefixes();
+  std::sort(kept.begin(), kept.end());
+  std::vector<std::vector<TokenId>> both = {a, b};
+  std::sort(both.begin(), both.end());
+  ASSERT_EQ(kept, both);
+  ASSERT_TRUE(engine->Add(requests[4]).ok());
+  ASSERT_TRUE(engine->Add(requests[5]).ok());
+  StatusOr<PassStats> pass = engine->Step();
+  ASSERT_TRUE(pass.ok()) << pass.status().ToString();
+  EXPECT_EQ(pass->kept_prefix_tokens, 50 + 60);
+  std::vector<SequenceResult> together = testing::Drain(*engine);
+  for (SequenceResult& r : engine->TakeFinished()) together.push_back(std::move(r));
+  ExpectBitwiseAlone(together, alone);
+
+  // Classifications beside an unrelated generation: the two prefixes are
+  // 100 positions (the header once), and a budget with room for exactly
+  // those keeps both; a classification of one instruction joining later
+  // needs no room, so neither is dropped for it.
+  std::vector<TokenId> unrelated = RandomTokens(20, vocab, rng);
+  if (unrelated[0] == header[0]) unrelated[0] = (unrelated[0] + 1) % static_cast<TokenId>(vocab);
+  const SequenceRequest generating = testing::GreedyRequest(unrelated, 3);
+  auto scored = [&](const std::vector<TokenId>& instruction, TokenId first) {
+    SequenceRequest r;
+    r.prompt = Join(instruction, {first, 5});
+    r.labels = {{3}};
+    return r;
+  };
+  EngineOptions budgeted;
+  budgeted.kv_budget_bytes = probe->KvBytesFor(generating) + 100 * KvBytesPerPosition(*probe);
+  engine = testing::OpenEngine(FixtureDir(fixture), budgeted);
+  ASSERT_NE(engine, nullptr);
+  for (const SequenceRequest& r :
+       {generating, scored(a, 1), scored(a, 2), scored(b, 1), scored(b, 2)}) {
+    ASSERT_TRUE(engine->Add(r).ok());
+  }
+  ASSERT_TRUE(engine->Step().ok());
+  EXPECT_EQ(engine->kept_prefixes().size(), 2u);
+  ASSERT_TRUE(engine->Add(scored(b, 3)).ok());
+  EXPECT_EQ(engine->kept_prefixes().size(), 2u);
+  pass = engine->Step();
+  ASSERT_TRUE(pass.ok()) << pass.status().ToString();
+  EXPECT_EQ(pass->kept_prefix_tokens, 60);
+}
+
 // Without sharing every sequence computes its whole feed (its labels still
 // share their common start, as they always did within one sequence).
 TEST(SharedPrefixOffTest, EverySequenceComputesItsWholeFeed) {
