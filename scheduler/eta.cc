@@ -275,15 +275,17 @@ class Player {
   }
 
   // What the engine keeps after `joining` start (Engine::Impl::
-  // PrefixToKeep, less its check for KV room): a kept prefix they agree
-  // with is used again; those agreeing with none that begin alike form one
-  // trie, whose prompt prefix all of them share is kept when
-  // planner::kMinKeptPrefixTokens or longer.
+  // PrefixesToKeep, less its check for KV room): a kept prefix they agree
+  // with is used again; of those agreeing with none, each set of two or
+  // more that agree on their first planner::kMinKeptPrefixTokens tokens
+  // keeps the prompt prefix all of them share.
   void Keep(Sim& sim, const std::vector<EtaJob>& joining) {
-    std::map<int32_t, std::vector<const std::vector<int32_t>*>> tries;  // by first token
+    const size_t least = static_cast<size_t>(planner::kMinKeptPrefixTokens);
+    // By their first `least` tokens.
+    std::map<std::vector<int32_t>, std::vector<const std::vector<int32_t>*>> sets;
     for (const EtaJob& j : joining) {
       const std::vector<int32_t>& prompt = queue_[index_.at(j.id)]->prompt_ids;
-      if (prompt.empty()) continue;
+      if (prompt.size() < least) continue;
       bool agrees = false;
       for (Sim::Kept& k : sim.kept) {
         if (KeptAgreement({k.ids}, prompt) > 0) {
@@ -291,15 +293,17 @@ class Player {
           agrees = true;
         }
       }
-      if (!agrees) tries[prompt.front()].push_back(&prompt);
+      if (!agrees) {
+        sets[std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(least))]
+            .push_back(&prompt);
+      }
     }
-    for (const auto& [first, prompts] : tries) {
+    for (const auto& [first, prompts] : sets) {
       if (prompts.size() < 2) continue;
       int64_t shared = static_cast<int64_t>(prompts[0]->size());
       for (const std::vector<int32_t>* p : prompts) {
         shared = std::min(shared, CommonPrefix(*prompts[0], *p));
       }
-      if (shared < planner::kMinKeptPrefixTokens) continue;
       std::vector<int32_t> ids(prompts[0]->begin(), prompts[0]->begin() + shared);
       const bool known = std::any_of(sim.kept.begin(), sim.kept.end(),
                                      [&](const Sim::Kept& k) { return k.ids == ids; });

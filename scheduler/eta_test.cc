@@ -334,6 +334,36 @@ TEST(ForecastTest, APrefixStaysKeptWhileADecodingJobHoldsIt) {
   EXPECT_NEAR(*Forecast(snapshot).jobs.at(3), 1.46 + 4 * 1.02 + 1.06, 1e-9);
 }
 
+// Two instructions behind a 10-token header ride one batch: as the engine
+// does, the forecast keeps each instruction the jobs that agree on their
+// first 32 tokens share, so top-ups of either feed only their own tokens.
+TEST(ForecastTest, EachInstructionOfABatchIsKept) {
+  std::vector<int32_t> a, b;
+  for (int32_t t = 0; t < 40; ++t) {
+    a.push_back(t < 10 ? t : 1000 + t);
+    b.push_back(t < 10 ? t : 2000 + t);
+  }
+  auto job = [&](int64_t id, const std::vector<int32_t>& instruction, int64_t passes) {
+    QueuedJob q = Q(id, 40 + 3 + (passes > 1 ? 0 : 2), passes);
+    q.prompt_ids = instruction;
+    for (int32_t t = 0; t < 3; ++t) q.prompt_ids.push_back(static_cast<int32_t>(100 * id + t));
+    return q;
+  };
+  EtaSnapshot snapshot;
+  snapshot.model = "m";
+  snapshot.top_ups_join_late = false;
+  snapshot.workers = {W("w", 1.0, 1000, 4, 0, 0.01)};
+  snapshot.schedule_window = 4;  // the batch opens with jobs 1-4
+  snapshot.queue = {job(1, a, 10), job(2, a, 1), job(3, b, 10),
+                    job(4, b, 1),  job(5, a, 1), job(6, b, 1)};
+  // Pass 1: 43 + 5 + 43 + 5 tokens (as Schedule counts them: the header is
+  // shorter than the 32 it counts once). Pass 2: jobs 1 and 3 decode, 5 and
+  // 6 feed 5 each after their kept instruction (keeping only what all four
+  // share, the header, they would feed 45 each).
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(5), 1.96 + 1.12, 1e-9);
+  EXPECT_NEAR(*Forecast(snapshot).jobs.at(6), 1.96 + 1.12, 1e-9);
+}
+
 TEST(ForecastTest, EarlyStopsShortenTheJobsOfTheirSubmission) {
   EtaSnapshot snapshot;
   snapshot.model = "m";
