@@ -310,17 +310,20 @@ TEST(ForecastTest, ATopUpThatAgreesWithAKeptPrefixIsPricedWithoutIt) {
   EXPECT_NEAR(*Forecast(snapshot).jobs.at(5), 0.5 + 3 * 1.02 + 1.06, 1e-9);
 }
 
+// A job whose prompt is `prefix` and 3 tokens of its own; a classification
+// (one pass) also feeds 2 label tokens.
+QueuedJob PrefixedJob(int64_t id, const std::vector<int32_t>& prefix, int64_t passes) {
+  QueuedJob q = Q(id, static_cast<int64_t>(prefix.size()) + 3 + (passes > 1 ? 0 : 2), passes);
+  q.prompt_ids = prefix;
+  for (int32_t t = 0; t < 3; ++t) q.prompt_ids.push_back(static_cast<int32_t>(100 * id + t));
+  return q;
+}
+
 // The engine keeps a prefix while jobs that decode hold it: a top-up that
 // joins long after the pass that kept it is still priced without it.
 TEST(ForecastTest, APrefixStaysKeptWhileADecodingJobHoldsIt) {
   std::vector<int32_t> instruction;
   for (int32_t t = 0; t < 40; ++t) instruction.push_back(t);
-  auto job = [&](int64_t id, const std::vector<int32_t>& prefix, int64_t passes) {
-    QueuedJob q = Q(id, static_cast<int64_t>(prefix.size()) + 3 + (passes > 1 ? 0 : 2), passes);
-    q.prompt_ids = prefix;
-    for (int32_t t = 0; t < 3; ++t) q.prompt_ids.push_back(static_cast<int32_t>(100 * id + t));
-    return q;
-  };
   // Jobs 1 and 2 generate (10 and 5 passes) and open the batch: pass 1
   // computes 40 + 3 + 3 tokens, 4 passes of 2 follow; job 3 classifies after
   // the instruction when job 2 ends (two jobs a batch).
@@ -328,7 +331,8 @@ TEST(ForecastTest, APrefixStaysKeptWhileADecodingJobHoldsIt) {
   snapshot.model = "m";
   snapshot.top_ups_join_late = false;
   snapshot.workers = {W("w", 1.0, 1000, 2, 0, 0.01)};
-  snapshot.queue = {job(1, instruction, 10), job(2, instruction, 5), job(3, instruction, 1)};
+  snapshot.queue = {PrefixedJob(1, instruction, 10), PrefixedJob(2, instruction, 5),
+                    PrefixedJob(3, instruction, 1)};
   // Job 1 holds the instruction, kept since pass 1: job 3 feeds 5 tokens
   // beside job 1's one (computing the instruction again, 45, would add 0.4 s).
   EXPECT_NEAR(*Forecast(snapshot).jobs.at(3), 1.46 + 4 * 1.02 + 1.06, 1e-9);
@@ -343,19 +347,13 @@ TEST(ForecastTest, EachInstructionOfABatchIsKept) {
     a.push_back(t < 10 ? t : 1000 + t);
     b.push_back(t < 10 ? t : 2000 + t);
   }
-  auto job = [&](int64_t id, const std::vector<int32_t>& instruction, int64_t passes) {
-    QueuedJob q = Q(id, 40 + 3 + (passes > 1 ? 0 : 2), passes);
-    q.prompt_ids = instruction;
-    for (int32_t t = 0; t < 3; ++t) q.prompt_ids.push_back(static_cast<int32_t>(100 * id + t));
-    return q;
-  };
   EtaSnapshot snapshot;
   snapshot.model = "m";
   snapshot.top_ups_join_late = false;
   snapshot.workers = {W("w", 1.0, 1000, 4, 0, 0.01)};
   snapshot.schedule_window = 4;  // the batch opens with jobs 1-4
-  snapshot.queue = {job(1, a, 10), job(2, a, 1), job(3, b, 10),
-                    job(4, b, 1),  job(5, a, 1), job(6, b, 1)};
+  snapshot.queue = {PrefixedJob(1, a, 10), PrefixedJob(2, a, 1), PrefixedJob(3, b, 10),
+                    PrefixedJob(4, b, 1),  PrefixedJob(5, a, 1), PrefixedJob(6, b, 1)};
   // Pass 1: 43 + 5 + 43 + 5 tokens (as Schedule counts them: the header is
   // shorter than the 32 it counts once). Pass 2: jobs 1 and 3 decode, 5 and
   // 6 feed 5 each after their kept instruction (keeping only what all four
