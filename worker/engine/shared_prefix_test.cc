@@ -40,6 +40,17 @@ std::vector<TokenId> Join(std::vector<TokenId> a, const std::vector<TokenId>& b)
   return a;
 }
 
+// A greedy request (EOS ignored) for `new_tokens` tokens after `instruction`
+// and an item of `n` random tokens beginning with `first`.
+SequenceRequest ItemAfter(const std::vector<TokenId>& instruction, TokenId first, size_t n,
+                          int64_t new_tokens, int64_t vocab, std::mt19937& rng) {
+  std::vector<TokenId> own = RandomTokens(n, vocab, rng);
+  own[0] = first;
+  SequenceRequest r = testing::GreedyRequest(Join(instruction, own), new_tokens);
+  r.ignore_eos = true;
+  return r;
+}
+
 // The prompts: A + B + x, A + y, A + B + z with A `long_prefix` tokens;
 // three sharing 37 tokens; two sharing their first token only; one alone
 // (a first token no other has).
@@ -484,11 +495,7 @@ TEST(SharedKvTest, SequencesJoiningAfterAKeptPrefixHoldItOnce) {
   const std::vector<TokenId> instruction = RandomTokens(100, vocab, rng);
   // Items whose first tokens differ, so the instruction is all they share.
   auto item = [&](TokenId first, size_t n, int64_t new_tokens) {
-    std::vector<TokenId> own = RandomTokens(n, vocab, rng);
-    own[0] = first;
-    SequenceRequest r = testing::GreedyRequest(Join(instruction, own), new_tokens);
-    r.ignore_eos = true;
-    return r;
+    return ItemAfter(instruction, first, n, new_tokens, vocab, rng);
   };
   // Two open the batch (and the instruction is kept), then one joins at
   // each of the next two passes.
@@ -545,11 +552,7 @@ TEST(SharedKvTest, EachInstructionOfAPassIsKept) {
   std::vector<TokenId> b = Join(header, RandomTokens(50, vocab, rng));
   if (b[10] == a[10]) b[10] = (a[10] + 1) % static_cast<TokenId>(vocab);
   auto item = [&](const std::vector<TokenId>& instruction, TokenId first, size_t n) {
-    std::vector<TokenId> own = RandomTokens(n, vocab, rng);
-    own[0] = first;
-    SequenceRequest r = testing::GreedyRequest(Join(instruction, own), 4);
-    r.ignore_eos = true;
-    return r;
+    return ItemAfter(instruction, first, n, 4, vocab, rng);
   };
   const std::vector<SequenceRequest> requests = {item(a, 1, 3), item(a, 2, 2), item(b, 1, 4),
                                                  item(b, 2, 1), item(a, 3, 2), item(b, 3, 3)};
