@@ -89,6 +89,12 @@ NS_TARGET void Pack(const float* x, int64_t rows, int64_t in, int64_t panel_begi
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     uint32_t* panel = packed + p * panel_values;
     for (int64_t t = 0; t < kBf16PanelRows; t += 16) {
+      if (p * kBf16PanelRows + t >= rows) {  // 16 rows past the end: zeros, nothing to transpose
+        for (int64_t k = 0; k < pairs; ++k) {
+          _mm512_storeu_si512(panel + k * kBf16PanelRows + t, _mm512_setzero_si512());
+        }
+        continue;
+      }
       for (int64_t k = 0; k < pairs; k += 16) {
         const int64_t left = in - 2 * k;  // values of each row from pair k on
         __m512i block[16];
@@ -212,6 +218,131 @@ NS_TARGET void StoreTransposed(const float* out, int64_t n, int64_t valid, float
   }
 }
 
+// Rows of x up to which Multiply lays weight rows across the lanes
+// (FewRows) rather than rows of x (Tile): Tile's lanes are 16 rows of x, so
+// a decode pass of one sequence used one lane in 16, and the kernel ran at
+// 8.3 GFLOP/s at one row against the float32 kernel's 14.2 (a Qwen3-MoE's
+// projections, Intel Xeon with AMX, 2 threads, 2026-12-06).
+constexpr int64_t kFewRows = 8;
+
+// v[q] lane j = pair k + q of weight row j (BF16, row stride `in`), for
+// j < n (<= 16) and k + q < full; zero elsewhere.
+NS_TARGET inline void LoadPairsTransposed(const uint16_t* w, int64_t in, int64_t n, int64_t k,
+                                          int64_t full, __m512i v[16]) {
+  const int64_t count = std::min<int64_t>(16, full - k);
+  const __mmask16 mask = static_cast<__mmask16>(count >= 16 ? 0xffff : (1u << count) - 1);
+  for (int64_t j = 0; j < 16; ++j) {
+    v[j] = j < n ? _mm512_maskz_loadu_epi32(mask, w + j * in + 2 * k) : _mm512_setzero_si512();
+  }
+  Transpose16x16(v);
+}
+
+// y[t * y_stride + o] for t < T and o < n (<= 16 B): T packed rows of x
+// (panel 0) times weight rows [0, n) (BF16, row stride `in`), 16 weight rows
+// to a vector, each pair of x broadcast. Each output is the very chain of
+// `vdpbf16ps` that Tile computes for it (from +0, pair after pair, the half
+// pair last, the same operands in the same places), in another lane, so the
+// products are bitwise Tile's whatever the number of rows: the batch
+// invariance bf16-avx512 promises. B x T accumulators hide the latency of
+// each chain; B <= 2, T <= 8.
+template <int T, int B>
+NS_TARGET void FewRows(const uint16_t* w, int64_t in, int64_t n, const uint32_t* xp, float* y,
+                       int64_t y_stride) {
+  __m512 acc[B][T];
+#pragma GCC unroll 2
+  for (int b = 0; b < B; ++b) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[b][t] = _mm512_setzero_ps();
+  }
+  const int64_t full = in / 2;
+  for (int64_t k = 0; k < full; k += 16) {
+    const int64_t pairs = std::min<int64_t>(16, full - k);
+#pragma GCC unroll 2
+    for (int b = 0; b < B; ++b) {
+      if (16 * b >= n) break;
+      __m512i v[16];
+      LoadPairsTransposed(w + 16 * b * in, in, std::min<int64_t>(16, n - 16 * b), k, full, v);
+#pragma GCC unroll 16
+      for (int q = 0; q < 16; ++q) {
+        if (q >= pairs) break;
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const __m512bh xv = reinterpret_cast<__m512bh>(
+              _mm512_set1_epi32(static_cast<int>(xp[(k + q) * kBf16PanelRows + t])));
+          acc[b][t] = _mm512_dpbf16_ps(acc[b][t], reinterpret_cast<__m512bh>(v[q]), xv);
+        }
+      }
+    }
+  }
+  for (int b = 0; b < B && 16 * b < n; ++b) {
+    const int64_t rows = std::min<int64_t>(16, n - 16 * b);
+    const __mmask16 lanes = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << rows) - 1);
+    if (in % 2 != 0) {  // the half pair: each weight row's last value, its upper half zero
+      alignas(64) uint32_t last[16] = {};
+      for (int64_t j = 0; j < rows; ++j) last[j] = w[(16 * b + j) * in + in - 1];
+      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_load_si512(last));
+      for (int t = 0; t < T; ++t) {
+        const __m512bh xv = reinterpret_cast<__m512bh>(
+            _mm512_set1_epi32(static_cast<int>(xp[full * kBf16PanelRows + t])));
+        acc[b][t] = _mm512_dpbf16_ps(acc[b][t], wv, xv);
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      _mm512_mask_storeu_ps(y + t * y_stride + 16 * b, lanes, RoundToBf16(acc[b][t]));
+    }
+  }
+}
+
+using FewRowsFn = void (*)(const uint16_t*, int64_t, int64_t, const uint32_t*, float*, int64_t);
+
+// Blocks of 16 weight rows per FewRows call for `rows` rows of x: 2 x 1-4
+// accumulators, 1 x 5-8, beside the 16 vectors of a transposed block. More
+// blocks are more weight rows streamed at once: 8 x 1 read the weights at
+// half the speed of 2 x 1.
+constexpr int FewRowsBlocks(int64_t rows) { return rows <= 4 ? 2 : 1; }
+
+FewRowsFn FewRowsFor(int64_t rows) {
+  switch (rows) {
+    case 1:
+      return &FewRows<1, FewRowsBlocks(1)>;
+    case 2:
+      return &FewRows<2, FewRowsBlocks(2)>;
+    case 3:
+      return &FewRows<3, FewRowsBlocks(3)>;
+    case 4:
+      return &FewRows<4, FewRowsBlocks(4)>;
+    case 5:
+      return &FewRows<5, FewRowsBlocks(5)>;
+    case 6:
+      return &FewRows<6, FewRowsBlocks(6)>;
+    case 7:
+      return &FewRows<7, FewRowsBlocks(7)>;
+    default:
+      return &FewRows<8, FewRowsBlocks(8)>;
+  }
+}
+static_assert(kFewRows == 8, "FewRowsFor covers 1-8 rows");
+
+void MultiplyFewRows(const uint32_t* packed, int64_t rows, int64_t in, const unsigned char* weight,
+                     checkpoint::DType dtype, int64_t out_begin, int64_t out_end, float* y,
+                     int64_t y_stride) {
+  thread_local std::vector<uint16_t> scratch;
+  const FewRowsFn kernel = FewRowsFor(rows);
+  const int64_t block = 16 * FewRowsBlocks(rows);
+  for (int64_t o = out_begin; o < out_end; o += block) {
+    const int64_t n = std::min(block, out_end - o);
+    const uint16_t* w;
+    if (dtype == checkpoint::DType::kBF16) {
+      w = reinterpret_cast<const uint16_t*>(weight + o * in * 2);
+    } else {  // F16: this block's rows in BF16
+      scratch.resize(static_cast<size_t>(block * in));
+      ConvertToBFloat16(weight + o * in * 2, dtype, n * in, scratch.data());
+      w = scratch.data();
+    }
+    kernel(w, in, n, packed, y + o, y_stride);
+  }
+}
+
 // Weight rows multiplied into a panel before its products are written out:
 // each row of y then takes kBlockRows contiguous values at once (written one
 // tile at a time, 16 rows of y a power-of-two stride apart fought over the
@@ -222,6 +353,10 @@ constexpr int64_t kBlockRows = 4 * kTileRows;
 void Multiply(const uint32_t* packed, int64_t rows, int64_t in, const unsigned char* weight,
               checkpoint::DType dtype, int64_t out_begin, int64_t out_end, float* y,
               int64_t y_stride) {
+  if (rows <= kFewRows) {
+    MultiplyFewRows(packed, rows, in, weight, dtype, out_begin, out_end, y, y_stride);
+    return;
+  }
   const int64_t panels = Bf16Panels(rows);
   const int64_t panel_values = PairsPerRow(in) * kBf16PanelRows;
   thread_local std::vector<uint16_t> scratch;
@@ -264,6 +399,10 @@ bool Detect() {
 
 }  // namespace
 
+int64_t Bf16MatmulBlockRows(int64_t rows) {
+  return rows <= kFewRows ? 16 * FewRowsBlocks(rows) : kBlockRows;
+}
+
 bool Bf16MatmulSupported() {
   static const bool supported = Detect();
   return supported && IsaActive(Isa::kAvx512Bf16);
@@ -284,6 +423,7 @@ void Bf16Matmul(const uint32_t* packed, int64_t rows, int64_t in, const void* we
 #else  // !NS_BF16_MATMUL_X86
 
 bool Bf16MatmulSupported() { return false; }
+int64_t Bf16MatmulBlockRows(int64_t) { return 1; }
 void PackBf16Activations(const float*, int64_t, int64_t, int64_t, int64_t, uint32_t*) {}
 void Bf16Matmul(const uint32_t*, int64_t, int64_t, const void*, checkpoint::DType, int64_t, int64_t,
                 float*, int64_t) {}

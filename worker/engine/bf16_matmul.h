@@ -13,6 +13,11 @@
 //   F16, read in place when BF16) is multiplied into every panel with
 //   `vdpbf16ps`, each weight pair broadcast to all 16 rows of a load:
 //   R x (panel rows / 16) float32 accumulators (24 of the 32 registers);
+// - up to 8 rows of x (decode passes) turn it around: 16 weight rows lie
+//   across a vector's lanes (16 x 16 blocks of their pairs transposed in
+//   registers) and each pair of x is broadcast, so that a row of x does not
+//   use one lane in 16; each output is still the same chain of `vdpbf16ps`,
+//   so the products are bitwise those of a full panel;
 // - each product is rounded to BF16 and widened back as it is stored.
 // So the numerics are the BF16 kernel's (and the accelerator path's): x and
 // the weights in BF16, products summed in float32, the result rounded to
@@ -46,6 +51,11 @@ int64_t Bf16PackedSize(int64_t rows, int64_t in);
 // rows past `rows` and the pair past an odd `in` zero.
 void PackBf16Activations(const float* x, int64_t rows, int64_t in, int64_t panel_begin,
                          int64_t panel_end, uint32_t* packed);
+
+// Weight rows that one Bf16Matmul call over `rows` rows of x multiplies
+// at a time: callers that split the weight rows between threads give each
+// call a multiple of this (but for the range's end), or leave lanes idle.
+int64_t Bf16MatmulBlockRows(int64_t rows);
 
 // For every row t < rows of the packed x and every weight row o in
 // [out_begin, out_end) of `weight` [*, in] stored as `dtype` (BF16 or F16;

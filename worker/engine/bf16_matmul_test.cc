@@ -111,7 +111,7 @@ std::vector<Case> Cases() {
   std::vector<Case> cases;
   // Rows around the 16-row vectors and 64-row panels; `in` even, odd, and
   // around the 16-pair packing blocks; weight rows around the 6-row tiles.
-  for (int64_t rows : {1, 15, 16, 17, 63, 64, 65, 130}) {
+  for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 63, 64, 65, 130}) {
     for (int64_t in : {1, 2, 3, 31, 32, 33, 34, 70}) {
       cases.push_back({rows, in, 0, 13, 13});
       cases.push_back({rows, in, 5, 12, 14});
@@ -119,6 +119,8 @@ std::vector<Case> Cases() {
     // Weight rows across the 24-row blocks and the 16-row transposes of
     // their products: a whole block, a part block of more than 16 rows.
     cases.push_back({rows, 34, 3, 50, 53});
+    // Across the 32- and 64-row blocks of the few-rows path.
+    cases.push_back({rows, 33, 7, 150, 151});
   }
   return cases;
 }
@@ -165,6 +167,42 @@ TEST(Bf16MatmulTest, RandomProductsAreTheBf16RoundingOfAFloat32Sum) {
         ASSERT_LE(std::fabs(static_cast<double>(got) - sum), bound) << "row " << t << " out " << o;
         ASSERT_EQ(got, RoundToBf16(got)) << "the product is rounded to BF16";
       });
+    }
+  }
+}
+
+// Up to eight rows of x run another loop than a panel's (weight rows across
+// the lanes): each row's products must be bitwise those it gets among 70
+// rows, for BF16 and F16 weights, odd and even `in`, any output range.
+TEST(Bf16MatmulTest, AFewRowsAloneAreBitwiseTheSameRowsInAFullPanel) {
+  if (!Bf16MatmulSupported()) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0, 1);
+  constexpr int64_t kRows = 70;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t in : {1, 32, 33, 70, 515}) {
+      for (const auto& [out_begin, out_end] : {std::pair<int64_t, int64_t>{0, 150}, {5, 77}}) {
+        const int64_t out = 150;
+        std::vector<float> x(static_cast<size_t>(kRows * in)), w(static_cast<size_t>(out * in));
+        for (float& v : x) v = normal(rng);
+        for (float& v : w) v = FiniteF16(rng);
+        const std::vector<uint16_t> stored = Store(w, dtype);
+        auto multiply = [&](int64_t rows) {
+          std::vector<uint32_t> packed(static_cast<size_t>(Bf16PackedSize(rows, in)));
+          PackBf16Activations(x.data(), rows, in, 0, Bf16Panels(rows), packed.data());
+          std::vector<float> y(static_cast<size_t>(rows * out), 0);
+          Bf16Matmul(packed.data(), rows, in, stored.data(), dtype, out_begin, out_end, y.data(),
+                     out);
+          return y;
+        };
+        const std::vector<float> all = multiply(kRows);
+        for (int64_t rows = 1; rows <= 9; ++rows) {
+          const std::vector<float> few = multiply(rows);
+          SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " in " << in << " out "
+                                          << out_begin << ".." << out_end << " rows " << rows);
+          ASSERT_EQ(std::memcmp(few.data(), all.data(), few.size() * sizeof(float)), 0);
+        }
+      }
     }
   }
 }

@@ -271,11 +271,12 @@ at::Tensor Bf16TileLinear(const at::Tensor& x, const Weight& w) {
     PackBf16Activations(xc.data_ptr<float>(), rows, in_features, begin, end, packed);
   });
   at::Tensor y = at::empty({rows, out_features}, FloatOptions());
-  constexpr int64_t kRowsPerTask = 24;  // a few tiles: threads share the weight rows
-  ParallelFor((out_features + kRowsPerTask - 1) / kRowsPerTask, 1, [&](int64_t begin, int64_t end) {
-    Bf16Matmul(packed, rows, in_features, w.data, w.info->dtype, begin * kRowsPerTask,
-               std::min(end * kRowsPerTask, out_features), y.data_ptr<float>(), out_features);
-  });
+  const int64_t rows_per_task = Bf16MatmulBlockRows(rows);  // threads share the weight rows
+  ParallelFor(
+      (out_features + rows_per_task - 1) / rows_per_task, 1, [&](int64_t begin, int64_t end) {
+        Bf16Matmul(packed, rows, in_features, w.data, w.info->dtype, begin * rows_per_task,
+                   std::min(end * rows_per_task, out_features), y.data_ptr<float>(), out_features);
+      });
   return y;
 }
 
