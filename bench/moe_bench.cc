@@ -18,8 +18,11 @@
 // each expert read, the LM head), the faster of one read in flight and
 // four: the pass against that too. With the CPU model and the load. Prints
 // figures, never pass/fail; not a test. Needs root (drop_caches).
+// --compute-dtype (f32 by default, as the earlier tables) and --expert-slice
+// are passed to engine-stream-run.
 //
 //   moe_bench [--work-dir DIR] [--runs 3] [--layers 4] [--stream-run PATH]
+//             [--compute-dtype auto|f32|bf16] [--expert-slice SIZE]
 #include <fcntl.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
@@ -219,7 +222,7 @@ double ColdReadSeconds(const checkpoint::Checkpoint& ckpt, const std::vector<Pie
 }
 
 int Main(int argc, char** argv) {
-  std::string work_dir = "/tmp/nightshift-moe-bench", stream_run;
+  std::string work_dir = "/tmp/nightshift-moe-bench", stream_run, expert_slice, compute = "f32";
   int64_t runs = 3, layers = 4;
   CommandLine flags(
       "moe_bench [flags]",
@@ -230,6 +233,9 @@ int Main(int argc, char** argv) {
   flags.String("stream-run", &stream_run, "engine-stream-run (default: <build>/bin/)", "PATH");
   flags.Int("runs", &runs, "rounds; medians are reported");
   flags.Int("layers", &layers, "decoder layers (each sparse, ~0.6 GB of experts)");
+  flags.String("expert-slice", &expert_slice,
+               "engine-stream-run's --expert-slice (default: the engine's)", "SIZE");
+  flags.String("compute-dtype", &compute, "engine-stream-run's --compute-dtype", "auto|f32|bf16");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested() || !parsed.ok() || runs < 1 || layers < 1) {
     std::cerr << (parsed.ok() ? "" : parsed.ToString() + "\n") << flags.Help();
@@ -254,10 +260,11 @@ int Main(int argc, char** argv) {
   std::vector<double> best_gbs, loads;
   printf(
       "CPU: %s, %d cores; checkpoint %.2f GB: dense part %.0f MB, %lld sparse layers of %lld "
-      "experts of %.1f MB, top %lld\n",
+      "experts of %.1f MB, top %lld; --compute-dtype %s, expert slices of %s\n",
       CpuModel().c_str(), get_nprocs(), shape->file_bytes / 1e9, shape->dense_bytes / 1e6,
       static_cast<long long>(shape->sparse_layers), static_cast<long long>(kExperts),
-      shape->expert_bytes / 1e6, static_cast<long long>(kTopK));
+      shape->expert_bytes / 1e6, static_cast<long long>(kTopK), compute.c_str(),
+      expert_slice.empty() ? "the engine's default" : expert_slice.c_str());
   for (int64_t run = 0; run < runs; ++run) {
     loads.push_back(LoadAverage());
     DropCaches();
@@ -279,6 +286,8 @@ int Main(int argc, char** argv) {
       c.name = "moe";
       c.batch = b;
       c.capped = false;
+      c.compute = compute;
+      if (!expert_slice.empty()) c.extra = " --expert-slice " + expert_slice;
       if (!bench.Run(c, &m)) return 1;
       const nlohmann::json& pass = m.last_pass;
       experts_read[b].push_back(pass.value("experts_read", 0.0));
