@@ -323,23 +323,28 @@ FewRowsFn FewRowsFor(int64_t rows) {
 }
 static_assert(kFewRows == 8, "FewRowsFor covers 1-8 rows");
 
+// Weight rows [o, o + n) of `weight` (row stride `in`) in BF16: in place
+// when stored so; F16 ones converted into this thread's scratch (valid until
+// its next call), so that they are in cache when multiplied.
+const uint16_t* Bf16Rows(const unsigned char* weight, checkpoint::DType dtype, int64_t o, int64_t n,
+                         int64_t in) {
+  if (dtype == checkpoint::DType::kBF16) {
+    return reinterpret_cast<const uint16_t*>(weight + o * in * 2);
+  }
+  thread_local std::vector<uint16_t> scratch;
+  scratch.resize(static_cast<size_t>(n * in));
+  ConvertToBFloat16(weight + o * in * 2, dtype, n * in, scratch.data());
+  return scratch.data();
+}
+
 void MultiplyFewRows(const uint32_t* packed, int64_t rows, int64_t in, const unsigned char* weight,
                      checkpoint::DType dtype, int64_t out_begin, int64_t out_end, float* y,
                      int64_t y_stride) {
-  thread_local std::vector<uint16_t> scratch;
   const FewRowsFn kernel = FewRowsFor(rows);
   const int64_t block = 16 * FewRowsBlocks(rows);
   for (int64_t o = out_begin; o < out_end; o += block) {
     const int64_t n = std::min(block, out_end - o);
-    const uint16_t* w;
-    if (dtype == checkpoint::DType::kBF16) {
-      w = reinterpret_cast<const uint16_t*>(weight + o * in * 2);
-    } else {  // F16: this block's rows in BF16
-      scratch.resize(static_cast<size_t>(block * in));
-      ConvertToBFloat16(weight + o * in * 2, dtype, n * in, scratch.data());
-      w = scratch.data();
-    }
-    kernel(w, in, n, packed, y + o, y_stride);
+    kernel(Bf16Rows(weight, dtype, o, n, in), in, n, packed, y + o, y_stride);
   }
 }
 
@@ -359,18 +364,10 @@ void Multiply(const uint32_t* packed, int64_t rows, int64_t in, const unsigned c
   }
   const int64_t panels = Bf16Panels(rows);
   const int64_t panel_values = PairsPerRow(in) * kBf16PanelRows;
-  thread_local std::vector<uint16_t> scratch;
   alignas(64) float out[kBlockRows * kBf16PanelRows];
   for (int64_t o = out_begin; o < out_end; o += kBlockRows) {
     const int64_t n = std::min(kBlockRows, out_end - o);
-    const uint16_t* w;
-    if (dtype == checkpoint::DType::kBF16) {
-      w = reinterpret_cast<const uint16_t*>(weight + o * in * 2);
-    } else {  // F16: this block's rows in BF16, into cache
-      scratch.resize(static_cast<size_t>(kBlockRows * in));
-      ConvertToBFloat16(weight + o * in * 2, dtype, n * in, scratch.data());
-      w = scratch.data();
-    }
+    const uint16_t* w = Bf16Rows(weight, dtype, o, n, in);
     const unsigned char* next = weight + (o + n) * in * 2;
     const int64_t next_bytes = std::min(kBlockRows, out_end - o - n) * in * 2;
     for (int64_t p = 0; p < panels; ++p) {
