@@ -119,7 +119,7 @@ std::vector<Case> Cases() {
     // Weight rows across the 24-row blocks and the 16-row transposes of
     // their products: a whole block, a part block of more than 16 rows.
     cases.push_back({rows, 34, 3, 50, 53});
-    // Across the 32- and 64-row blocks of the few-rows path.
+    // Across the 16- and 32-row blocks of the few-rows path.
     cases.push_back({rows, 33, 7, 150, 151});
   }
   return cases;
