@@ -73,10 +73,18 @@ int64_t MaxContextTokens(const checkpoint::ModelConfig& config) {
 }
 
 int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_bytes) {
-  if (rows <= 0 || largest_layer_bytes == 0) return std::max<int64_t>(rows, 1);
-  const uint64_t slices =
-      std::max<uint64_t>(1, (head_bytes + largest_layer_bytes - 1) / largest_layer_bytes);
-  return (rows + static_cast<int64_t>(slices) - 1) / static_cast<int64_t>(slices);
+  if (rows <= 0) return 1;
+  const uint64_t fit =
+      largest_layer_bytes == 0 ? 1 : (head_bytes + largest_layer_bytes - 1) / largest_layer_bytes;
+  const uint64_t tail = std::min<uint64_t>(kMinHeadSlices, head_bytes / kMinHeadSliceBytes);
+  const int64_t slices = static_cast<int64_t>(std::max<uint64_t>({1, fit, tail}));
+  int64_t per_slice = (rows + std::min(slices, rows) - 1) / std::min(slices, rows);
+  if (largest_layer_bytes > 0) {  // rounding up must not take a slice past the bound
+    const uint64_t row_bytes = std::max<uint64_t>(1, head_bytes / static_cast<uint64_t>(rows));
+    per_slice = std::min(
+        per_slice, std::max<int64_t>(1, static_cast<int64_t>(largest_layer_bytes / row_bytes)));
+  }
+  return per_slice;
 }
 
 std::vector<ExpertSlice> ExpertSlices(const std::vector<uint64_t>& expert_bytes,

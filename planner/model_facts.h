@@ -116,11 +116,17 @@ int64_t DefaultPassTokenBudget(const checkpoint::ModelConfig& config);
 // full attention). The worker advertises this as max_context_tokens.
 int64_t MaxContextTokens(const checkpoint::ModelConfig& config);
 
-// Rows per slice of an LM head of `rows` rows and `head_bytes` bytes when
-// no slice may exceed `largest_layer_bytes` (the loader's buffers are sized
-// to the largest group): ceil(rows / ceil(head_bytes / largest_layer_bytes)),
-// all rows (one slice) when largest_layer_bytes is 0. The engine slices its
-// head with this; StreamedGroupBytes prices the same slices.
+// Rows per slice of an LM head of `rows` rows and `head_bytes` bytes:
+// ceil(rows / slices). No slice may exceed `largest_layer_bytes` (the
+// loader's buffers are sized to the largest group; 0: no such bound), and
+// the head is cut into at least kMinHeadSlices slices of at least
+// kMinHeadSliceBytes where it is that large: the head is a pass's last read,
+// and the disk idles while its last slice computes. One slice of a 131 MB
+// head left 6-9 ms of compute after the last read at one row and 38 ms at
+// 256 (a Qwen3-MoE decode pass, AMD EPYC family 26, 2026-12-06). The engine
+// slices its head with this; StreamedGroupBytes prices the same slices.
+inline constexpr int64_t kMinHeadSlices = 4;
+inline constexpr uint64_t kMinHeadSliceBytes = 16ull << 20;
 int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_bytes);
 
 // The tensor bytes of each group the engine's layer loader reads as one unit,

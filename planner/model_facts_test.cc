@@ -193,10 +193,24 @@ TEST(PassFlopsTest, TwiceTheMatrixElementsPerTokenAndPerLogitRow) {
 }
 
 TEST(HeadSliceRowsTest, SlicesNoLargerThanTheLargestLayer) {
-  EXPECT_EQ(HeadSliceRows(32000, 131072000, 90185728), 16000);  // bench-1.7b: two slices
-  EXPECT_EQ(HeadSliceRows(100, 1000, 1000), 100);               // fits: one slice
-  EXPECT_EQ(HeadSliceRows(100, 1000, 0), 100);                  // no layer: one slice
-  EXPECT_EQ(HeadSliceRows(10, 1000, 300), 3);                   // 4 slices of <= 3 rows
+  EXPECT_EQ(HeadSliceRows(100, 1000, 1000), 100);  // small and fits: one slice
+  EXPECT_EQ(HeadSliceRows(100, 1000, 0), 100);     // no layer: one slice
+  EXPECT_EQ(HeadSliceRows(10, 1000, 300), 3);      // 4 slices of <= 3 rows
+  EXPECT_EQ(HeadSliceRows(10, 1000, 120), 1);      // 2 rows would be 200 bytes
+  EXPECT_EQ(HeadSliceRows(0, 1000, 300), 1);
+}
+
+TEST(HeadSliceRowsTest, ALargeHeadIsCutSoThatItsLastSliceIsSmall) {
+  constexpr uint64_t kMiB = 1 << 20;
+  // A 131 MB head (32000 rows) against 256 MiB expert slices: 4 of 33 MB.
+  EXPECT_EQ(HeadSliceRows(32000, 131072000, 256 * kMiB), 8000);
+  // bench-1.7b's head against its 90 MB layers: 4 slices, not 2.
+  EXPECT_EQ(HeadSliceRows(32000, 131072000, 90185728), 8000);
+  // A larger head keeps the bound of the largest layer: 5 slices.
+  EXPECT_EQ(HeadSliceRows(152064, 1245708288, 256 * kMiB), 30413);
+  // Slices of at least 16 MiB: a 40 MiB head in 2, a 15 MiB one whole.
+  EXPECT_EQ(HeadSliceRows(1000, 40 * kMiB, 256 * kMiB), 500);
+  EXPECT_EQ(HeadSliceRows(1000, 15 * kMiB, 256 * kMiB), 1000);
 }
 
 TEST(ChoosePinnedGroupsTest, SpreadHeadOrTailWithinTheBudget) {
