@@ -87,12 +87,15 @@ int64_t HeadSliceRows(int64_t rows, uint64_t head_bytes, uint64_t largest_layer_
   return per_slice;
 }
 
-std::vector<ExpertSlice> ExpertSlices(const std::vector<uint64_t>& expert_bytes,
-                                      uint64_t slice_bytes) {
+namespace {
+
+// Runs of whole experts in index order, each of at most `cap` bytes but for
+// an expert larger than that, alone.
+std::vector<ExpertSlice> PackExperts(const std::vector<uint64_t>& expert_bytes, uint64_t cap) {
   std::vector<ExpertSlice> slices;
   for (size_t e = 0; e < expert_bytes.size(); ++e) {
     const int64_t index = static_cast<int64_t>(e);
-    if (slices.empty() || slices.back().bytes + expert_bytes[e] > slice_bytes) {
+    if (slices.empty() || slices.back().bytes + expert_bytes[e] > cap) {
       slices.push_back({index, index, 0});
     }
     slices.back().end = index + 1;
@@ -101,11 +104,43 @@ std::vector<ExpertSlice> ExpertSlices(const std::vector<uint64_t>& expert_bytes,
   return slices;
 }
 
+}  // namespace
+
+std::vector<ExpertSlice> ExpertSlices(const std::vector<uint64_t>& expert_bytes,
+                                      uint64_t slice_bytes) {
+  // The fewest slices packing allows, then the smallest cap that keeps that
+  // many (packing in order is exact for runs: it finds whether a cap allows
+  // n slices).
+  std::vector<ExpertSlice> best = PackExperts(expert_bytes, slice_bytes);
+  uint64_t low = 1, high = slice_bytes;  // `high` keeps best.size() slices
+  while (low < high) {
+    const uint64_t mid = low + (high - low) / 2;
+    std::vector<ExpertSlice> packed = PackExperts(expert_bytes, mid);
+    if (packed.size() <= best.size()) {
+      high = mid;
+      best = std::move(packed);
+    } else {
+      low = mid + 1;
+    }
+  }
+  return best;
+}
+
 double ExpectedExpertsTouched(int64_t experts, int64_t top_k, int64_t rows) {
   if (experts <= 0 || top_k <= 0 || rows <= 0) return 0;
   const double e = static_cast<double>(experts);
   const double miss = 1.0 - std::min(1.0, static_cast<double>(top_k) / e);
   return e * (1.0 - std::pow(miss, static_cast<double>(rows)));
+}
+
+double ExpertTouchedProbability(int64_t experts, int64_t top_k, uint64_t routed, uint64_t seen_rows,
+                                int64_t rows) {
+  if (experts <= 0 || rows <= 0) return 0;
+  const double k = static_cast<double>(std::clamp<int64_t>(top_k, 0, experts));
+  const double share =
+      std::min(1.0, (static_cast<double>(routed) + k) /
+                        (static_cast<double>(seen_rows) + static_cast<double>(experts)));
+  return 1.0 - std::pow(1.0 - share, static_cast<double>(rows));
 }
 
 bool ReadExpertsAhead(double touched_fraction, uint64_t expert_bytes, double read_bytes_per_second,

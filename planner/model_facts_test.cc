@@ -192,6 +192,26 @@ TEST(PassFlopsTest, TwiceTheMatrixElementsPerTokenAndPerLogitRow) {
   EXPECT_DOUBLE_EQ(HeadFlopsPerRow(ckpt), 80.0);
 }
 
+TEST(ExpertTouchedProbabilityTest, UniformUntilMeasuredThenTheExpertsShare) {
+  // Nothing seen: one expert's part of ExpectedExpertsTouched.
+  for (int64_t rows : {1, 4, 16, 64}) {
+    EXPECT_NEAR(ExpertTouchedProbability(64, 8, 0, 0, rows),
+                ExpectedExpertsTouched(64, 8, rows) / 64, 1e-12)
+        << rows;
+  }
+  EXPECT_NEAR(ExpertTouchedProbability(64, 8, 0, 0, 1), 0.125, 1e-12);
+  EXPECT_NEAR(ExpertTouchedProbability(64, 8, 0, 0, 16), 1 - std::pow(0.875, 16), 1e-12);
+  // An expert that took 600 of 1000 tokens: share (600 + 8) / 1064.
+  EXPECT_NEAR(ExpertTouchedProbability(64, 8, 600, 1000, 1), 608.0 / 1064, 1e-12);
+  // One never routed to in 10000 tokens: share 8 / 10064.
+  EXPECT_NEAR(ExpertTouchedProbability(64, 8, 0, 10000, 16), 1 - std::pow(1 - 8.0 / 10064, 16),
+              1e-12);
+  // Two tokens routed the same way are not yet a habit: 10 / 66.
+  EXPECT_NEAR(ExpertTouchedProbability(64, 8, 2, 2, 1), 10.0 / 66, 1e-12);
+  EXPECT_EQ(ExpertTouchedProbability(64, 8, 5, 10, 0), 0);
+  EXPECT_EQ(ExpertTouchedProbability(0, 8, 5, 10, 4), 0);
+}
+
 TEST(HeadSliceRowsTest, SlicesNoLargerThanTheLargestLayer) {
   EXPECT_EQ(HeadSliceRows(100, 1000, 1000), 100);  // small and fits: one slice
   EXPECT_EQ(HeadSliceRows(100, 1000, 0), 100);     // no layer: one slice
@@ -303,6 +323,23 @@ TEST(ExpertSlicesTest, RunsOfWholeExpertsInIndexOrder) {
   ASSERT_EQ(slices.size(), 1u);
   EXPECT_EQ(slices[0].bytes, 10u);
   EXPECT_TRUE(ExpertSlices({}, 10).empty());
+}
+
+TEST(ExpertSlicesTest, AsFewSlicesAsTheSizeAllowsAndAsEven) {
+  // 64 experts of 9.4 MB at 256 MiB: 3 slices, not 28 + 28 + 8 but 22 + 22 + 20.
+  const std::vector<uint64_t> experts(64, 9437184);
+  const std::vector<ExpertSlice> slices = ExpertSlices(experts, 256ull << 20);
+  ASSERT_EQ(slices.size(), 3u);
+  EXPECT_EQ(slices[0].end - slices[0].first, 22);
+  EXPECT_EQ(slices[1].end - slices[1].first, 22);
+  EXPECT_EQ(slices[2].end - slices[2].first, 20);
+  EXPECT_EQ(slices[2].end, 64);
+  // Unequal experts: 4 + 4 | 1 + 6 | 8 with at most 9, not 4 + 4 + 1 | 6 | 8.
+  const std::vector<ExpertSlice> uneven = ExpertSlices({4, 4, 1, 6, 8}, 9);
+  ASSERT_EQ(uneven.size(), 3u);
+  EXPECT_EQ(uneven[0].bytes, 8u);
+  EXPECT_EQ(uneven[1].bytes, 7u);
+  EXPECT_EQ(uneven[2].bytes, 8u);
 }
 
 TEST(ExpertSlicesTest, AnOversizeExpertIsASliceOfItsOwn) {
