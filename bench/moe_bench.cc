@@ -152,7 +152,9 @@ Pieces PiecesOf(const checkpoint::Checkpoint& ckpt) {
 }
 
 // The pieces a pass read: every dense part and the head, and each layer's
-// experts `routed` lists (every expert when the pass read them all ahead).
+// experts `routed_experts` lists and those `unrouted_experts_read` does
+// (read ahead on a guess at the routing; every expert when the pass read
+// them all ahead).
 std::vector<Piece> PassPieces(const Pieces& all, const nlohmann::json& pass) {
   const bool every = pass.value("experts_read", 0) >= pass.value("experts_total", 0);
   std::vector<Piece> out;
@@ -161,8 +163,12 @@ std::vector<Piece> PassPieces(const Pieces& all, const nlohmann::json& pass) {
     std::vector<int64_t> experts;
     if (every) {
       for (int64_t e = 0; e < kExperts; ++e) experts.push_back(e);
-    } else if (pass.contains("routed_experts") && layer < pass["routed_experts"].size()) {
-      experts = pass["routed_experts"][layer].get<std::vector<int64_t>>();
+    } else {
+      for (const char* key : {"routed_experts", "unrouted_experts_read"}) {
+        if (!pass.contains(key) || layer >= pass[key].size()) continue;
+        for (int64_t e : pass[key][layer].get<std::vector<int64_t>>()) experts.push_back(e);
+      }
+      std::sort(experts.begin(), experts.end());  // in file order, as the loader reads
     }
     for (int64_t e : experts) {
       const std::vector<Piece>& p = all.expert[layer][static_cast<size_t>(e)];
@@ -299,11 +305,13 @@ int Main(int argc, char** argv) {
       }
       ranges_read[b].push_back(std::min(one, four));
       printf(
-          "  %3lld rows: pass %.3f s (compute %.3f)  read %.0f MB, %lld of %lld experts; "
-          "those pieces read cold in %.3f s (one read in flight) and %.3f s (four)\n",
+          "  %3lld rows: pass %.3f s (compute %.3f)  read %.0f MB, %lld of %lld experts (%lld "
+          "routed to none); those pieces read cold in %.3f s (one read in flight) and %.3f s "
+          "(four)\n",
           static_cast<long long>(b), m.pass_seconds, m.compute_seconds, m.pass_bytes / 1e6,
           static_cast<long long>(pass.value("experts_read", 0)),
-          static_cast<long long>(pass.value("experts_total", 0)), one, four);
+          static_cast<long long>(pass.value("experts_total", 0)),
+          static_cast<long long>(pass.value("experts_read_unrouted", 0)), one, four);
       fflush(stdout);
       results[b].push_back(m);
     }

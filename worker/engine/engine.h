@@ -212,17 +212,22 @@ struct PassStats {
   double projection_flops = 0;
   // Mixtures of experts, summed over the sparse layers: the experts there
   // are, those the pass's rows routed to, and those whose bytes the pass
-  // read from the files (routed ones not kept in memory, or every expert of
-  // a slice read whole ahead of the routing). 0 for a dense model.
+  // read from the files (routed ones not kept in memory, every expert of a
+  // slice read whole ahead of the routing, and those read ahead on a guess
+  // at it: LayerLoader::Guess). Of experts_read, those no row routed to. 0
+  // for a dense model.
   int64_t experts_total = 0;
   int64_t experts_routed = 0;
   int64_t experts_read = 0;
+  int64_t experts_read_unrouted = 0;
   // Of experts_total, those in slices kept in memory across passes (pinned
   // under a memory budget, or every one when resident): never read again.
   int64_t experts_pinned = 0;
-  // Per decoder layer, the experts its rows routed to, ascending (empty for
-  // a dense layer).
+  // Per decoder layer, the experts its rows routed to, ascending, and those
+  // read that no row routed to (experts_read_unrouted), ascending per slice
+  // (empty for a dense layer).
   std::vector<std::vector<int64_t>> routed_experts;
+  std::vector<std::vector<int64_t>> unrouted_experts_read;
 };
 
 struct EngineOptions {

@@ -548,9 +548,11 @@ TEST_F(MoeReadsTest, ADecodePassOfOneSequenceReadsItsRoutedExpertsOnly) {
 
 // A pass of 256 prompt tokens reads each expert its rows route to once,
 // not once per row: the dense part, those experts and the tokens'
-// embedding rows. (This random router is skewed: the 2,048 choices of each
-// layer landed on 171 of the 192 experts of the 3.) Reading every expert, the pass
-// reads the whole checkpoint but the embedding's other rows, once.
+// embedding rows, and the experts it read ahead on a guess that no row
+// routed to (LayerLoader::Guess: at 256 rows uniform routing touches every
+// expert, but this random router is skewed: the 2,048 choices of each layer
+// landed on 171 of the 192 experts of the 3). Reading every expert, the
+// pass reads the whole checkpoint but the embedding's other rows, once.
 TEST_F(MoeReadsTest, APassOf256PromptTokensReadsEachExpertOnce) {
   const Bytes b = BytesOf(*ckpt_);
   std::vector<SequenceResult> routed, all;
@@ -562,9 +564,19 @@ TEST_F(MoeReadsTest, APassOf256PromptTokensReadsEachExpertOnce) {
   ASSERT_EQ(every_passes.size(), 1u);
   const checkpoint::TensorInfo* embedding = ckpt_->Find("model.embed_tokens.weight");
   EXPECT_GE(passes[0].experts_routed, 3 * 48);
-  EXPECT_EQ(passes[0].experts_read, passes[0].experts_routed);
+  EXPECT_EQ(passes[0].experts_read - passes[0].experts_read_unrouted, passes[0].experts_routed);
   EXPECT_EQ(passes[0].bytes_read, b.dense + 256 * b.embedding_row +
-                                      static_cast<uint64_t>(passes[0].experts_routed) * b.expert);
+                                      static_cast<uint64_t>(passes[0].experts_read) * b.expert);
+  ASSERT_EQ(passes[0].unrouted_experts_read.size(), passes[0].routed_experts.size());
+  int64_t unrouted = 0;
+  for (size_t layer = 0; layer < passes[0].routed_experts.size(); ++layer) {
+    const std::vector<int64_t>& routed_here = passes[0].routed_experts[layer];
+    for (int64_t e : passes[0].unrouted_experts_read[layer]) {
+      EXPECT_EQ(std::count(routed_here.begin(), routed_here.end(), e), 0) << layer << ": " << e;
+      ++unrouted;
+    }
+  }
+  EXPECT_EQ(unrouted, passes[0].experts_read_unrouted);
   EXPECT_EQ(every_passes[0].experts_read, 3 * 64);
   EXPECT_EQ(every_passes[0].bytes_read,
             ckpt_->total_bytes - embedding->size + 256 * b.embedding_row);

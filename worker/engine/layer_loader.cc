@@ -153,8 +153,14 @@ struct LayerLoader::Impl {
     // A deferred group's decision for this pass (Decide): nullopt while
     // undecided; empty to pass over it; else the units to read.
     std::optional<std::vector<bool>> decision;
+    std::vector<bool> guess;       // Guess: units to read ahead of the decision
+    bool guessed = false;          // being (or last) read from a guess, before its decision
     uint64_t requested_bytes = 0;  // tensor bytes of the units being (or last) read
-    Status status;                 // the first failed read's
+    // Per unit (units past the end: false), while read or ready: whether its
+    // reads were queued, and whether one of them has been read.
+    std::vector<bool> queued_units;
+    std::vector<bool> read_units;
+    Status status;  // the first failed read's
     std::optional<Clock::time_point> first_read;
     Clock::time_point last_read;
   };
@@ -183,6 +189,8 @@ struct LayerLoader::Impl {
     uint64_t size;      // kAlign-aligned; may run past the end of the file
     uint64_t required;  // bytes of it the group needs (the rest is alignment)
     unsigned char* dst;
+    int unit;
+    uint64_t tensor_bytes;  // of the span's bytes, those in this chunk
   };
 
   LayerLoaderOptions options;
@@ -268,12 +276,9 @@ struct LayerLoader::Impl {
       lock.lock();
       if (--in_flight == 0) work.notify_all();  // the next group's reads may start
       if (!st.ok() && g.status.ok()) g.status = st;
-      if (--g.pending == 0) {
-        g.last_read = Clock::now();
-        g.state = State::kReady;
-        g.fresh = true;
-        done.notify_all();
-      }
+      g.last_read = Clock::now();
+      MarkUnit(g.read_units, chunk.unit);
+      if (--g.pending == 0) Ready(g);
     }
   }
 
@@ -408,44 +413,130 @@ struct LayerLoader::Impl {
       slot = free.back();
       free.pop_back();
     }
-    unsigned char* base = SlotData(slot);
-    g.slot = slot;
-    g.state = State::kReading;
-    g.status = Status::Ok();
-    g.first_read.reset();
+    Begin(g, slot, false);
     // A streamed deferred group reads the units decided; a pinned one, kept
     // for later passes, reads them all.
     const std::vector<bool>* units =
         g.deferred && !g.pinned && g.decision && !g.decision->empty() ? &*g.decision : nullptr;
-    auto wanted = [units](int unit) {
-      return units == nullptr ||
-             (static_cast<size_t>(unit) < units->size() && (*units)[static_cast<size_t>(unit)]);
-    };
-    g.requested_bytes = 0;
     for (const Span& span : g.layout.spans) {
-      if (wanted(span.unit)) g.requested_bytes += span.size;
+      if (units == nullptr || Marked(*units, span.unit)) QueueSpan(index, span);
     }
-    if (g.requested_bytes == 0) {  // nothing of it wanted: ready as it is
-      g.state = State::kReady;
-      g.fresh = true;
-      g.first_read = g.last_read = Clock::now();
-      done.notify_all();
-      return true;
-    }
-    const uint64_t chunk = RoundUp(options.chunk_bytes, kAlign);
-    for (const Span& span : g.layout.spans) {
-      if (!wanted(span.unit)) continue;
-      const uint64_t begin = span.read_offset(), end = span.read_end();
-      for (uint64_t at = begin; at < end; at += chunk) {
-        const uint64_t n = std::min(chunk, end - at);
-        const uint64_t required = std::min(n, span.offset + span.size - at);
-        queue.push_back({index, &files[static_cast<size_t>(span.file)], at, n, required,
-                         base + span.read_dst() + (at - begin)});
-        ++g.pending;
-      }
+    if (g.pending == 0) {  // nothing of it wanted: ready as it is
+      g.first_read = Clock::now();
+      g.last_read = *g.first_read;
+      Ready(g);
     }
     work.notify_all();
     return true;
+  }
+
+  static bool Marked(const std::vector<bool>& units, int unit) {
+    return static_cast<size_t>(unit) < units.size() && units[static_cast<size_t>(unit)];
+  }
+  static void MarkUnit(std::vector<bool>& units, int unit) {
+    if (static_cast<size_t>(unit) >= units.size()) units.resize(static_cast<size_t>(unit) + 1);
+    units[static_cast<size_t>(unit)] = true;
+  }
+
+  // Group `g` starts a read into `slot`, nothing queued yet (`mu` held).
+  void Begin(Group& g, int slot, bool guessed) {
+    SlotData(slot);  // allocated before any read lands in it
+    g.slot = slot;
+    g.state = State::kReading;
+    g.status = Status::Ok();
+    g.first_read.reset();
+    g.requested_bytes = 0;
+    g.guessed = guessed;
+    g.queued_units.clear();
+    g.read_units.clear();
+  }
+
+  // Queues the reads of one span of group `index`, into its slot (`mu` held).
+  void QueueSpan(size_t index, const Span& span) {
+    Group& g = groups[index];
+    unsigned char* const base = slots[static_cast<size_t>(g.slot)].get();
+    const uint64_t chunk = RoundUp(options.chunk_bytes, kAlign);
+    const uint64_t begin = span.read_offset(), end = span.read_end();
+    for (uint64_t at = begin; at < end; at += chunk) {
+      const uint64_t n = std::min(chunk, end - at);
+      const uint64_t required = std::min(n, span.offset + span.size - at);
+      const uint64_t first = std::max(at, span.offset);
+      const uint64_t tensor_bytes = std::min(at + n, span.offset + span.size) - first;
+      queue.push_back({index, &files[static_cast<size_t>(span.file)], at, n, required,
+                       base + span.read_dst() + (at - begin), span.unit, tensor_bytes});
+      ++g.pending;
+      g.requested_bytes += tensor_bytes;
+    }
+    MarkUnit(g.queued_units, span.unit);
+  }
+
+  // The last read of group `g` has ended (or none was needed; `mu` held).
+  void Ready(Group& g) {
+    g.state = State::kReady;
+    g.fresh = true;
+    done.notify_all();
+  }
+
+  // Starts reading the guessed units of deferred group `index` (Guess) when
+  // it is undecided, idle and a stream buffer is free.
+  void RequestGuess(size_t index) {
+    std::lock_guard<std::mutex> lock(mu);
+    Group& g = groups[index];
+    if (std::find(g.guess.begin(), g.guess.end(), true) == g.guess.end() || g.pinned || g.skipped ||
+        g.decision || g.state != State::kIdle || ReadsAhead(index) || free_slots.empty()) {
+      return;
+    }
+    const int slot = free_slots.back();
+    free_slots.pop_back();
+    Begin(g, slot, true);
+    for (const Span& span : g.layout.spans) {
+      if (Marked(g.guess, span.unit)) QueueSpan(index, span);
+    }
+    if (g.pending == 0) {  // the guessed units hold no tensor: nothing to read
+      FreeSlot(g.slot);
+      g.slot = -1;
+      g.state = State::kIdle;
+      return;
+    }
+    work.notify_all();
+  }
+
+  // The decision for group `index`, read (or being read) from a guess
+  // (`lock` holds `mu`): the reads of units it does not ask for that have not
+  // started are taken back, and those it asks for that were not guessed are
+  // queued. Passed over (`units` empty), the group gives its buffer back
+  // once its reads in flight end.
+  void Settle(size_t index, const std::vector<bool>& units, std::unique_lock<std::mutex>& lock) {
+    Group& g = groups[index];
+    for (auto it = queue.begin(); it != queue.end();) {
+      if (it->group != index || Marked(units, it->unit)) {
+        ++it;
+        continue;
+      }
+      g.requested_bytes -= it->tensor_bytes;
+      --g.pending;
+      it = queue.erase(it);
+    }
+    if (units.empty()) {
+      done.wait(lock, [&g] { return g.pending == 0; });
+      FreeSlot(g.slot);
+      g.slot = -1;
+      g.state = State::kIdle;
+      g.fresh = false;
+      g.guessed = false;
+      return;
+    }
+    for (const Span& span : g.layout.spans) {
+      if (Marked(units, span.unit) && !Marked(g.queued_units, span.unit)) {
+        QueueSpan(index, span);
+      }
+    }
+    if (g.pending > 0) {
+      g.state = State::kReading;
+      work.notify_all();
+    } else if (g.state == State::kReading) {  // its last reads were taken back
+      Ready(g);
+    }
   }
 
   // After Acquire(index): starts reading the next groups not in memory, in
@@ -460,6 +551,7 @@ struct LayerLoader::Impl {
     const size_t window = std::max<size_t>(stream_slots, 1);
     size_t ahead = 0;
     bool undecided = false;  // passed over deferred groups not decided yet
+    std::optional<size_t> first_undecided;
     for (size_t step = 1; step < groups.size() && ahead < window; ++step) {
       const size_t j = (index + step) % groups.size();
       const Group& g = groups[j];
@@ -471,6 +563,7 @@ struct LayerLoader::Impl {
       }
       if (g.pinned && state == State::kReady) continue;  // in memory for good
       if (g.deferred && !g.decision) {                   // undecided: keep the order
+        if (!undecided) first_undecided = j;
         undecided = true;
         continue;
       }
@@ -478,11 +571,13 @@ struct LayerLoader::Impl {
       const bool reads_ahead = !g.pinned && ReadsAhead(j);
       if (undecided) {
         if (reads_ahead && state == State::kIdle) Request(j);
-        return;
+        break;
       }
       if (state == State::kIdle && !Request(j)) return;  // no buffer free: keep the order
       if (!reads_ahead) ++ahead;
     }
+    // Last, after every read the pass will need: the next undecided group's guess.
+    if (first_undecided) RequestGuess(*first_undecided);
   }
 
   // Blocks until no group is being read (`lock` holds `mu`).
@@ -516,6 +611,7 @@ struct LayerLoader::Impl {
       g.state = State::kIdle;
       g.slot = -1;
       g.fresh = false;
+      g.guessed = false;
     }
   }
 
@@ -594,6 +690,7 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
     Impl::Group& g = d.groups[d.next];
     if (!g.deferred || !g.decision || !g.decision->empty()) break;
     g.decision.reset();
+    g.guess.clear();
     d.next = d.After(d.next);
   }
   if (index != d.next || d.held) {
@@ -621,14 +718,17 @@ StatusOr<LoadedGroup> LayerLoader::Acquire(size_t index) {
     return d.broken;
   }
   const bool fresh = g.fresh;
-  g.decision.reset();  // a deferred group's decision is spent
   if (g.fresh) {
     out.bytes_read = g.requested_bytes;
     out.read_began = *g.first_read;
     out.read_ended = g.last_read;
     out.load_seconds = Seconds(out.read_ended - out.read_began);
+    out.guessed = g.guessed;
+    if (g.deferred) out.units_read = g.read_units;
     g.fresh = false;
   }
+  g.decision.reset();  // a deferred group's decision is spent
+  g.guess.clear();
   const unsigned char* base = d.slots[static_cast<size_t>(g.slot)].get();
   for (uint64_t dst : g.layout.tensor_dst) out.data.push_back(base + dst);
   out.base = base;
@@ -685,6 +785,11 @@ Status LayerLoader::SetPinned(std::vector<bool> pinned) {
     if (g.pinned && !streamed) {  // stays pinned, as it is
       d.slots[own] = std::move(old_slots[old_slot]);
       g.slot = static_cast<int>(own);
+    } else if (g.guessed) {  // read ahead on a guess, some units only: read again
+      g.state = Impl::State::kIdle;
+      g.slot = -1;
+      g.fresh = false;
+      g.guessed = false;
     } else if (g.pinned) {  // newly pinned, read ahead: copied out of its buffer
       const unsigned char* from = kept_buffer ? d.slots[old_slot].get() : old_slots[old_slot].get();
       std::memcpy(d.SlotData(static_cast<int>(own)), from, g.layout.buffer_bytes);
@@ -736,11 +841,23 @@ void LayerLoader::Decide(size_t index, std::vector<bool> units) {
   Impl& d = *impl_;
   if (index >= d.groups.size() || !d.groups[index].deferred) return;
   {
-    std::lock_guard<std::mutex> lock(d.mu);
-    d.groups[index].decision = std::move(units);
+    std::unique_lock<std::mutex> lock(d.mu);
+    Impl::Group& g = d.groups[index];
+    if (g.guessed && !g.pinned && g.state != Impl::State::kIdle && !g.decision) {
+      d.Settle(index, units, lock);
+    }
+    g.decision = std::move(units);
+    g.guess.clear();
   }
   // The prefetch that stopped before this group may go on.
   if (d.options.prefetch && d.held) d.Prefetch(*d.held);
+}
+
+void LayerLoader::Guess(size_t index, std::vector<bool> units) {
+  Impl& d = *impl_;
+  if (index >= d.groups.size() || !d.groups[index].deferred) return;
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.groups[index].guess = std::move(units);
 }
 
 size_t LayerLoader::groups() const { return impl_->groups.size(); }

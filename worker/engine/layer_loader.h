@@ -111,6 +111,12 @@ struct LoadedGroup {
   // (load_seconds apart); the clock's epoch otherwise.
   std::chrono::steady_clock::time_point read_began;
   std::chrono::steady_clock::time_point read_ended;
+  // A deferred group's units (LayerLoaderOptions::units) read for this
+  // acquire, per unit (past the end: not read): those the decision asked
+  // for, and guessed ones (Guess) it did not. When `guessed`, its reads
+  // began before the decision, so load_seconds includes the wait for it.
+  std::vector<bool> units_read;
+  bool guessed = false;
 };
 
 class LayerLoader {
@@ -160,6 +166,18 @@ class LayerLoader {
   // is acquired or passed over. Between acquisitions, with no group held or
   // while the group before it is held.
   void Decide(size_t index, std::vector<bool> units);
+
+  // A guess at deferred group `index`'s next decision: the units it likely
+  // asks for (as Decide's `units`). When the prefetch finds the group the
+  // next one undecided and a stream buffer free, it reads them, queued after
+  // every read already asked for (so in time the disk would otherwise idle
+  // while the rows route). Decide then takes back the reads of guessed units
+  // it does not ask for that have not started, and reads the units it asks
+  // for that were not guessed; a group passed over gives its buffer back
+  // once the reads in flight end. Guessed units read and not asked for are
+  // read for nothing (in LoadedGroup::units_read, not asked for). Spent by
+  // the decision; ignored for a pinned group, which reads every unit.
+  void Guess(size_t index, std::vector<bool> units);
 
   // Group `index`, released, is never read again: Acquire's order and
   // prefetch go around it (the caller keeps its own copy, e.g. on a device).

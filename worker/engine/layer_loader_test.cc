@@ -342,6 +342,95 @@ TEST(LayerLoaderTest, DeferredGroupsReadTheUnitsEachPassDecides) {
   }
 }
 
+// A guess at a deferred group's decision (Guess) is read once the prefetch
+// reaches the group with a stream buffer free, before the decision; the
+// decision then reads the units it asks for that were not guessed and takes
+// back the guessed reads not started, and a group passed over gives its
+// buffer back. Whatever was guessed and whenever the decision comes (at once,
+// or once the guess is read), the units asked for arrive byte for byte, and
+// bytes_read counts what was read: the asked units, and guessed ones read for
+// nothing (units_read_unasked). Group 1 is deferred, each tensor a unit.
+TEST(LayerLoaderTest, AGuessIsReadAheadOfTheDecisionAndSettledByIt) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  std::vector<std::string> files;
+  for (const checkpoint::FileInfo& f : ckpt.files) files.push_back(ReadFileBytes(f.path));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  const size_t tensors = groups[1].size();
+  ASSERT_GE(tensors, 4u);
+  auto unit_bytes = [&](size_t t) { return groups[1][t]->size; };
+  struct Step {
+    std::vector<bool> guess;
+    std::vector<bool> decision;
+  };
+  const std::vector<Step> steps = {
+      {{true, false, true}, {true, false, true}},  // guessed right
+      {{false, false, true, true}, {true, true}},  // guessed wrong: 0 and 1 read after
+      {{true, true}, {true, true, false, true}},   // half right
+      {{true, true, true}, {}},                    // the pass passes over the group
+      {{}, {false, false, true}},                  // no guess
+      {{false, false}, {true}},                    // a guess of nothing
+  };
+  for (bool wait : {true, false}) {
+    SCOPED_TRACE(wait ? "decided once the guess is read" : "decided at once");
+    LayerLoaderOptions options = Small(false, true, 2, false);
+    options.deferred = {false, true, false};
+    options.units.assign(3, {});
+    for (size_t t = 0; t < tensors; ++t) options.units[1].push_back(static_cast<int>(t));
+    StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    for (const Step& step : steps) {
+      const bool any_guess =
+          std::find(step.guess.begin(), step.guess.end(), true) != step.guess.end();
+      SCOPED_TRACE("step " + std::to_string(&step - steps.data()));
+      (*loader)->Guess(1, step.guess);
+      ASSERT_TRUE((*loader)->Acquire(0).ok());  // its prefetch reads the guess
+      if (wait) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const auto decided = std::chrono::steady_clock::now();
+      (*loader)->Decide(1, step.decision);
+      (*loader)->Release(0);
+      if (step.decision.empty()) {
+        EXPECT_EQ((*loader)->Acquire(1).status().code(), StatusCode::kFailedPrecondition);
+      } else {
+        StatusOr<LoadedGroup> loaded = (*loader)->Acquire(1);
+        ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+        uint64_t asked = 0, guessed_unasked = 0, read_unasked = 0;
+        for (size_t t = 0; t < tensors; ++t) {
+          const bool ask = t < step.decision.size() && step.decision[t];
+          const bool guessed = t < step.guess.size() && step.guess[t];
+          const bool read = t < loaded->units_read.size() && loaded->units_read[t];
+          EXPECT_EQ(read, ask || (guessed && (wait || read))) << t;
+          if (!ask) {
+            if (guessed) guessed_unasked += unit_bytes(t);
+            if (read) read_unasked += unit_bytes(t);
+            continue;
+          }
+          asked += unit_bytes(t);
+          const checkpoint::TensorInfo& info = *groups[1][t];
+          const std::string& file = files[static_cast<size_t>(info.file)];
+          EXPECT_EQ(std::memcmp(loaded->data[t], file.data() + info.offset, info.size), 0)
+              << info.name;
+        }
+        EXPECT_EQ(loaded->guessed, any_guess);
+        if (wait) {  // every guessed unit was read before the decision
+          EXPECT_EQ(loaded->bytes_read, asked + guessed_unasked);
+          EXPECT_EQ(read_unasked, guessed_unasked);
+          if (any_guess) {
+            EXPECT_LT(loaded->read_began, decided);
+          }
+        } else {  // some guessed reads (of a unit, or part of one) were taken back
+          EXPECT_GE(loaded->bytes_read, asked);
+          EXPECT_LE(loaded->bytes_read, asked + read_unasked);
+        }
+        (*loader)->Release(1);
+      }
+      StatusOr<LoadedGroup> head = (*loader)->Acquire(2);  // a buffer is free for it
+      ASSERT_TRUE(head.ok()) << head.status().ToString();
+      EXPECT_EQ(head->bytes_read, Bytes(groups[2]));
+      (*loader)->Release(2);
+    }
+  }
+}
+
 // A sparse layer's dense part after another sparse layer is read while the
 // expert slices before it wait for their routing (planner::LookAheadGroups),
 // into two look-ahead buffers of its own: the disk reads the next layer's

@@ -10,7 +10,8 @@
 //                "compute_seconds", "sequences", "tokens", "kv_bytes", "pinned_bytes",
 //                "host_pinned_bytes", "compute_dtype", "projection_kernels",
 //                "projection_flops", "experts_total", "experts_routed",
-//                "experts_read", "experts_pinned", "routed_experts"}...],
+//                "experts_read", "experts_read_unrouted", "experts_pinned",
+//                "routed_experts", "unrouted_experts_read"}...],
 //    "micro_batch_rows", "pinned_bytes", "host_pinned_bytes", "rss_after_open_bytes",
 //    "peak_rss_growth_bytes", "vm_hwm_bytes", "seconds",
 //    "compute": {"requested", "dtype", "plan", "cached", "rows": [...],
@@ -83,8 +84,10 @@ nlohmann::json PassJson(const PassStats& p) {
           {"experts_total", p.experts_total},
           {"experts_routed", p.experts_routed},
           {"experts_read", p.experts_read},
+          {"experts_read_unrouted", p.experts_read_unrouted},
           {"experts_pinned", p.experts_pinned},
-          {"routed_experts", p.routed_experts}};
+          {"routed_experts", p.routed_experts},
+          {"unrouted_experts_read", p.unrouted_experts_read}};
 }
 
 // The compute choice and, when measured, every kernel's rate per row bucket.
