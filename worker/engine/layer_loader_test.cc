@@ -287,6 +287,16 @@ TEST(LayerLoaderTest, SkippedGroupsAreNeitherReadNorExpected) {
   }
 }
 
+// Groups(ckpt) of a two-layer checkpoint, group 1 (layer 1, `tensors`
+// tensors) deferred, each of its tensors a unit of its own; small reads.
+LayerLoaderOptions DeferredLayer1(size_t tensors) {
+  LayerLoaderOptions options = Small(false, true, 2, false);
+  options.deferred = {false, true, false};
+  options.units.assign(3, {});
+  for (size_t t = 0; t < tensors; ++t) options.units[1].push_back(static_cast<int>(t));
+  return options;
+}
+
 // Deferred groups (an MoE layer's expert slices): each pass decides which
 // units (experts) of the group it reads: a subset reads only those units'
 // tensors, byte for byte; none passes over the group (Acquire goes around
@@ -301,10 +311,7 @@ TEST(LayerLoaderTest, DeferredGroupsReadTheUnitsEachPassDecides) {
   ASSERT_GE(tensors, 3u);
   for (bool pinned : {false, true}) {
     SCOPED_TRACE(pinned ? "pinned" : "streamed");
-    LayerLoaderOptions options = Small(false, true, 2, false);
-    options.deferred = {false, true, false};
-    options.units.assign(3, {});
-    for (size_t t = 0; t < tensors; ++t) options.units[1].push_back(static_cast<int>(t));
+    LayerLoaderOptions options = DeferredLayer1(tensors);
     if (pinned) options.pinned = {false, true, false};
     StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
     ASSERT_TRUE(loader.ok()) << loader.status().ToString();
@@ -349,7 +356,8 @@ TEST(LayerLoaderTest, DeferredGroupsReadTheUnitsEachPassDecides) {
 // buffer back. Whatever was guessed and whenever the decision comes (at once,
 // or once the guess is read), the units asked for arrive byte for byte, and
 // bytes_read counts what was read: the asked units, and guessed ones read for
-// nothing (units_read_unasked). Group 1 is deferred, each tensor a unit.
+// nothing (in units_read, not asked for). Group 1 is deferred, each tensor a
+// unit.
 TEST(LayerLoaderTest, AGuessIsReadAheadOfTheDecisionAndSettledByIt) {
   checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
   std::vector<std::string> files;
@@ -372,10 +380,7 @@ TEST(LayerLoaderTest, AGuessIsReadAheadOfTheDecisionAndSettledByIt) {
   };
   for (bool wait : {true, false}) {
     SCOPED_TRACE(wait ? "decided once the guess is read" : "decided at once");
-    LayerLoaderOptions options = Small(false, true, 2, false);
-    options.deferred = {false, true, false};
-    options.units.assign(3, {});
-    for (size_t t = 0; t < tensors; ++t) options.units[1].push_back(static_cast<int>(t));
+    LayerLoaderOptions options = DeferredLayer1(tensors);
     StatusOr<std::unique_ptr<LayerLoader>> loader = LayerLoader::Open(ckpt, groups, options);
     ASSERT_TRUE(loader.ok()) << loader.status().ToString();
     for (const Step& step : steps) {
