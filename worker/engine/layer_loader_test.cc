@@ -436,6 +436,34 @@ TEST(LayerLoaderTest, AGuessIsReadAheadOfTheDecisionAndSettledByIt) {
   }
 }
 
+// A group read ahead on a guess holds only the guessed units: pinned before
+// it is acquired, it is read again whole, not kept as it is.
+TEST(LayerLoaderTest, AGroupReadOnAGuessAndThenPinnedIsReadWhole) {
+  checkpoint::Checkpoint ckpt = ReadOrDie(FixtureDir(kFixture));
+  std::vector<std::string> files;
+  for (const checkpoint::FileInfo& f : ckpt.files) files.push_back(ReadFileBytes(f.path));
+  const std::vector<TensorList> groups = Groups(ckpt);
+  const size_t tensors = groups[1].size();
+  ASSERT_GE(tensors, 2u);
+  StatusOr<std::unique_ptr<LayerLoader>> loader =
+      LayerLoader::Open(ckpt, groups, DeferredLayer1(tensors));
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  (*loader)->Guess(1, {true});
+  ASSERT_TRUE((*loader)->Acquire(0).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the guess is read
+  (*loader)->Release(0);
+  ASSERT_TRUE((*loader)->SetPinned({false, true, false}).ok());
+  (*loader)->Decide(1, {false, true});
+  StatusOr<LoadedGroup> loaded = (*loader)->Acquire(1);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->bytes_read, Bytes(groups[1]));
+  for (size_t t = 0; t < tensors; ++t) {
+    const checkpoint::TensorInfo& info = *groups[1][t];
+    const std::string& file = files[static_cast<size_t>(info.file)];
+    EXPECT_EQ(std::memcmp(loaded->data[t], file.data() + info.offset, info.size), 0) << info.name;
+  }
+}
+
 // A sparse layer's dense part after another sparse layer is read while the
 // expert slices before it wait for their routing (planner::LookAheadGroups),
 // into two look-ahead buffers of its own: the disk reads the next layer's
